@@ -1,0 +1,76 @@
+// The problem description of one MoE layer, its validation, and the sharded problem derived
+// from it. Everything an implementation needs to decide eligibility is here.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "moekit/types.hpp"
+
+namespace moekit {
+
+struct ActivationParams {
+  ActivationKind kind = ActivationKind::kSwiGLU;
+  std::optional<float> limit;  // clamp (kSwiGLUClamped only)
+  std::optional<float> alpha;  // sigmoid slope, neutral 1
+  std::optional<float> beta;   // added to up, neutral 0
+  float alpha_or_default() const { return alpha.value_or(1.0f); }
+  float beta_or_default() const { return beta.value_or(0.0f); }
+};
+
+struct RoutingParams {
+  RoutingMethod method = RoutingMethod::kTopKSoftmax;
+  int n_group = 1;                    // DeepSeek-V3 expert groups
+  int topk_group = 1;                 // groups kept per token
+  float routed_scaling_factor = 1.0f; // multiplies the final weights (all methods)
+  bool correction_bias = false;       // DeepSeek-V3 e_score_correction_bias [E], selection only
+  bool renormalize = true;            // DeepSeek-V3: normalize the k selected weights to sum 1
+};
+
+struct WeightQuant {
+  WeightFormat format = WeightFormat::kBF16;
+  int group_size = 128;        // kInt8Group / kInt4Group only: 32, 64 or 128
+  bool zero_points = false;    // kInt8Group / kInt4Group only
+  bool pre_quant_scale = false;// AWQ input smoothing, kInt8Group / kInt4Group only
+};
+
+struct MoeSpec {
+  int64_t num_experts = 0;   // global expert count E
+  int64_t top_k = 0;
+  int64_t hidden = 0;        // H
+  int64_t intermediate = 0;  // I, per expert, unsharded
+  DType act_dtype = DType::kBFloat16;  // input / output element type: bf16, fp16, fp32
+  WeightQuant weights;
+  ActivationParams activation;
+  GateUpLayout gate_up_layout = GateUpLayout::kHalves;
+  bool fc1_bias = false;
+  bool fc2_bias = false;
+  RoutingParams routing;
+  int64_t max_tokens = 4096;  // workspace is sized from this
+  int tp_size = 1, tp_rank = 0;
+  int ep_size = 1, ep_rank = 0;
+
+  // Every violation at once, each one sentence naming the field and the value.
+  std::vector<std::string> validate() const;
+  // Throws Error(kInvalidSpec) with all violations joined, when there are any.
+  void validate_or_throw() const;
+  // Rows of FC1 per expert (2I for gated activations, I otherwise), unsharded.
+  int64_t fc1_rows() const;
+};
+
+// What one rank actually runs after TP/EP sharding. Derived in one place: derive_local().
+struct LocalProblem {
+  int64_t num_experts_global = 0;
+  int64_t num_experts = 0;   // local experts
+  int64_t first_expert = 0;  // global id of local expert 0
+  int64_t top_k = 0;
+  int64_t hidden = 0;
+  int64_t intermediate = 0;         // local intermediate I / tp
+  int64_t intermediate_offset = 0;  // first column of the unsharded intermediate owned here
+  int64_t fc1_rows = 0;             // 2 * local I (gated) or local I
+  bool adds_fc2_bias = false;       // only TP rank 0 adds the FC2 bias, so the TP sum is exact
+};
+LocalProblem derive_local(const MoeSpec& spec);
+
+}  // namespace moekit

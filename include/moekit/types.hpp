@@ -1,0 +1,110 @@
+// Public enumerations of moekit. Numeric ids are stable: they appear in reports, files and caches.
+// Never renumber; append.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace moekit {
+
+// Element type of activations (input, output) and of dense tensors.
+enum class DType : int {
+  kFloat32 = 1,
+  kBFloat16 = 2,
+  kFloat16 = 3,
+  kFloat8E4M3 = 4,  // OCP e4m3fn: bias 7, no inf, 0x7f/0xff are NaN, max 448
+  kUInt8 = 5,
+  kInt8 = 6,
+  kInt32 = 7,
+  kInt64 = 8,
+};
+std::size_t dtype_size(DType t);
+const char* to_string(DType t);
+std::optional<DType> dtype_from_string(std::string_view s);
+
+// How expert weights are stored. Every projection W is logically [rows = out features,
+// cols = in features] (PyTorch nn.Linear), one per expert, expert-major, row-major.
+// `values` holds the packed elements; `scales` / `zeros` / per-expert scalars as listed.
+//
+// kBF16, kFP16, kFP32: values are the elements, 2/2/4 bytes each, little endian. No scales.
+// kFP8PerTensor (W8A8): values e4m3 bytes. weight_scale[e] fp32 (w = q * weight_scale[e]).
+//   Activations are quantized with the static input_scale[e] fp32: q = sat_e4m3(x / input_scale)
+//   (one scale per expert; checkpoints that store one per layer repeat it), x' = q * input_scale.
+// kFP8Block128 (DeepSeek-V3): values e4m3 bytes; scales fp32 [E, ceil(rows/128), ceil(cols/128)]
+//   (`weight_scale_inv`: w = q * scale of its 128x128 block). Activations are quantized
+//   dynamically per token per group of 128 columns: s = amax/448, q = sat_e4m3(x / s), x' = q * s.
+// kInt8Group (W8A16): values int8 (two's complement). scales fp32 [E, rows, cols/group].
+//   Without zero points w = q * s; with zero points (uint8 [E, rows, cols/group]) the values
+//   are uint8 and w = (q - z) * s.
+// kInt4Group (W4A16): two elements per byte, element 2j in the LOW nibble, 2j+1 in the high
+//   nibble. Without zero points a nibble is signed two's complement (-8..7), w = q * s; with
+//   zero points (uint8 [E, rows, cols/group], 0..15) nibbles are unsigned, w = (q - z) * s.
+//   For kInt8Group / kInt4Group an optional AWQ pre-quant scale pre_quant_scale fp32 [E, cols]
+//   divides the activations before the matmul: y = W (x / pre_quant_scale).
+// kMXFP4 (gpt-oss): two e2m1 elements per byte, element 2j in the LOW nibble. scales e8m0
+//   uint8 [E, rows, cols/32] (2^(s-127); 0xff is NaN). Activations stay bf16/fp16.
+// kNVFP4: two e2m1 elements per byte, low nibble first. scales e4m3 bytes [E, rows, cols/16];
+//   global_scale[e] fp32: w = e2m1 * e4m3_scale * global_scale[e]. Weight-only: activations stay
+//   bf16/fp16 (W4A16).
+// kMXFP8 (W8A8): values e4m3 bytes, scales e8m0 uint8 [E, rows, cols/32]. Activations are
+//   quantized dynamically per token per 32 columns: s = 2^ceil(log2(amax/448)) as e8m0,
+//   q = sat_e4m3(x / s).
+enum class WeightFormat : int {
+  kBF16 = 1,
+  kFP16 = 2,
+  kFP32 = 3,
+  kFP8PerTensor = 4,
+  kFP8Block128 = 5,
+  kInt8Group = 6,
+  kInt4Group = 7,
+  kMXFP4 = 8,
+  kNVFP4 = 9,
+  kMXFP8 = 10,
+};
+const char* to_string(WeightFormat f);
+std::optional<WeightFormat> weight_format_from_string(std::string_view s);
+// Elements along `cols` that share one scale (0 = per tensor / none). `group` is the user's
+// group size for the int formats and ignored otherwise.
+int format_scale_group(WeightFormat f, int group);
+// Block of rows sharing one scale (128 for kFP8Block128, 1 otherwise).
+int format_row_block(WeightFormat f);
+// Bits per stored value (4 or 8 or 16 or 32).
+int format_value_bits(WeightFormat f);
+bool format_quantizes_activations(WeightFormat f);  // W8A8 kinds
+
+// The gated (or not) activation between FC1 and FC2.
+enum class ActivationKind : int {
+  kSwiGLU = 1,          // silu(gate) * up
+  kSwiGLUClamped = 2,   // gpt-oss: g = min(gate, limit), u = clamp(up, -limit, limit),
+                        //   out = g * sigmoid(alpha * g) * (u + beta); defaults alpha 1, beta 0
+  kGeGLUTanh = 3,       // gelu_tanh(gate) * up
+  kGeGLUErf = 4,        // gelu_erf(gate) * up
+  kSiLU = 5,            // non-gated: FC1 has `intermediate` rows
+  kGeLUTanh = 6,
+  kGeLUErf = 7,
+  kReLU2 = 8,           // relu(x)^2
+  kIdentity = 9,
+};
+const char* to_string(ActivationKind a);
+std::optional<ActivationKind> activation_from_string(std::string_view s);
+bool activation_is_gated(ActivationKind a);
+
+// Where gate and up sit in the fused FC1 weight [2I, H] of a gated activation.
+enum class GateUpLayout : int {
+  kHalves = 1,       // rows [0, I) are gate, rows [I, 2I) are up (vLLM w13: w1 then w3)
+  kInterleaved = 2,  // row 2i is gate i, row 2i+1 is up i (gpt-oss gate_up_proj)
+};
+const char* to_string(GateUpLayout l);
+
+enum class RoutingMethod : int {
+  kSoftmaxTopK = 1,   // Mixtral: softmax over all experts, take top-k, weights unnormalized
+  kTopKSoftmax = 2,   // Qwen3-MoE / gpt-oss: top-k logits, softmax over the k (renormalize)
+  kDeepSeekV3 = 3,    // sigmoid, correction bias for selection, grouped top-k, renormalize, scale
+  kLlama4 = 4,        // top-1 logit, weight sigmoid(logit)
+  kExternal = 5,      // caller passes ids and weights
+};
+const char* to_string(RoutingMethod r);
+std::optional<RoutingMethod> routing_from_string(std::string_view s);
+
+}  // namespace moekit

@@ -1,0 +1,49 @@
+// Host-side storage of one layer's expert weights in any WeightFormat (layouts: types.hpp).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "moekit/spec.hpp"
+#include "moekit/types.hpp"
+
+namespace moekit {
+
+// One projection for all (local) experts: logical [experts, rows, cols], rows = out features.
+struct QuantizedTensor {
+  WeightFormat format = WeightFormat::kBF16;
+  int64_t experts = 0, rows = 0, cols = 0;
+  int group_size = 0;                  // columns per scale (0 = none / per tensor)
+  std::vector<uint8_t> values;         // packed elements, expert-major, row-major
+  std::vector<float> scales;           // fp32 scales: kFP8Block128, kInt8Group, kInt4Group
+  std::vector<uint8_t> scale_bytes;    // raw 8-bit scales: e8m0 (kMXFP4, kMXFP8), e4m3 (kNVFP4)
+  std::vector<uint8_t> zeros;          // zero points (int formats, optional)
+  std::vector<float> weight_scale;     // [experts]: kFP8PerTensor weight scale, kNVFP4 global
+  std::vector<float> input_scale;      // [experts]: kFP8PerTensor static activation scale
+  std::vector<float> pre_quant_scale;  // [experts, cols]: AWQ smoothing (int formats, optional)
+
+  // Bytes of `values` for one expert.
+  int64_t expert_value_bytes() const;
+  // Throws Error(kInvalidArgument) naming `what` when a buffer has the wrong size for the shape.
+  void check_sizes(const char* what) const;
+};
+
+// One layer's experts. fc1 is [E, fc1_rows, H] (gate and up fused, as GateUpLayout says);
+// fc2 is [E, H, I]. Biases are fp32: fc1_bias [E, fc1_rows], fc2_bias [E, H] (empty = none).
+// For a sharded spec these are the LOCAL shards (local experts, local intermediate):
+// shard_weights() cuts them from the full set.
+struct MoeWeights {
+  QuantizedTensor fc1;
+  QuantizedTensor fc2;
+  std::vector<float> fc1_bias;
+  std::vector<float> fc2_bias;
+  std::vector<float> routing_bias;  // [E global] DeepSeek-V3 e_score_correction_bias (selection only)
+};
+
+// The local shard of `full` (weights of the unsharded spec) for spec's tp_rank / ep_rank.
+MoeWeights shard_weights(const MoeSpec& spec, const MoeWeights& full);
+
+// Checks that `w` matches the local problem of `spec` (formats, shapes, buffer sizes, biases);
+// throws Error(kFormatMismatch) naming both formats, or kInvalidArgument naming the field.
+void check_weights(const MoeSpec& spec, const MoeWeights& w);
+
+}  // namespace moekit

@@ -1,0 +1,60 @@
+// The activation between FC1 and FC2, one definition for the CPU reference and the kernels.
+// C++17, no public headers: CUDA translation units include this.
+#pragma once
+#include <cmath>
+
+#include "common/hd.hpp"
+
+namespace moekit::activation {
+
+// Mirrors moekit::ActivationKind (same numeric ids).
+enum class Kind : int {
+  kSwiGLU = 1, kSwiGLUClamped = 2, kGeGLUTanh = 3, kGeGLUErf = 4,
+  kSiLU = 5, kGeLUTanh = 6, kGeLUErf = 7, kReLU2 = 8, kIdentity = 9,
+};
+
+// Everything a kernel needs, as plain values (limit = +inf when there is no clamp).
+struct Params {
+  Kind kind = Kind::kSwiGLU;
+  float limit = INFINITY;
+  float alpha = 1.0f;
+  float beta = 0.0f;
+};
+
+MOEKIT_HD bool is_gated(Kind k) { return static_cast<int>(k) <= 4; }
+
+MOEKIT_HD float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+MOEKIT_HD float silu(float x) { return x * sigmoid(x); }
+MOEKIT_HD float gelu_tanh(float x) {
+  const float k0 = 0.7978845608028654f;  // sqrt(2/pi)
+  return 0.5f * x * (1.0f + tanhf(k0 * (x + 0.044715f * x * x * x)));
+}
+MOEKIT_HD float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f)); }
+
+// Non-gated activation of one value.
+MOEKIT_HD float apply_plain(const Params& p, float x) {
+  switch (p.kind) {
+    case Kind::kSiLU: return silu(x);
+    case Kind::kGeLUTanh: return gelu_tanh(x);
+    case Kind::kGeLUErf: return gelu_erf(x);
+    case Kind::kReLU2: { float r = x > 0.0f ? x : 0.0f; return r * r; }
+    default: return x;  // kIdentity
+  }
+}
+
+// Gated activation of one (gate, up) pair.
+MOEKIT_HD float apply_gated(const Params& p, float gate, float up) {
+  switch (p.kind) {
+    case Kind::kSwiGLU: return silu(gate) * up;
+    case Kind::kSwiGLUClamped: {
+      // gpt-oss: gate clamped from above only, up on both sides; NaN-free for finite input.
+      float g = fminf(gate, p.limit);
+      float u = fminf(fmaxf(up, -p.limit), p.limit);
+      return g * sigmoid(p.alpha * g) * (u + p.beta);
+    }
+    case Kind::kGeGLUTanh: return gelu_tanh(gate) * up;
+    default: return gelu_erf(gate) * up;  // kGeGLUErf
+  }
+}
+
+}  // namespace moekit::activation

@@ -1,0 +1,60 @@
+// Grouped GEMM over experts on the device: D_g = A_g * B_g^T for each local expert g.
+// Row counts live only in device memory (no host sync), so a forward can be graph-captured.
+// C++17, no public headers: CUDA translation units include this.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "moekit/status.hpp"
+
+namespace moekit::gemm {
+
+enum class Elem : int { kBF16 = 1, kFP16 = 2 };
+
+// Shape of one grouped GEMM, fixed when the layer is built.
+//   A: [rows, k] row-major, the rows of group g are [row_offsets[g], row_offsets[g+1]).
+//   B: [groups, n, k] row-major (expert weights, nn.Linear layout), group g at b + g*n*k.
+//   D: [rows, n] row-major, rows as A.
+struct GroupedShape {
+  Elem elem = Elem::kBF16;
+  int groups = 0;
+  int64_t n = 0, k = 0;
+  int64_t max_rows = 0;  // upper bound of row_offsets[groups]
+};
+
+// A named tactic (schedule, tile, cluster), e.g. "sm90.coop.128x128x64.c1x1",
+// "sm90.swapab.128x16x128.c1x1", "sm90.gemv.m8". Never numbered.
+std::vector<std::string> tactic_names(Elem elem);
+
+class GroupedGemm {
+ public:
+  // Allocates, once, every device array it needs (problem shapes, pointer and stride arrays,
+  // CUTLASS workspaces for each tactic it may run). Throws Error(kCuda / kUnsupported).
+  GroupedGemm(const GroupedShape& shape, int device);
+  ~GroupedGemm();
+  GroupedGemm(const GroupedGemm&) = delete;
+  GroupedGemm& operator=(const GroupedGemm&) = delete;
+
+  // The tactic the heuristic picks for `tokens_hint` rows per group on average (host-known:
+  // tokens * top_k / experts), and the one `run` will use when `tactic` is empty.
+  std::string pick_tactic(double rows_per_group_hint) const;
+
+  // Enqueues on `stream`: a tiny kernel that writes per-group shapes and pointers from
+  // row_offsets (int32 [groups + 1], device), then the GEMM. Correct for any row distribution
+  // (all rows in one group, empty groups). No allocation, no host sync.
+  Status run(const void* a, const void* b, void* d, const int32_t* row_offsets,
+             double rows_per_group_hint, cudaStream_t stream, const std::string& tactic = {});
+
+  std::size_t workspace_bytes() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace moekit::gemm
