@@ -26,6 +26,10 @@ class MoeLayer {
   // value; device-side checks report through the engine. Allocates nothing.
   void forward(const ForwardArgs& args);
 
+  // Device-side errors of earlier forwards (bad caller-supplied ids were dropped, not read out of
+  // bounds): synchronizes with the engine's work, then ok or the first error, naming the value.
+  Status poll_errors() { return engine_->poll_errors(); }
+
   const MoeSpec& spec() const { return spec_; }
   const Resolution& resolution() const { return resolution_; }
   const Implementation& implementation() const { return *resolution_.chosen; }
@@ -36,6 +40,7 @@ class MoeLayer {
   MoeSpec spec_;
   Resolution resolution_;
   std::unique_ptr<Engine> engine_;
+  int device_index_ = 0;  // where device views must live
 };
 
 }  // namespace moekit

@@ -4,10 +4,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "moekit/environment.hpp"
 #include "moekit/spec.hpp"
+#include "moekit/status.hpp"
 #include "moekit/tensor.hpp"
 #include "moekit/types.hpp"
 #include "moekit/weights.hpp"
@@ -28,6 +30,7 @@ enum class RejectStage : int {
   kParallelism = 9,    // TP / EP layout
 };
 const char* to_string(RejectStage s);
+std::optional<RejectStage> reject_stage_from_string(std::string_view s);
 
 struct Rejection {
   RejectStage stage;
@@ -91,6 +94,9 @@ class Engine {
   virtual ~Engine() = default;
   virtual void forward(const ForwardArgs& args) = 0;
   virtual std::size_t workspace_bytes() const = 0;
+  // Errors the device found in earlier forwards (e.g. a caller-supplied expert id out of range,
+  // which the kernels dropped). Waits for the engine's pending work; never called by forward().
+  virtual Status poll_errors() { return {}; }
 };
 
 class Implementation {
@@ -147,7 +153,12 @@ struct Resolution {
 // "auto" takes the highest-priority eligible implementation, the CPU reference last. A family
 // takes its highest-priority eligible member; if none, the result is not ok (the caller fails),
 // and degraded_from names the most informative rejection of the family (a rejection other than
-// format or GPU generation, else the first). An unknown request is Error(kNotFound).
+// format or GPU generation, else a GPU-generation one, else the first). An unknown request is
+// Error(kNotFound); an invalid spec is Error(kInvalidSpec).
 Resolution resolve(const MoeSpec& spec, const Environment& env, const std::string& request);
+
+// Reads back what Resolution::json() wrote (chosen is looked up by id in this build's table).
+// Throws Error(kInvalidArgument) naming the field when the text is not such a report.
+Resolution resolution_from_json(const std::string& json);
 
 }  // namespace moekit

@@ -23,7 +23,7 @@ struct RoutingParams {
   RoutingMethod method = RoutingMethod::kTopKSoftmax;
   int n_group = 1;                    // DeepSeek-V3 expert groups
   int topk_group = 1;                 // groups kept per token
-  float routed_scaling_factor = 1.0f; // multiplies the final weights (all methods)
+  float routed_scaling_factor = 1.0f; // multiplies the weights moekit computes (not kExternal's)
   bool correction_bias = false;       // DeepSeek-V3 e_score_correction_bias [E], selection only
   bool renormalize = true;            // DeepSeek-V3: normalize the k selected weights to sum 1
 };

@@ -26,30 +26,40 @@ std::optional<DType> dtype_from_string(std::string_view s);
 // How expert weights are stored. Every projection W is logically [rows = out features,
 // cols = in features] (PyTorch nn.Linear), one per expert, expert-major, row-major.
 // `values` holds the packed elements; `scales` / `zeros` / per-expert scalars as listed.
+// Each row starts on a byte boundary (4-bit formats need even cols). Scales along cols cover
+// `group` consecutive columns (QuantizedTensor::group_size: 0 for bf16/fp16/fp32/fp8, 128 for
+// kFP8Block128, 32/64/128 for the int formats, 32 for kMXFP4/kMXFP8, 16 for kNVFP4); except
+// for kFP8Block128, cols must be a multiple of the group. Products are evaluated left to right
+// in fp32 exactly as written below, so a kernel that wants bit-equal weights knows the order.
 //
 // kBF16, kFP16, kFP32: values are the elements, 2/2/4 bytes each, little endian. No scales.
 // kFP8PerTensor (W8A8): values e4m3 bytes. weight_scale[e] fp32 (w = q * weight_scale[e]).
 //   Activations are quantized with the static input_scale[e] fp32: q = sat_e4m3(x / input_scale)
 //   (one scale per expert; checkpoints that store one per layer repeat it), x' = q * input_scale.
 // kFP8Block128 (DeepSeek-V3): values e4m3 bytes; scales fp32 [E, ceil(rows/128), ceil(cols/128)]
-//   (`weight_scale_inv`: w = q * scale of its 128x128 block). Activations are quantized
-//   dynamically per token per group of 128 columns: s = amax/448, q = sat_e4m3(x / s), x' = q * s.
+//   (`weight_scale_inv`: w = q * scale of its 128x128 block; the last block row/column may be
+//   partial). Activations are quantized dynamically per token per group of 128 columns (the last
+//   group may be partial): s = max(amax, 1e-10) / 448 (the floor keeps an all-zero group
+//   finite, as DeepSeek's kernels do), q = sat_e4m3(x / s), x' = q * s.
 // kInt8Group (W8A16): values int8 (two's complement). scales fp32 [E, rows, cols/group].
 //   Without zero points w = q * s; with zero points (uint8 [E, rows, cols/group]) the values
-//   are uint8 and w = (q - z) * s.
+//   are uint8 and w = float(q - z) * s.
 // kInt4Group (W4A16): two elements per byte, element 2j in the LOW nibble, 2j+1 in the high
 //   nibble. Without zero points a nibble is signed two's complement (-8..7), w = q * s; with
-//   zero points (uint8 [E, rows, cols/group], 0..15) nibbles are unsigned, w = (q - z) * s.
+//   zero points (uint8 [E, rows, cols/group], 0..15) nibbles are unsigned, w = float(q - z) * s.
 //   For kInt8Group / kInt4Group an optional AWQ pre-quant scale pre_quant_scale fp32 [E, cols]
-//   divides the activations before the matmul: y = W (x / pre_quant_scale).
+//   divides the activations before the matmul: y = W (x / pre_quant_scale) (a true division;
+//   the stored W already carries the smoothing factor, as in AWQ checkpoints).
 // kMXFP4 (gpt-oss): two e2m1 elements per byte, element 2j in the LOW nibble. scales e8m0
-//   uint8 [E, rows, cols/32] (2^(s-127); 0xff is NaN). Activations stay bf16/fp16.
+//   uint8 [E, rows, cols/32] (2^(s-127); 0xff is NaN). w = e2m1 * 2^(s-127). Activations stay
+//   bf16/fp16.
 // kNVFP4: two e2m1 elements per byte, low nibble first. scales e4m3 bytes [E, rows, cols/16];
-//   global_scale[e] fp32: w = e2m1 * e4m3_scale * global_scale[e]. Weight-only: activations stay
-//   bf16/fp16 (W4A16).
-// kMXFP8 (W8A8): values e4m3 bytes, scales e8m0 uint8 [E, rows, cols/32]. Activations are
-//   quantized dynamically per token per 32 columns: s = 2^ceil(log2(amax/448)) as e8m0,
-//   q = sat_e4m3(x / s).
+//   global_scale[e] fp32 (stored in weight_scale): w = (e2m1 * e4m3_scale) * global_scale[e].
+//   Weight-only: activations stay bf16/fp16 (W4A16).
+// kMXFP8 (W8A8): values e4m3 bytes, scales e8m0 uint8 [E, rows, cols/32], w = q * 2^(s-127).
+//   Activations are quantized dynamically per token per 32 columns: s = 2^ceil(log2(amax/448))
+//   as e8m0 (float_to_e8m0_ceil of the fp32 quotient amax/448; an all-zero group gets 2^-127),
+//   q = sat_e4m3(x / s), x' = q * s.
 enum class WeightFormat : int {
   kBF16 = 1,
   kFP16 = 2,
@@ -96,6 +106,7 @@ enum class GateUpLayout : int {
   kInterleaved = 2,  // row 2i is gate i, row 2i+1 is up i (gpt-oss gate_up_proj)
 };
 const char* to_string(GateUpLayout l);
+std::optional<GateUpLayout> gate_up_layout_from_string(std::string_view s);
 
 enum class RoutingMethod : int {
   kSoftmaxTopK = 1,   // Mixtral: softmax over all experts, take top-k, weights unnormalized

@@ -47,9 +47,11 @@ MOEKIT_HD float apply_gated(const Params& p, float gate, float up) {
   switch (p.kind) {
     case Kind::kSwiGLU: return silu(gate) * up;
     case Kind::kSwiGLUClamped: {
-      // gpt-oss: gate clamped from above only, up on both sides; NaN-free for finite input.
-      float g = fminf(gate, p.limit);
-      float u = fminf(fmaxf(up, -p.limit), p.limit);
+      // gpt-oss: gate clamped from above only, up on both sides. Comparisons, not fminf/fmaxf:
+      // those return the other operand for a NaN, which would hide a NaN input (torch.clamp
+      // propagates it).
+      float g = gate > p.limit ? p.limit : gate;
+      float u = up > p.limit ? p.limit : (up < -p.limit ? -p.limit : up);
       return g * sigmoid(p.alpha * g) * (u + p.beta);
     }
     case Kind::kGeGLUTanh: return gelu_tanh(gate) * up;

@@ -28,13 +28,15 @@ struct GroupedShape {
 };
 
 // A named tactic (schedule, tile, cluster), e.g. "sm90.coop.128x128x64.c1x1",
-// "sm90.swapab.128x16x128.c1x1", "sm90.gemv.m8". Never numbered.
+// "sm90.swapab.128x16x128.c1x1", "sm90.gemv.n8". Never numbered.
 std::vector<std::string> tactic_names(Elem elem);
 
 class GroupedGemm {
  public:
   // Allocates, once, every device array it needs (problem shapes, pointer and stride arrays,
-  // CUTLASS workspaces for each tactic it may run). Throws Error(kCuda / kUnsupported).
+  // CUTLASS workspaces for each tactic it may run). Throws Error: kInvalidArgument or
+  // kUnsupported (shape; checked before any CUDA call), kUnsupported (not sm_90), kCuda.
+  // Ends with a device synchronize (one-time copies done): build it outside any graph capture.
   GroupedGemm(const GroupedShape& shape, int device);
   ~GroupedGemm();
   GroupedGemm(const GroupedGemm&) = delete;
@@ -47,10 +49,17 @@ class GroupedGemm {
   // Enqueues on `stream`: a tiny kernel that writes per-group shapes and pointers from
   // row_offsets (int32 [groups + 1], device), then the GEMM. Correct for any row distribution
   // (all rows in one group, empty groups). No allocation, no host sync.
+  // Contract: row_offsets is non-decreasing with row_offsets[groups] <= max_rows; a, b, d are
+  // 16-byte aligned; `device` is current. One run in flight per object (its per-group device
+  // arrays are rewritten by each run): use one object per GEMM of the forward.
+  // Errors: kNotFound (tactic not built), kInvalidArgument (null/misaligned pointer), kCuda.
   Status run(const void* a, const void* b, void* d, const int32_t* row_offsets,
              double rows_per_group_hint, cudaStream_t stream, const std::string& tactic = {});
 
+  // Device bytes this object allocated (per-group arrays, CUTLASS workspaces, strides).
   std::size_t workspace_bytes() const;
+
+  const GroupedShape& shape() const;
 
  private:
   struct State;

@@ -16,4 +16,10 @@ namespace moekit::reference {
 Status forward(const MoeSpec& spec, const MoeWeights& weights, int64_t tokens,
                const float* hidden, const int32_t* ids, const float* route_weights, float* out);
 
+// The same with an explicit thread count (0 = one per hardware thread). The result does not
+// depend on it: every output element is computed by one thread in a fixed order.
+Status forward(const MoeSpec& spec, const MoeWeights& weights, int64_t tokens,
+               const float* hidden, const int32_t* ids, const float* route_weights, float* out,
+               int num_threads);
+
 }  // namespace moekit::reference

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Runs on the H200 device machine, from the repository root, with .carry/ (scripts/carry.sh)
+# carried along: builds every tactic, runs the GPU tests, compute-sanitizer on a small case, and the
+# benchmarks. Logs go to $OUT (at most 8 files come back). Usage:
+#   MOEKIT_COMMIT=<sha> bash scripts/device.sh [build] [test] [sanitize] [bench] [torch]   (default: all)
+# Environment: MOEKIT_TEST_FILTER (gtest filter), MOEKIT_BENCH_PRESETS, MOEKIT_BENCH_TOKENS.
+set -uo pipefail
+OUT=${OUT:-/tmp/moekit-out}; mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PATH="$PATH:/usr/local/cuda/bin"
+steps=("$@"); ((${#steps[@]})) || steps=(build test sanitize bench torch)
+want() { [[ " ${steps[*]} " == *" $1 "* ]]; }
+bin=build/device
+summary="$OUT/summary.txt"
+{
+  echo "commit ${MOEKIT_COMMIT:-unknown}  date $(date -u +%FT%TZ)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader
+  nvcc --version | tail -1
+} >"$summary" 2>&1
+
+if want build; then
+  t0=$(date +%s)
+  cmake -S . -B $bin -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEKIT_CUDA=ON \
+    -DMOEKIT_CUTLASS_DIR="$PWD/.carry/cutlass" -DCMAKE_PREFIX_PATH="$PWD/.carry/prefix" \
+    -DCMAKE_CUDA_COMPILER=$(command -v nvcc) >"$OUT/build.log" 2>&1 &&
+    cmake --build $bin -j "$(nproc)" >>"$OUT/build.log" 2>&1
+  rc=$?
+  echo "build: rc=$rc in $(( $(date +%s) - t0 )) s" | tee -a "$summary"
+  ((rc == 0)) || { tail -40 "$OUT/build.log"; exit 1; }
+fi
+
+if want test; then
+  $bin/tests/moekit_tests --gtest_color=no ${MOEKIT_TEST_FILTER:+--gtest_filter=$MOEKIT_TEST_FILTER} >"$OUT/tests.log" 2>&1
+  echo "tests: rc=$?" >>"$summary"
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|FAILED  \]' "$OUT/tests.log" | tail -40 >>"$summary"
+fi
+
+if want sanitize; then
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool $tool --error-exitcode 9 $bin/tests/moekit_tests --gtest_color=no \
+      --gtest_filter='*Sanitizer*' >>"$OUT/sanitizer.log" 2>&1
+    echo "compute-sanitizer $tool: rc=$? ($(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitizer.log") clean summaries so far)" >>"$summary"
+  done
+  grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer.log" >>"$summary"
+fi
+
+if want bench; then
+  $bin/tools/moekit bench --preset "${MOEKIT_BENCH_PRESETS:-qwen3-30b-a3b,mixtral-8x7b,deepseek-v3,gpt-oss-120b}" \
+    ${MOEKIT_BENCH_TOKENS:+--tokens "$MOEKIT_BENCH_TOKENS"} --json "$OUT/bench.json" >"$OUT/bench.txt" 2>&1
+  echo "bench: rc=$?" >>"$OUT/bench.txt"
+  cat "$OUT/bench.txt" >>"$summary"
+fi
+
+if want torch; then
+  python3 bench/torch_moe.py --moekit-json "$OUT/bench.json" ${MOEKIT_BENCH_TOKENS:+--tokens "$MOEKIT_BENCH_TOKENS"} \
+    >"$OUT/torch.txt" 2>&1 || echo "torch: rc=$?" >>"$OUT/torch.txt"
+  cat "$OUT/torch.txt" >>"$summary"
+fi
+cat "$summary"

@@ -1,0 +1,35 @@
+// The activation between FC1 and FC2 on the device: FC1 output [rows, fc1_rows] plus the FC1
+// bias, then the (gated) activation of activation_math.hpp, rounded to the element type, into
+// [rows, intermediate]. Only the rows the permutation filled (offsets[L]) are touched.
+// C++17, no CUDA device code: host code and CUDA translation units include this.
+#pragma once
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "activation/activation_math.hpp"
+#include "moekit/status.hpp"
+#include "moekit/types.hpp"
+
+namespace moekit::activation {
+
+struct DeviceActivation {
+  DType elem = DType::kBFloat16;            // kBFloat16 or kFloat16 (input and output)
+  Params params;                            // kind, clamp, alpha, beta
+  GateUpLayout layout = GateUpLayout::kHalves;  // gated kinds only
+  int64_t intermediate = 0;                 // output columns (local I), a multiple of 8
+  int64_t fc1_rows() const { return is_gated(params.kind) ? 2 * intermediate : intermediate; }
+  const float* fc1_bias = nullptr;          // device [local experts, fc1_rows], null = none
+  int local_experts = 0;
+};
+
+// Checks `a` (element type, alignment) and loads the kernel run_device() launches for it.
+Status prepare_device(const DeviceActivation& a);
+
+// fc1_out [max_rows, fc1_rows] -> out [max_rows, intermediate]; rows [0, offsets[L]) only.
+// row_expert [rows] gives each row's local expert (for the bias). `max_rows` bounds the launch.
+Status run_device(const DeviceActivation& a, const void* fc1_out, void* out,
+                  const int32_t* row_expert, const int32_t* offsets, int64_t max_rows,
+                  cudaStream_t stream);
+
+}  // namespace moekit::activation

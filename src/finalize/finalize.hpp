@@ -1,0 +1,30 @@
+// Finalize on the device: unpermute and combine the top-k expert outputs of every token,
+//   out[t, :] = sum over slots s in order of w[t, s] * (Y[row(t, s), :] + fc2_bias[e])
+// with fp32 accumulation, rounded once to the element type. Every token is written (zeros when
+// none of its experts runs here). C++17: CUDA translation units include this.
+#pragma once
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "moekit/status.hpp"
+#include "moekit/types.hpp"
+
+namespace moekit::finalize {
+
+struct DeviceFinalize {
+  DType elem = DType::kBFloat16;  // kBFloat16 or kFloat16 (Y and out)
+  int64_t hidden = 0;             // H, a multiple of 8
+  int top_k = 0;
+  const float* fc2_bias = nullptr;  // device [local experts, H], null = none (or not this rank)
+};
+
+// Checks `f` and loads its kernel (call before any graph capture).
+Status prepare(const DeviceFinalize& f);
+
+// y [rows, H] in expert order; slot_row / weights / slot_expert [tokens, k] (row -1: the slot
+// does not run here; slot_expert: its local expert, read for the bias); out [tokens, H].
+Status run(const DeviceFinalize& f, int64_t tokens, const void* y, const int32_t* slot_row,
+           const float* weights, const int32_t* slot_expert, void* out, cudaStream_t stream);
+
+}  // namespace moekit::finalize

@@ -1,0 +1,305 @@
+// GroupedGemm: owns the per-group device arrays and one instance of every tactic built for its
+// element type; writes the arrays on the device each run and launches the chosen tactic.
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "gemm/grouped_gemm.hpp"
+#include "gemm/tactic.hpp"
+
+namespace moekit::gemm {
+namespace detail {
+
+Status cuda_status(cudaError_t err, const char* what, const std::string& context) {
+  return Status(ErrorCode::kCuda,
+                context + ": " + what + " failed: " + cudaGetErrorString(err));
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::DeviceArrays;
+using detail::RunArgs;
+using detail::Tactic;
+using detail::TacticContext;
+using detail::TacticEntry;
+using detail::TacticKind;
+
+constexpr int kElemBytes = 2;  // bf16 and fp16
+
+struct ProblemParams {
+  const int32_t* row_offsets;
+  int groups;
+  int n, k;
+  bool swap_ab;
+  const char* a;
+  const char* b;
+  char* d;
+  DeviceArrays arrays;
+};
+
+// One thread per group: the CUTLASS problem shape, operand and output pointers of group g.
+__global__ void write_problems_kernel(ProblemParams p) {
+  const int g = blockIdx.x * blockDim.x + threadIdx.x;
+  if (g >= p.groups) return;
+  const int64_t row0 = p.row_offsets[g];
+  const int m = max(p.row_offsets[g + 1] - p.row_offsets[g], 0);
+  const char* act = p.a + row0 * p.k * kElemBytes;
+  const char* w = p.b + int64_t(g) * p.n * p.k * kElemBytes;
+  int32_t* s = p.arrays.shapes + 3 * g;
+  if (p.swap_ab) {
+    s[0] = p.n;
+    s[1] = m;
+    p.arrays.ptr_a[g] = w;
+    p.arrays.ptr_b[g] = act;
+  } else {
+    s[0] = m;
+    s[1] = p.n;
+    p.arrays.ptr_a[g] = act;
+    p.arrays.ptr_b[g] = w;
+  }
+  s[2] = p.k;
+  p.arrays.ptr_d[g] = p.d + row0 * p.n * kElemBytes;
+}
+
+std::vector<TacticEntry> all_tactics(Elem elem) {
+  std::vector<TacticEntry> v = detail::sm90_gemv_tactics(elem);
+  std::vector<TacticEntry> c = elem == Elem::kBF16 ? detail::sm90_bf16_bf16_tactics()
+                                                   : detail::sm90_fp16_fp16_tactics();
+  for (auto& e : c) v.push_back(std::move(e));
+  return v;
+}
+
+const char* elem_name(Elem e) { return e == Elem::kBF16 ? "bf16" : "fp16"; }
+
+std::string shape_text(const GroupedShape& s) {
+  return std::string(s.elem == Elem::kBF16 ? "bf16" : s.elem == Elem::kFP16 ? "fp16" : "?") +
+         " grouped GEMM (groups " + std::to_string(s.groups) + ", n " + std::to_string(s.n) +
+         ", k " + std::to_string(s.k) + ", max_rows " + std::to_string(s.max_rows) + ")";
+}
+
+// Host-only checks, before any CUDA call, so they also hold on machines without a GPU.
+Status validate(const GroupedShape& s) {
+  if (s.elem != Elem::kBF16 && s.elem != Elem::kFP16)
+    return Status(ErrorCode::kInvalidArgument,
+                  "grouped GEMM element " + std::to_string(static_cast<int>(s.elem)) +
+                      " is neither bf16 nor fp16");
+  if (s.groups < 1)
+    return Status(ErrorCode::kInvalidArgument,
+                  "grouped GEMM groups " + std::to_string(s.groups) + " must be at least 1");
+  if (s.n < 1 || s.n > INT_MAX)
+    return Status(ErrorCode::kInvalidArgument,
+                  "grouped GEMM n " + std::to_string(s.n) + " must be in [1, 2^31)");
+  if (s.k < 1 || s.k > INT_MAX)
+    return Status(ErrorCode::kInvalidArgument,
+                  "grouped GEMM k " + std::to_string(s.k) + " must be in [1, 2^31)");
+  if (s.max_rows < 0 || s.max_rows > INT_MAX)
+    return Status(ErrorCode::kInvalidArgument,
+                  "grouped GEMM max_rows " + std::to_string(s.max_rows) + " must be in [0, 2^31)");
+  // TMA and the GEMV's 16-byte loads need every row to start on a 16-byte boundary.
+  if (s.n % 8 != 0)
+    return Status(ErrorCode::kUnsupported,
+                  "grouped GEMM n " + std::to_string(s.n) + " is not a multiple of 8");
+  if (s.k % 8 != 0)
+    return Status(ErrorCode::kUnsupported,
+                  "grouped GEMM k " + std::to_string(s.k) + " is not a multiple of 8");
+  return {};
+}
+
+// Restores the caller's current device.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    if (cudaGetDevice(&prev_) != cudaSuccess) prev_ = -1;
+    ok_ = cudaSetDevice(device);
+  }
+  ~DeviceGuard() {
+    if (prev_ >= 0) cudaSetDevice(prev_);
+  }
+  cudaError_t status() const { return ok_; }
+
+ private:
+  int prev_ = -1;
+  cudaError_t ok_ = cudaSuccess;
+};
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+}  // namespace
+
+struct GroupedGemm::State {
+  struct Slot {
+    std::string name;
+    TacticKind kind;
+    std::unique_ptr<Tactic> tactic;
+  };
+  GroupedShape shape;
+  int device = 0;
+  int sm_count = 0;
+  void* arrays_mem = nullptr;
+  std::size_t arrays_bytes = 0;
+  DeviceArrays arrays;
+  std::vector<Slot> slots;
+
+  ~State() {
+    slots.clear();  // tactics free their memory first
+    if (arrays_mem != nullptr) cudaFree(arrays_mem);
+  }
+
+  const Slot* find(const std::string& name) const {
+    for (const auto& s : slots)
+      if (s.name == name) return &s;
+    return nullptr;
+  }
+};
+
+std::vector<std::string> tactic_names(Elem elem) {
+  std::vector<std::string> names;
+  for (const auto& e : all_tactics(elem)) names.push_back(e.name);
+  return names;
+}
+
+GroupedGemm::GroupedGemm(const GroupedShape& shape, int device) : state_(std::make_unique<State>()) {
+  throw_if_error(validate(shape));
+  const std::string what = shape_text(shape);
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) throw Error(detail::cuda_status(err, "cudaGetDeviceCount", what));
+  if (device < 0 || device >= count)
+    throw Error(ErrorCode::kInvalidArgument, what + ": device " + std::to_string(device) +
+                                                 " is not one of the " + std::to_string(count) +
+                                                 " visible devices");
+  DeviceGuard guard(device);
+  if (guard.status() != cudaSuccess)
+    throw Error(detail::cuda_status(guard.status(), "cudaSetDevice", what));
+  int major = 0, minor = 0;
+  err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (err == cudaSuccess)
+    err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  if (err == cudaSuccess)
+    err = cudaDeviceGetAttribute(&state_->sm_count, cudaDevAttrMultiProcessorCount, device);
+  if (err != cudaSuccess) throw Error(detail::cuda_status(err, "cudaDeviceGetAttribute", what));
+  if (major != 9 || minor != 0)
+    throw Error(ErrorCode::kUnsupported, what + ": device " + std::to_string(device) + " is sm_" +
+                                             std::to_string(major) + std::to_string(minor) +
+                                             ", these kernels are built for sm_90a only");
+
+  State& st = *state_;
+  st.shape = shape;
+  st.device = device;
+  const std::size_t g = static_cast<std::size_t>(shape.groups);
+  const std::size_t shapes_bytes = (3 * sizeof(int32_t) * g + 15) / 16 * 16;
+  st.arrays_bytes = shapes_bytes + 3 * sizeof(void*) * g;
+  err = cudaMalloc(&st.arrays_mem, st.arrays_bytes);
+  if (err != cudaSuccess) throw Error(detail::cuda_status(err, "cudaMalloc", what));
+  char* base = static_cast<char*>(st.arrays_mem);
+  st.arrays.shapes = reinterpret_cast<int32_t*>(base);
+  st.arrays.ptr_a = reinterpret_cast<const void**>(base + shapes_bytes);
+  st.arrays.ptr_b = st.arrays.ptr_a + g;
+  st.arrays.ptr_d = reinterpret_cast<void**>(base + shapes_bytes + 2 * sizeof(void*) * g);
+  // Zeroed so a tactic never sees garbage shapes, even before its first problem write.
+  err = cudaMemset(st.arrays_mem, 0, st.arrays_bytes);
+  if (err != cudaSuccess) throw Error(detail::cuda_status(err, "cudaMemset", what));
+
+  // Load the problem kernel now, not lazily inside a graph capture.
+  cudaFuncAttributes attr{};
+  err = cudaFuncGetAttributes(&attr, write_problems_kernel);
+  if (err != cudaSuccess) throw Error(detail::cuda_status(err, "cudaFuncGetAttributes", what));
+
+  TacticContext ctx{shape, st.arrays, device, st.sm_count};
+  for (auto& e : all_tactics(shape.elem)) {
+    std::unique_ptr<Tactic> t = e.make();
+    throw_if_error(t->init(ctx));
+    st.slots.push_back({e.name, e.kind, std::move(t)});
+  }
+  err = cudaDeviceSynchronize();  // the init copies are done before the first run
+  if (err != cudaSuccess) throw Error(detail::cuda_status(err, "cudaDeviceSynchronize", what));
+}
+
+GroupedGemm::~GroupedGemm() = default;
+
+const GroupedShape& GroupedGemm::shape() const { return state_->shape; }
+
+std::string GroupedGemm::pick_tactic(double rows_per_group_hint) const {
+  const double h = std::isfinite(rows_per_group_hint) ? std::max(rows_per_group_hint, 0.0) : 0.0;
+  // Buckets of the average rows per expert, each with fallbacks for builds that keep one tactic
+  // per family. A first guess, to be replaced by measurement (tuning tables per shape): the
+  // token tile should hold about 1.5x the average so that few experts need a second pass over
+  // their weights; past ~40 rows the normal (tokens as M) tiles take over.
+  static const std::vector<std::pair<double, std::vector<const char*>>> kBuckets = {
+      {4, {"sm90.gemv.n8", "sm90.gemv.n16", "sm90.swapab.128x16x128.c1x1"}},
+      {10, {"sm90.gemv.n16", "sm90.gemv.n8", "sm90.swapab.128x16x128.c1x1"}},
+      {20, {"sm90.swapab.128x32x128.c1x1", "sm90.swapab.128x16x128.c1x1"}},
+      {42, {"sm90.pingpong.64x128x64.c1x1", "sm90.swapab.128x32x128.c1x1",
+            "sm90.coop.128x128x64.c1x1"}},
+      {2048, {"sm90.coop.128x128x64.c1x1"}},
+      {INFINITY, {"sm90.coop.128x256x64.c1x1", "sm90.coop.128x128x64.c1x1"}},
+  };
+  for (const auto& [limit, names] : kBuckets) {
+    if (h > limit) continue;
+    for (const char* n : names)
+      if (state_->find(n) != nullptr) return n;
+    break;
+  }
+  return "sm90.coop.128x128x64.c1x1";  // built in every configuration
+}
+
+Status GroupedGemm::run(const void* a, const void* b, void* d, const int32_t* row_offsets,
+                        double rows_per_group_hint, cudaStream_t stream,
+                        const std::string& tactic) {
+  const State& st = *state_;
+  const std::string name = tactic.empty() ? pick_tactic(rows_per_group_hint) : tactic;
+  const State::Slot* slot = st.find(name);
+  if (slot == nullptr) {
+    std::string known;
+    for (const auto& s : st.slots) known += (known.empty() ? "" : ", ") + s.name;
+    return Status(ErrorCode::kNotFound, "grouped GEMM tactic '" + name + "' is not built for " +
+                                            elem_name(st.shape.elem) + " (built: " + known + ")");
+  }
+  if (b == nullptr || row_offsets == nullptr)
+    return Status(ErrorCode::kInvalidArgument,
+                  shape_text(st.shape) + ": weights and row_offsets must not be null");
+  if (st.shape.max_rows == 0) return {};  // every group is empty by contract
+  if (a == nullptr || d == nullptr)
+    return Status(ErrorCode::kInvalidArgument,
+                  shape_text(st.shape) + ": activations and output must not be null");
+  if (!aligned16(a) || !aligned16(b) || !aligned16(d))
+    return Status(ErrorCode::kInvalidArgument,
+                  shape_text(st.shape) + ": activations, weights and output must be 16-byte aligned");
+
+  if (slot->kind != TacticKind::kGemv) {
+    ProblemParams p;
+    p.row_offsets = row_offsets;
+    p.groups = st.shape.groups;
+    p.n = static_cast<int>(st.shape.n);
+    p.k = static_cast<int>(st.shape.k);
+    p.swap_ab = slot->kind == TacticKind::kCutlassSwapAB;
+    p.a = static_cast<const char*>(a);
+    p.b = static_cast<const char*>(b);
+    p.d = static_cast<char*>(d);
+    p.arrays = st.arrays;
+    constexpr int kBlock = 128;
+    write_problems_kernel<<<(st.shape.groups + kBlock - 1) / kBlock, kBlock, 0, stream>>>(p);
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess)
+      return detail::cuda_status(err, "write_problems_kernel launch", shape_text(st.shape));
+  }
+  RunArgs args{a, b, d, row_offsets, stream};
+  return slot->tactic->run(args);
+}
+
+std::size_t GroupedGemm::workspace_bytes() const {
+  std::size_t total = state_->arrays_bytes;
+  for (const auto& s : state_->slots) total += s.tactic->workspace_bytes();
+  return total;
+}
+
+}  // namespace moekit::gemm

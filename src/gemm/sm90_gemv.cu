@@ -1,0 +1,270 @@
+// Grouped GEMV-style kernel for decode: few token rows per expert, so the layer is bound by
+// reading the hit experts' weights once. Weights are the M side of mma.sync m16n8k16 (16 weight
+// rows per warp), the expert's tokens the N side (8 per fragment, NT fragments), fp32 accumulate.
+//
+// Each lane loads 16 contiguous bytes (8 k values) of its weight rows and of its token row. Within
+// a 32-wide k block, lane quad q holds physical k [8q, 8q+8) and feeds them to two mma k-steps as
+// the logical k pairs {2q, 2q+1} and {2q+8, 2q+9} of each step. The sum over k is unchanged
+// because A and B use the same permutation; in return every load is a full 16-byte vector.
+//
+// A block of 8 warps owns 16*rw weight rows of one expert; its warps split k kw ways (rw*kw = 8)
+// and reduce through shared memory, so no split-K workspace or second pass is needed. Blocks are
+// persistent over (non-empty expert, row tile) items: each block compacts the non-empty groups
+// from row_offsets itself, so experts with no rows cost nothing. An expert with more than 8*NT
+// rows is handled in chunks (correct for any distribution, re-reading its weights from L2).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gemm/tactic.hpp"
+
+namespace moekit::gemm::detail {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+// 32-wide k blocks per warp step: 2 * kSub 16-byte weight loads in flight per lane. Fewer for
+// the widest token tile, whose activation fragments take the registers.
+template <int NT>
+constexpr int kSub = NT >= 4 ? 2 : 4;
+constexpr int kStepK = 128;  // k per warp step for the split heuristic (kSub = 4)
+
+struct GemvParams {
+  const uint16_t* a;  // [rows, k]
+  const uint16_t* w;  // [groups, n, k]
+  uint16_t* d;        // [rows, n]
+  const int32_t* row_offsets;
+  int groups, n, k;
+  int kw, rw, row_tiles;
+};
+
+// Weights are read once: keep them out of L1.
+__device__ __forceinline__ uint4 load_stream(const uint16_t* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+template <bool kBF16>
+__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint32_t b0, uint32_t b1) {
+  if constexpr (kBF16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+}
+
+template <bool kBF16>
+__device__ __forceinline__ uint16_t to_elem(float v) {
+  if constexpr (kBF16) {
+    return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+  } else {
+    return __half_as_ushort(__float2half_rn(v));
+  }
+}
+
+template <bool kBF16, int NT>
+__global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p) {
+  extern __shared__ int s_active[];  // [groups]: non-empty groups, in order
+  __shared__ int s_warp_live[kWarps];
+  __shared__ float s_red[kWarps][NT * 4][32];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+
+  // Compact the non-empty groups (every block does it: a few hundred cached ints).
+  int live_count = 0;
+  for (int g0 = 0; g0 < p.groups; g0 += kThreads) {
+    const int g = g0 + tid;
+    const bool live = g < p.groups && p.row_offsets[g + 1] > p.row_offsets[g];
+    const unsigned ballot = __ballot_sync(0xffffffffu, live);
+    if (lane == 0) s_warp_live[warp] = __popc(ballot);
+    __syncthreads();
+    int before = live_count;
+    for (int w = 0; w < warp; ++w) before += s_warp_live[w];
+    if (live) s_active[before + __popc(ballot & ((1u << lane) - 1u))] = g;
+    for (int w = 0; w < kWarps; ++w) live_count += s_warp_live[w];
+    __syncthreads();
+  }
+
+  const int rw = warp / p.kw, kw = warp % p.kw;
+  const int q = lane & 3, r = lane >> 2;
+  const int64_t n = p.n, k = p.k;
+  const int64_t items = int64_t(live_count) * p.row_tiles;
+  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+    const int g = s_active[item / p.row_tiles];
+    const int tile_row0 = int(item % p.row_tiles) * 16 * p.rw;
+    const int row = tile_row0 + rw * 16 + r;
+    const int m0 = p.row_offsets[g];
+    const int mg = p.row_offsets[g + 1] - m0;
+    const bool ok0 = row < n, ok1 = row + 8 < n;
+    const uint16_t* w0 = p.w + (int64_t(g) * n + row) * k;
+    const uint16_t* w1 = w0 + 8 * k;
+    const uint16_t* a0 = p.a + int64_t(m0) * k;
+
+    for (int c0 = 0; c0 < mg; c0 += 8 * NT) {
+      float acc[NT][4];
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[j][i] = 0.f;
+
+      constexpr int kS = kSub<NT>;
+      for (int64_t kb = int64_t(kw) * 32 * kS; kb < k; kb += int64_t(p.kw) * 32 * kS) {
+        uint4 wa[kS], wb[kS], x[NT][kS];
+#pragma unroll
+        for (int u = 0; u < kS; ++u) {
+          const int64_t kk = kb + u * 32 + q * 8;
+          const bool kin = kk < k;  // k % 8 == 0: a 16-byte chunk is wholly in or out
+          const uint4 zero = make_uint4(0, 0, 0, 0);
+          wa[u] = (ok0 && kin) ? load_stream(w0 + kk) : zero;
+          wb[u] = (ok1 && kin) ? load_stream(w1 + kk) : zero;
+#pragma unroll
+          for (int j = 0; j < NT; ++j) {
+            const int t = c0 + j * 8 + r;
+            x[j][u] = (t < mg && kin)
+                          ? __ldg(reinterpret_cast<const uint4*>(a0 + int64_t(t) * k + kk))
+                          : zero;
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kS; ++u)
+#pragma unroll
+          for (int j = 0; j < NT; ++j) {
+            mma16816<kBF16>(acc[j], wa[u].x, wb[u].x, wa[u].y, wb[u].y, x[j][u].x, x[j][u].y);
+            mma16816<kBF16>(acc[j], wa[u].z, wb[u].z, wa[u].w, wb[u].w, x[j][u].z, x[j][u].w);
+          }
+      }
+
+      // Sum the kw partial tiles; fixed order, so results are deterministic.
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s_red[warp][j * 4 + i][lane] = acc[j][i];
+      __syncthreads();
+      for (int idx = tid; idx < p.rw * NT * 4 * 32; idx += kThreads) {
+        const int l = idx & 31, ji = (idx >> 5) % (NT * 4), wr = (idx >> 5) / (NT * 4);
+        float s = 0.f;
+        for (int x2 = 0; x2 < p.kw; ++x2) s += s_red[wr * p.kw + x2][ji][l];
+        const int i = ji & 3, j = ji >> 2;
+        // mma C fragment: c0,c1 at (row l/4, col 2(l%4) + {0,1}); c2,c3 at row l/4 + 8.
+        const int out_row = tile_row0 + wr * 16 + (l >> 2) + (i >= 2 ? 8 : 0);
+        const int tok = c0 + j * 8 + (l & 3) * 2 + (i & 1);
+        if (out_row < n && tok < mg) p.d[int64_t(m0 + tok) * n + out_row] = to_elem<kBF16>(s);
+      }
+      __syncthreads();
+    }
+  }
+}
+
+template <bool kBF16, int NT>
+class GemvTactic final : public Tactic {
+ public:
+  Status init(const TacticContext& ctx) override {
+    const std::string what = "tactic sm90.gemv.n" + std::to_string(8 * NT) + " (groups " +
+                             std::to_string(ctx.shape.groups) + ", n " +
+                             std::to_string(ctx.shape.n) + ", k " + std::to_string(ctx.shape.k) + ")";
+    what_ = what;
+    p_.groups = ctx.shape.groups;
+    p_.n = static_cast<int>(ctx.shape.n);
+    p_.k = static_cast<int>(ctx.shape.k);
+    // Split k over as many warps as it has 128-wide steps (a power of two up to 8); the rest of
+    // the block's warps take further 16-row slices.
+    const int64_t steps = (ctx.shape.k + kStepK - 1) / kStepK;
+    p_.kw = 1;
+    while (p_.kw * 2 <= kWarps && p_.kw * 2 <= steps) p_.kw *= 2;
+    p_.rw = kWarps / p_.kw;
+    const int64_t rows_per_tile = 16 * p_.rw;
+    p_.row_tiles = static_cast<int>((ctx.shape.n + rows_per_tile - 1) / rows_per_tile);
+
+    auto kernel = grouped_gemv_kernel<kBF16, NT>;
+    smem_ = sizeof(int) * static_cast<size_t>(ctx.shape.groups);
+    cudaFuncAttributes attr{};
+    cudaError_t err = cudaFuncGetAttributes(&attr, kernel);  // also loads the kernel now
+    if (err != cudaSuccess) return cuda_status(err, "cudaFuncGetAttributes", what);
+    int optin = 0;
+    err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, ctx.device);
+    if (err != cudaSuccess) return cuda_status(err, "cudaDeviceGetAttribute", what);
+    if (smem_ + attr.sharedSizeBytes > static_cast<size_t>(optin))
+      return Status(ErrorCode::kUnsupported,
+                    what + ": " + std::to_string(ctx.shape.groups) +
+                        " groups need more shared memory than the device's " +
+                        std::to_string(optin) + " bytes");
+    if (smem_ > 48 * 1024) {
+      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(smem_));
+      if (err != cudaSuccess) return cuda_status(err, "cudaFuncSetAttribute", what);
+    }
+    int per_sm = 0;
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem_);
+    if (err != cudaSuccess) return cuda_status(err, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", what);
+    // At most min(groups, max_rows) groups are non-empty.
+    const int64_t live_max = std::min<int64_t>(ctx.shape.groups, ctx.shape.max_rows);
+    const int64_t items = live_max * p_.row_tiles;
+    grid_ = static_cast<int>(std::min<int64_t>(items, int64_t(std::max(per_sm, 1)) * ctx.sm_count));
+    return {};
+  }
+
+  Status run(const RunArgs& a) override {
+    if (grid_ == 0) return {};  // max_rows == 0: nothing can ever be computed
+    GemvParams p = p_;
+    p.a = static_cast<const uint16_t*>(a.a);
+    p.w = static_cast<const uint16_t*>(a.b);
+    p.d = static_cast<uint16_t*>(a.d);
+    p.row_offsets = a.row_offsets;
+    grouped_gemv_kernel<kBF16, NT><<<grid_, kThreads, smem_, a.stream>>>(p);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return cuda_status(err, "kernel launch", what_);
+    return {};
+  }
+
+  std::size_t workspace_bytes() const override { return 0; }
+
+ private:
+  GemvParams p_{};
+  size_t smem_ = 0;
+  int grid_ = 0;
+  std::string what_;
+};
+
+template <bool kBF16, int NT>
+void add_gemv(std::vector<TacticEntry>& v) {
+  TacticEntry e;
+  e.name = "sm90.gemv.n" + std::to_string(8 * NT);
+  e.kind = TacticKind::kGemv;
+  e.make = []() -> std::unique_ptr<Tactic> { return std::make_unique<GemvTactic<kBF16, NT>>(); };
+  v.push_back(std::move(e));
+}
+
+template <bool kBF16>
+std::vector<TacticEntry> gemv_list() {
+  std::vector<TacticEntry> v;
+  add_gemv<kBF16, 1>(v);
+#if !defined(MOEKIT_ONE_TACTIC)
+  add_gemv<kBF16, 2>(v);
+  add_gemv<kBF16, 4>(v);
+#endif
+  return v;
+}
+
+}  // namespace
+
+std::vector<TacticEntry> sm90_gemv_tactics(Elem elem) {
+  return elem == Elem::kBF16 ? gemv_list<true>() : gemv_list<false>();
+}
+
+}  // namespace moekit::gemm::detail

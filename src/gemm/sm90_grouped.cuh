@@ -1,0 +1,249 @@
+// CUTLASS 4.2 Hopper warp-specialized ptr-array grouped GEMM tactics, shared by the per-element
+// translation units (sm90_bf16_bf16.cu, sm90_fp16_fp16.cu), which each instantiate the list once.
+//
+// Normal tactics compute D_g[M_g, n] = A_g[M_g, k] * W_g[n, k]^T with A row-major (K-major) and
+// W read as a column-major [k, n] operand (also K-major), D row-major.
+// Swap-AB tactics compute D_g^T[n, M_g] = W_g[n, k] * A_g^T: the weights fill the 128-row M tile
+// and the few tokens of an expert a small N tile (16 or 32), which is what decode needs; D^T
+// column-major is D row-major, so the caller sees the same output.
+//
+// Graph safety (checked in CUTLASS 4.2's source): problem shapes are passed only as a device
+// array (host shapes nullptr), so can_implement / get_workspace_size / to_underlying_arguments
+// never read them; the TMA descriptors built on the host are placeholders replaced on the device
+// per group. GemmUniversalAdapter::initialize sets the smem attribute and fills Params once;
+// run(stream) then only computes the (sm_count-sized persistent) grid from Params and launches.
+// The arrays the Params point at keep their addresses; only their contents change per run.
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/epilogue/fusion/operations.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/group_array_problem_shape.hpp"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/util/packed_stride.hpp"
+
+#include "gemm/tactic.hpp"
+
+namespace moekit::gemm::detail {
+
+// Tactic configurations: schedule, tile, cluster. The name is the stable identity.
+struct CoopT128x128x64 {
+  static constexpr const char* kName = "sm90.coop.128x128x64.c1x1";
+  static constexpr bool kSwapAB = false;
+  using Tile = cute::Shape<cute::_128, cute::_128, cute::_64>;
+  using Cluster = cute::Shape<cute::_1, cute::_1, cute::_1>;
+  using Mainloop = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
+  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+};
+struct CoopT128x256x64 {
+  static constexpr const char* kName = "sm90.coop.128x256x64.c1x1";
+  static constexpr bool kSwapAB = false;
+  using Tile = cute::Shape<cute::_128, cute::_256, cute::_64>;
+  using Cluster = cute::Shape<cute::_1, cute::_1, cute::_1>;
+  using Mainloop = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
+  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+};
+struct PingpongT64x128x64 {
+  static constexpr const char* kName = "sm90.pingpong.64x128x64.c1x1";
+  static constexpr bool kSwapAB = false;
+  using Tile = cute::Shape<cute::_64, cute::_128, cute::_64>;
+  using Cluster = cute::Shape<cute::_1, cute::_1, cute::_1>;
+  using Mainloop = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
+  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
+};
+struct SwapABT128x16x128 {
+  static constexpr const char* kName = "sm90.swapab.128x16x128.c1x1";
+  static constexpr bool kSwapAB = true;
+  using Tile = cute::Shape<cute::_128, cute::_16, cute::_128>;
+  using Cluster = cute::Shape<cute::_1, cute::_1, cute::_1>;
+  using Mainloop = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
+  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+};
+struct SwapABT128x32x128 {
+  static constexpr const char* kName = "sm90.swapab.128x32x128.c1x1";
+  static constexpr bool kSwapAB = true;
+  using Tile = cute::Shape<cute::_128, cute::_32, cute::_128>;
+  using Cluster = cute::Shape<cute::_1, cute::_1, cute::_1>;
+  using Mainloop = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
+  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+};
+
+template <class Element, class Cfg>
+struct Sm90GroupedKernel {
+  using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
+  // Both operands are K-major in both modes; only who is A and the layout of D change.
+  using LayoutA = cutlass::layout::RowMajor;
+  using LayoutB = cutlass::layout::ColumnMajor;
+  using LayoutD = std::conditional_t<Cfg::kSwapAB, cutlass::layout::ColumnMajor,
+                                     cutlass::layout::RowMajor>;
+  static constexpr int kAlign = 128 / cutlass::sizeof_bits<Element>::value;  // 16-byte TMA rows
+
+  // C is void: D = 1 * acc, nothing is read back.
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Cfg::Tile,
+      typename Cfg::Cluster, cutlass::epilogue::collective::EpilogueTileAuto, float, float, void,
+      LayoutD*, kAlign, Element, LayoutD*, kAlign, typename Cfg::Epilogue,
+      cutlass::epilogue::fusion::LinearCombination<Element, float>>::CollectiveOp;
+
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA*, kAlign, Element,
+      LayoutB*, kAlign, float, typename Cfg::Tile, typename Cfg::Cluster,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      typename Cfg::Mainloop>::CollectiveOp;
+
+  using Kernel =
+      cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+
+  using StrideA = typename Kernel::InternalStrideA;
+  using StrideB = typename Kernel::InternalStrideB;
+  using StrideD = typename Kernel::InternalStrideD;
+  // The problem kernel writes shapes as 3 packed int32 per group.
+  static_assert(sizeof(typename ProblemShape::UnderlyingProblemShape) == 3 * sizeof(int32_t));
+};
+
+inline std::string cutlass_error(cutlass::Status s) { return cutlassGetStatusString(s); }
+
+template <class Element, class Cfg>
+class Sm90GroupedTactic final : public Tactic {
+  using K = Sm90GroupedKernel<Element, Cfg>;
+
+ public:
+  ~Sm90GroupedTactic() override {
+    if (strides_ != nullptr) cudaFree(strides_);
+    if (workspace_ != nullptr) cudaFree(workspace_);
+  }
+
+  Status init(const TacticContext& ctx) override {
+    const std::string what = std::string("tactic ") + Cfg::kName + " (groups " +
+                             std::to_string(ctx.shape.groups) + ", n " +
+                             std::to_string(ctx.shape.n) + ", k " + std::to_string(ctx.shape.k) + ")";
+    const int groups = ctx.shape.groups;
+    const int n = static_cast<int>(ctx.shape.n), k = static_cast<int>(ctx.shape.k);
+    // Strides do not depend on M_g (packed, K-major operands; D's leading dimension is n), so
+    // they are written once here rather than per run.
+    typename K::StrideA sa;
+    typename K::StrideB sb;
+    typename K::StrideD sd;
+    if constexpr (Cfg::kSwapAB) {
+      sa = cutlass::make_cute_packed_stride(typename K::StrideA{}, {n, k, 1});  // weights [n, k]
+      sb = cutlass::make_cute_packed_stride(typename K::StrideB{}, {1, k, 1});  // tokens, ld k
+      sd = cutlass::make_cute_packed_stride(typename K::StrideD{}, {n, 1, 1});  // D^T, ld n
+    } else {
+      sa = cutlass::make_cute_packed_stride(typename K::StrideA{}, {1, k, 1});
+      sb = cutlass::make_cute_packed_stride(typename K::StrideB{}, {n, k, 1});
+      sd = cutlass::make_cute_packed_stride(typename K::StrideD{}, {1, n, 1});
+    }
+    const size_t bytes_a = sizeof(sa) * groups, bytes_b = sizeof(sb) * groups,
+                 bytes_d = sizeof(sd) * groups;
+    std::vector<char> host(bytes_a + bytes_b + bytes_d);
+    for (int g = 0; g < groups; ++g) {
+      std::memcpy(host.data() + g * sizeof(sa), &sa, sizeof(sa));
+      std::memcpy(host.data() + bytes_a + g * sizeof(sb), &sb, sizeof(sb));
+      std::memcpy(host.data() + bytes_a + bytes_b + g * sizeof(sd), &sd, sizeof(sd));
+    }
+    strides_bytes_ = host.size();
+    cudaError_t err = cudaMalloc(&strides_, host.size());
+    if (err != cudaSuccess) return cuda_status(err, "cudaMalloc(strides)", what);
+    err = cudaMemcpy(strides_, host.data(), host.size(), cudaMemcpyHostToDevice);
+    if (err != cudaSuccess) return cuda_status(err, "cudaMemcpy(strides)", what);
+    auto* d_sa = reinterpret_cast<typename K::StrideA*>(static_cast<char*>(strides_));
+    auto* d_sb = reinterpret_cast<typename K::StrideB*>(static_cast<char*>(strides_) + bytes_a);
+    auto* d_sd =
+        reinterpret_cast<typename K::StrideD*>(static_cast<char*>(strides_) + bytes_a + bytes_b);
+
+    using ElementPtr = const typename K::Gemm::ElementA**;
+    using UnderShape = typename K::ProblemShape::UnderlyingProblemShape;
+    cutlass::KernelHardwareInfo hw;
+    hw.device_id = ctx.device;
+    hw.sm_count = ctx.sm_count;
+
+    typename K::Gemm::Arguments args;
+    args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
+    args.problem_shape = {groups, reinterpret_cast<UnderShape*>(ctx.arrays.shapes), nullptr};
+    args.mainloop.ptr_A = reinterpret_cast<ElementPtr>(ctx.arrays.ptr_a);
+    args.mainloop.dA = d_sa;
+    args.mainloop.ptr_B = reinterpret_cast<const typename K::Gemm::ElementB**>(ctx.arrays.ptr_b);
+    args.mainloop.dB = d_sb;
+    args.epilogue.thread.alpha = 1.0f;
+    args.epilogue.thread.beta = 0.0f;
+    args.epilogue.ptr_C = nullptr;
+    args.epilogue.dC = nullptr;
+    args.epilogue.ptr_D = reinterpret_cast<typename K::Gemm::ElementD**>(ctx.arrays.ptr_d);
+    args.epilogue.dD = d_sd;
+    args.hw_info = hw;
+
+    cutlass::Status st = gemm_.can_implement(args);
+    if (st != cutlass::Status::kSuccess)
+      return Status(ErrorCode::kUnsupported, what + ": CUTLASS can_implement failed: " +
+                                                 cutlass_error(st));
+    workspace_bytes_ = K::Gemm::get_workspace_size(args);
+    if (workspace_bytes_ > 0) {
+      err = cudaMalloc(&workspace_, workspace_bytes_);
+      if (err != cudaSuccess) return cuda_status(err, "cudaMalloc(workspace)", what);
+    }
+    st = gemm_.initialize(args, workspace_);
+    if (st != cutlass::Status::kSuccess)
+      return Status(ErrorCode::kCuda,
+                    what + ": CUTLASS initialize failed: " + cutlass_error(st) + " (" +
+                        cudaGetErrorString(cudaGetLastError()) + ")");
+    name_ = what;
+    return {};
+  }
+
+  Status run(const RunArgs& a) override {
+    cutlass::Status st = gemm_.run(a.stream);
+    if (st != cutlass::Status::kSuccess)
+      return Status(ErrorCode::kCuda, name_ + ": CUTLASS run failed: " + cutlass_error(st) +
+                                          " (" + cudaGetErrorString(cudaGetLastError()) + ")");
+    return {};
+  }
+
+  std::size_t workspace_bytes() const override { return workspace_bytes_ + strides_bytes_; }
+
+ private:
+  typename K::Gemm gemm_;
+  void* strides_ = nullptr;
+  void* workspace_ = nullptr;
+  std::size_t workspace_bytes_ = 0;
+  std::size_t strides_bytes_ = 0;
+  std::string name_;
+};
+
+template <class Element, class Cfg>
+void add_tactic(std::vector<TacticEntry>& v) {
+  TacticEntry e;
+  e.name = Cfg::kName;
+  e.kind = Cfg::kSwapAB ? TacticKind::kCutlassSwapAB : TacticKind::kCutlass;
+  e.make = []() -> std::unique_ptr<Tactic> {
+    return std::make_unique<Sm90GroupedTactic<Element, Cfg>>();
+  };
+  v.push_back(std::move(e));
+}
+
+// The tactic list, shared by every element pair. MOEKIT_ONE_TACTIC keeps one per family
+// (prefill, swap-AB) so CI compiles fast.
+template <class Element>
+std::vector<TacticEntry> sm90_grouped_tactics() {
+  std::vector<TacticEntry> v;
+  add_tactic<Element, CoopT128x128x64>(v);
+  add_tactic<Element, SwapABT128x16x128>(v);
+#if !defined(MOEKIT_ONE_TACTIC)
+  add_tactic<Element, CoopT128x256x64>(v);
+  add_tactic<Element, PingpongT64x128x64>(v);
+  add_tactic<Element, SwapABT128x32x128>(v);
+#endif
+  return v;
+}
+
+}  // namespace moekit::gemm::detail

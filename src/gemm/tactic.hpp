@@ -1,0 +1,75 @@
+// Internal to src/gemm: one tactic = one compiled kernel configuration, behind a small virtual
+// interface so the CUTLASS translation units (one per arch and element pair) and the GEMV kernel
+// stay independent of each other and of GroupedGemm. C++17.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "gemm/grouped_gemm.hpp"
+#include "moekit/status.hpp"
+
+namespace moekit::gemm::detail {
+
+// How a tactic wants its per-group arrays written before it runs.
+enum class TacticKind : int {
+  kCutlass = 0,        // problem (M_g, n, k), A = activations, B = weights, D row-major
+  kCutlassSwapAB = 1,  // problem (n, M_g, k), A = weights, B = activations, D column-major
+  kGemv = 2,           // needs no per-group arrays: reads row_offsets itself
+};
+
+// Device arrays owned by GroupedGemm, sized for `groups`; written on the device each run by the
+// problem kernel, read by the CUTLASS kernels. Their addresses never change, so CUTLASS arguments
+// are built once.
+struct DeviceArrays {
+  int32_t* shapes = nullptr;      // [groups][3]: (M, N, K) of CUTLASS's GroupProblemShape
+  const void** ptr_a = nullptr;   // [groups]
+  const void** ptr_b = nullptr;   // [groups]
+  void** ptr_d = nullptr;         // [groups]
+};
+
+struct TacticContext {
+  GroupedShape shape;
+  DeviceArrays arrays;
+  int device = 0;
+  int sm_count = 0;
+};
+
+// What one run needs beyond what init() saw.
+struct RunArgs {
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* d = nullptr;
+  const int32_t* row_offsets = nullptr;
+  cudaStream_t stream = nullptr;
+};
+
+class Tactic {
+ public:
+  virtual ~Tactic() = default;
+  // Allocates the tactic's own device memory and builds its launch state, once.
+  virtual Status init(const TacticContext& ctx) = 0;
+  // Enqueues the kernel. No allocation, no host sync (graph-capturable).
+  virtual Status run(const RunArgs& args) = 0;
+  virtual std::size_t workspace_bytes() const = 0;
+};
+
+struct TacticEntry {
+  std::string name;
+  TacticKind kind = TacticKind::kCutlass;
+  std::unique_ptr<Tactic> (*make)() = nullptr;
+};
+
+// One list per translation unit.
+std::vector<TacticEntry> sm90_bf16_bf16_tactics();
+std::vector<TacticEntry> sm90_fp16_fp16_tactics();
+std::vector<TacticEntry> sm90_gemv_tactics(Elem elem);
+
+// "cuda call failed" sentence with the call's name and the CUDA error string.
+Status cuda_status(cudaError_t err, const char* what, const std::string& context);
+
+}  // namespace moekit::gemm::detail

@@ -1,0 +1,111 @@
+// Reading and writing safetensors files (https://github.com/huggingface/safetensors):
+//   [8 bytes: little-endian u64 N][N bytes: JSON header][data buffer]
+// The header maps tensor names to {"dtype", "shape", "data_offsets": [begin, end]} (offsets
+// relative to the data buffer) plus an optional "__metadata__" object of strings. The reader maps
+// the file and checks the whole header when the file is opened, so every later access is in bounds;
+// every malformed case is Error(kBadFile) naming the file and the tensor.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "moekit/types.hpp"
+
+namespace moekit::io {
+
+// Every dtype of the safetensors format except the sub-byte ones (F4, F6_*), which have no
+// whole-byte size. Names are the format's ("F8_E4M3", "BF16", ...).
+enum class StDtype : int {
+  kBool,
+  kU8,
+  kI8,
+  kF8E5M2,
+  kF8E4M3,
+  kF8E8M0,
+  kI16,
+  kU16,
+  kF16,
+  kBF16,
+  kI32,
+  kU32,
+  kF32,
+  kF64,
+  kI64,
+  kU64,
+};
+std::size_t st_dtype_size(StDtype t);
+const char* st_dtype_name(StDtype t);
+std::optional<StDtype> st_dtype_from_name(std::string_view name);
+// moekit's DType of a safetensors dtype, when it has one (F8_E8M0 and the unsigned/wide kinds
+// do not).
+std::optional<DType> to_dtype(StDtype t);
+StDtype from_dtype(DType t);
+
+// Largest header the reader accepts (the reference implementation's limit).
+inline constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+struct TensorInfo {
+  std::string name;
+  StDtype dtype = StDtype::kU8;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;  // byte range in the data buffer
+  int64_t numel() const;
+  uint64_t nbytes() const { return end - begin; }
+};
+
+// "[2, 3]"
+std::string shape_to_string(const std::vector<int64_t>& shape);
+
+// A safetensors file, mapped read-only. Move-only.
+class SafetensorsFile {
+ public:
+  // Opens and validates `path`. Error(kIo) when the OS refuses, Error(kBadFile) when malformed.
+  explicit SafetensorsFile(const std::string& path);
+  ~SafetensorsFile();
+  SafetensorsFile(SafetensorsFile&& o) noexcept;
+  SafetensorsFile& operator=(SafetensorsFile&& o) noexcept;
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  // Sorted by name.
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  const TensorInfo* find(std::string_view name) const;
+  // Error(kBadFile) naming the file and the tensor when absent.
+  const TensorInfo& at(std::string_view name) const;
+  // The tensor's bytes (in bounds: checked at open). Not aligned beyond 1 byte in general.
+  std::span<const uint8_t> bytes(const TensorInfo& t) const;
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+ private:
+  void parse();
+  void unmap();
+  std::string path_;
+  const uint8_t* map_ = nullptr;
+  std::size_t size_ = 0;
+  const uint8_t* data_ = nullptr;  // start of the data buffer
+  std::size_t data_size_ = 0;
+  std::vector<TensorInfo> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// One tensor to write; `bytes` must stay alive until write_safetensors returns.
+struct TensorRef {
+  std::string name;
+  StDtype dtype = StDtype::kU8;
+  std::vector<int64_t> shape;
+  std::span<const uint8_t> bytes;
+};
+
+// Writes a safetensors file: tensors in name order (so the same tensors give the same bytes),
+// header padded with spaces to a multiple of 8 bytes. Writes `path`.tmp then renames it, so a
+// failed write never leaves a truncated file under `path`. Error(kInvalidArgument) for duplicate
+// names or a byte count that does not match the shape; Error(kIo) when the OS refuses.
+void write_safetensors(const std::string& path, std::vector<TensorRef> tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace moekit::io

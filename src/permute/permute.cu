@@ -1,0 +1,432 @@
+// Routing + counting + stable permutation + gather (permute.hpp).
+//
+// Stability without sorting: tokens are cut into chunks, one warp per chunk walks its tokens in
+// order and ranks each slot among the earlier slots of the same expert in its chunk (a token's
+// experts are distinct, so lanes never collide). A slot's row is then
+//   offsets[e] + (slots of e in earlier chunks) + rank.
+// Small batches run all of it in one block (chunks = warps); larger ones in three kernels.
+#include <algorithm>
+#include <string>
+
+#include "permute/permute.hpp"
+#include "routing/routing_warp.cuh"
+
+namespace moekit::permute {
+namespace {
+
+using routing::warp::kFull;
+
+constexpr int kSingleWarps = 16;  // warps of the single-block kernel
+constexpr int kMultiWarps = 8;    // warps per block of the multi-block kernels
+
+struct Args {
+  routing::DeviceRouting r;
+  const float* logits;
+  const int32_t* ext_ids;
+  const float* ext_weights;
+  const uint4* hidden;
+  uint4* permuted;
+  int64_t row_vecs;  // 16-byte vectors per hidden row
+  int first_expert;
+  int local_experts;
+  Buffers b;
+  int64_t tokens;
+  int chunk_tokens;
+  int n_chunks;
+  int routing_floats;  // shared floats per warp for routing scratch
+};
+
+// Routes (or validates the caller's ids of) token t. Lane s < k writes slot s to topk_ids /
+// topk_weights and returns its local expert, or -1 when the slot does not run here.
+template <int kPerLane>
+__device__ int32_t route_slots(const Args& a, int64_t t, float* scores, int lane) {
+  const int k = a.r.top_k;
+  int32_t id = -1;
+  float w = 0.0f;
+  if (a.r.method == static_cast<int>(RoutingMethod::kExternal)) {
+    int32_t v = 0;
+    float wv = 0.0f;
+    if (lane < k) {
+      v = a.ext_ids[t * k + lane];
+      wv = a.ext_weights[t * k + lane];
+    }
+    bool bad = lane < k && (v < 0 || v >= a.r.experts);
+    for (int i = 0; i + 1 < k; ++i) {
+      const int32_t other = __shfl_sync(kFull, v, i);
+      if (i < lane && other == v) bad = true;  // a repeat of an earlier slot
+    }
+    if (lane < k) {
+      if (bad) {
+        const unsigned long long where = static_cast<unsigned long long>(t * k + lane);
+        atomicMin(a.b.error_word, (where << 32) | static_cast<uint32_t>(v));
+      } else {
+        id = v;
+        w = wv;
+      }
+    }
+  } else {
+    const routing::warp::Slot s =
+        routing::warp::route_token<kPerLane>(a.r, a.logits + t * a.r.experts, scores, lane);
+    id = s.id;
+    w = s.weight;
+  }
+  if (lane < k) {
+    a.b.topk_ids[t * k + lane] = id;
+    a.b.topk_weights[t * k + lane] = w;
+  }
+  const int32_t le = id - a.first_expert;
+  return (lane < k && id >= 0 && le >= 0 && le < a.local_experts) ? le : -1;
+}
+
+// One warp routes tokens [t0, t1) in order, ranking each slot in `hist` (L counters, zeroed
+// here) and storing slot_expert / slot_rank.
+template <int kPerLane>
+__device__ void route_and_rank(const Args& a, int64_t t0, int64_t t1, int* hist, float* scores,
+                               int lane) {
+  for (int i = lane; i < a.local_experts; i += 32) hist[i] = 0;
+  __syncwarp();
+  const int k = a.r.top_k;
+  for (int64_t t = t0; t < t1; ++t) {
+    const int32_t le = route_slots<kPerLane>(a, t, scores, lane);
+    int32_t rank = 0;
+    if (le >= 0) {
+      rank = hist[le];
+      hist[le] = rank + 1;
+    }
+    if (lane < k) {
+      a.b.slot_expert[t * k + lane] = le;
+      a.b.slot_rank[t * k + lane] = rank;
+    }
+    __syncwarp();
+  }
+}
+
+// Exclusive scan of v[0, n) in place by one warp; v[n] receives the total.
+__device__ void warp_exclusive_scan(int* v, int n, int lane) {
+  int carry = 0;
+  for (int base = 0; base < n; base += 32) {
+    const int x = base + lane < n ? v[base + lane] : 0;
+    int inc = x;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(kFull, inc, o);
+      if (lane >= o) inc += y;
+    }
+    if (base + lane < n) v[base + lane] = carry + inc - x;
+    carry += __shfl_sync(kFull, inc, 31);
+  }
+  if (lane == 0) v[n] = carry;
+}
+
+// Copies hidden row t to the permuted rows held by lanes 0..k-1 (`row`, -1 = none); the row
+// is read once, written k times.
+__device__ void scatter_row(const Args& a, int64_t t, int32_t row, int lane) {
+  const uint4* src = a.hidden + t * a.row_vecs;
+  const int k = a.r.top_k;
+  for (int64_t base = 0; base < a.row_vecs; base += 32) {  // uniform trip count: shuffles below
+    const int64_t i = base + lane;
+    const bool in = i < a.row_vecs;
+    const uint4 v = in ? __ldg(src + i) : uint4{};
+    for (int s = 0; s < k; ++s) {
+      const int32_t r = __shfl_sync(kFull, row, s);
+      if (in && r >= 0) a.permuted[static_cast<int64_t>(r) * a.row_vecs + i] = v;
+    }
+  }
+}
+
+// Everything in one block: warps are the chunks.
+template <int kPerLane, bool kGather>
+__global__ void __launch_bounds__(kSingleWarps * 32) single_block_kernel(Args a) {
+  extern __shared__ int smem[];
+  const int L = a.local_experts;
+  const int k = a.r.top_k;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int* hist = smem;                      // [kSingleWarps][L]
+  int* offs = hist + kSingleWarps * L;   // [L + 1]
+  float* scores = reinterpret_cast<float*>(offs + L + 1) + warp * a.routing_floats;
+  int* my_hist = hist + warp * L;
+  const int64_t t0 = static_cast<int64_t>(warp) * a.chunk_tokens;
+  const int64_t t1 = min(a.tokens, t0 + a.chunk_tokens);
+  route_and_rank<kPerLane>(a, t0, t1, my_hist, scores, lane);
+  __syncthreads();
+  for (int e = threadIdx.x; e < L; e += blockDim.x) {
+    int run = 0;
+    for (int w = 0; w < kSingleWarps; ++w) {
+      const int c = hist[w * L + e];
+      hist[w * L + e] = run;
+      run += c;
+    }
+    offs[e] = run;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    warp_exclusive_scan(offs, L, lane);
+    __syncwarp();
+    for (int e = lane; e <= L; e += 32) a.b.offsets[e] = offs[e];
+  }
+  __syncthreads();
+  for (int64_t t = t0; t < t1; ++t) {
+    if (lane < k) {
+      const int32_t le = a.b.slot_expert[t * k + lane];  // written by this thread above
+      const int32_t row = le >= 0 ? offs[le] + my_hist[le] + a.b.slot_rank[t * k + lane] : -1;
+      a.b.slot_row[t * k + lane] = row;
+      if (row >= 0) a.b.row_expert[row] = le;
+    }
+  }
+  if (kGather) {
+    __syncthreads();  // slot_row of every warp is visible to the block from here
+    const int64_t pairs = a.tokens * k;
+    for (int64_t p = warp; p < pairs; p += kSingleWarps) {
+      const int32_t row = a.b.slot_row[p];
+      if (row < 0) continue;
+      const uint4* src = a.hidden + (p / k) * a.row_vecs;
+      uint4* dst = a.permuted + static_cast<int64_t>(row) * a.row_vecs;
+      for (int64_t i = lane; i < a.row_vecs; i += 32) dst[i] = __ldg(src + i);
+    }
+  }
+}
+
+// Grid-wide gather after the single-block kernel: one thread per 16 bytes of hidden.
+__global__ void gather_kernel(Args a) {
+  const int k = a.r.top_k;
+  const int64_t n = a.tokens * a.row_vecs;
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = idx / a.row_vecs, i = idx - t * a.row_vecs;
+    const uint4 v = __ldg(a.hidden + idx);
+    for (int s = 0; s < k; ++s) {
+      const int32_t row = a.b.slot_row[t * k + s];
+      if (row >= 0) a.permuted[static_cast<int64_t>(row) * a.row_vecs + i] = v;
+    }
+  }
+}
+
+// Multi-block step 1: one warp per chunk routes and ranks, then stores its counts.
+template <int kPerLane>
+__global__ void __launch_bounds__(kMultiWarps * 32) route_rank_kernel(Args a) {
+  extern __shared__ int smem[];
+  const int L = a.local_experts;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int chunk = blockIdx.x * kMultiWarps + warp;
+  if (chunk >= a.n_chunks) return;  // whole warps leave; no block barrier follows
+  int* hist = smem + warp * (L + a.routing_floats);
+  float* scores = reinterpret_cast<float*>(hist + L);
+  const int64_t t0 = static_cast<int64_t>(chunk) * a.chunk_tokens;
+  const int64_t t1 = min(a.tokens, t0 + a.chunk_tokens);
+  route_and_rank<kPerLane>(a, t0, t1, hist, scores, lane);
+  int32_t* out = a.b.chunk_counts + static_cast<int64_t>(chunk) * L;
+  for (int e = lane; e < L; e += 32) out[e] = hist[e];
+}
+
+// Multi-block step 2: per expert, chunk counts become exclusive chunk bases; totals per expert.
+// Block: 32 experts (lanes) x 32 warps, each warp a contiguous segment of chunks.
+__global__ void __launch_bounds__(1024) chunk_scan_kernel(Args a) {
+  __shared__ int seg[32][33];
+  const int L = a.local_experts;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int e = blockIdx.x * 32 + lane;
+  const int per = (a.n_chunks + 31) / 32;
+  const int c0 = warp * per, c1 = min(a.n_chunks, c0 + per);
+  int32_t* counts = a.b.chunk_counts;
+  int sum = 0;
+  if (e < L)
+    for (int c = c0; c < c1; ++c) sum += counts[static_cast<int64_t>(c) * L + e];
+  seg[warp][lane] = sum;
+  __syncthreads();
+  int base = 0;
+  for (int w = 0; w < warp; ++w) base += seg[w][lane];
+  if (e >= L) return;
+  if (warp == 31) a.b.expert_totals[e] = base + sum;
+  for (int c = c0; c < c1; ++c) {
+    const int64_t i = static_cast<int64_t>(c) * L + e;
+    const int v = counts[i];
+    counts[i] = base;
+    base += v;
+  }
+}
+
+// Multi-block step 3: offsets, each slot's row, and the gather (one warp per token).
+__global__ void __launch_bounds__(kMultiWarps * 32) scatter_kernel(Args a) {
+  __shared__ int offs[kMaxLocalExperts + 1];
+  const int L = a.local_experts;
+  const int k = a.r.top_k;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (warp == 0) {
+    for (int e = lane; e < L; e += 32) offs[e] = a.b.expert_totals[e];
+    __syncwarp();
+    warp_exclusive_scan(offs, L, lane);
+    __syncwarp();
+    if (blockIdx.x == 0)
+      for (int e = lane; e <= L; e += 32) a.b.offsets[e] = offs[e];
+  }
+  __syncthreads();
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kMultiWarps;
+  for (int64_t t = static_cast<int64_t>(blockIdx.x) * kMultiWarps + warp; t < a.tokens;
+       t += warps) {
+    int32_t row = -1;
+    if (lane < k) {
+      const int32_t le = a.b.slot_expert[t * k + lane];
+      if (le >= 0) {
+        const int64_t chunk = t / a.chunk_tokens;
+        row = offs[le] + a.b.chunk_counts[chunk * L + le] + a.b.slot_rank[t * k + lane];
+        a.b.row_expert[row] = le;
+      }
+      a.b.slot_row[t * k + lane] = row;
+    }
+    scatter_row(a, t, row, lane);
+  }
+}
+
+using KernelFn = void (*)(Args);
+
+KernelFn pick_single(int per_lane, bool gather) {
+  switch (per_lane) {
+    case 1: return gather ? single_block_kernel<1, true> : single_block_kernel<1, false>;
+    case 2: return gather ? single_block_kernel<2, true> : single_block_kernel<2, false>;
+    case 4: return gather ? single_block_kernel<4, true> : single_block_kernel<4, false>;
+    case 8: return gather ? single_block_kernel<8, true> : single_block_kernel<8, false>;
+    default: return gather ? single_block_kernel<16, true> : single_block_kernel<16, false>;
+  }
+}
+
+KernelFn pick_route_rank(int per_lane) {
+  switch (per_lane) {
+    case 1: return route_rank_kernel<1>;
+    case 2: return route_rank_kernel<2>;
+    case 4: return route_rank_kernel<4>;
+    case 8: return route_rank_kernel<8>;
+    default: return route_rank_kernel<16>;
+  }
+}
+
+int routing_floats(const Config& c) {
+  return static_cast<int>(routing::routing_smem_per_warp(c.routing) / sizeof(float));
+}
+std::size_t single_smem(const Config& c) {
+  return sizeof(int) * (static_cast<std::size_t>(kSingleWarps) * (c.local_experts + routing_floats(c)) +
+                        c.local_experts + 1);
+}
+std::size_t multi_smem(const Config& c) {
+  return sizeof(int) * static_cast<std::size_t>(kMultiWarps) * (c.local_experts + routing_floats(c));
+}
+
+Status cuda_status(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return {};
+  return Status(ErrorCode::kCuda, std::string(what) + " failed: " + cudaGetErrorString(e));
+}
+
+Status load(KernelFn f, std::size_t smem) {
+  if (smem > 48 * 1024) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (e != cudaSuccess) return cuda_status(e, "setting the permute kernel's shared memory");
+  }
+  cudaFuncAttributes attr;
+  return cuda_status(cudaFuncGetAttributes(&attr, f), "loading a permute kernel");
+}
+
+int grid_for(int64_t work_items, int per_block, int max_blocks) {
+  const int64_t b = (work_items + per_block - 1) / per_block;
+  return static_cast<int>(std::clamp<int64_t>(b, 1, max_blocks));
+}
+
+}  // namespace
+
+int64_t Config::max_rows() const {
+  return max_tokens * std::min<int64_t>(routing.top_k, local_experts);
+}
+
+BufferCounts buffer_counts(const Config& c) {
+  BufferCounts n;
+  n.per_slot = c.max_tokens * c.routing.top_k;
+  n.chunk_counts = static_cast<int64_t>(kMaxChunks) * c.local_experts;
+  n.experts = c.local_experts;
+  n.offsets = c.local_experts + 1;
+  n.rows = c.max_rows();
+  n.permuted_bytes = c.max_rows() * c.row_bytes;
+  return n;
+}
+
+Status prepare(const Config& c) {
+  if (c.local_experts < 1 || c.local_experts > kMaxLocalExperts)
+    return Status(ErrorCode::kUnsupported, "local experts " + std::to_string(c.local_experts) +
+                                               " is outside [1, " +
+                                               std::to_string(kMaxLocalExperts) + "]");
+  if (c.row_bytes <= 0 || c.row_bytes % 16 != 0)
+    return Status(ErrorCode::kUnsupported, "hidden row of " + std::to_string(c.row_bytes) +
+                                               " bytes is not a multiple of 16");
+  if (c.max_tokens * c.routing.top_k >= (int64_t{1} << 31))
+    return Status(ErrorCode::kUnsupported, "max_tokens " + std::to_string(c.max_tokens) +
+                                               " times top_k exceeds int32 row indices");
+  for (bool gather : {false, true}) {
+    Status s = load(pick_single(c.routing.per_lane, gather), single_smem(c));
+    if (!s.ok()) return s;
+  }
+  for (auto [f, smem] : {std::pair<KernelFn, std::size_t>{pick_route_rank(c.routing.per_lane),
+                                                          multi_smem(c)},
+                         {gather_kernel, 0}, {chunk_scan_kernel, 0}, {scatter_kernel, 0}}) {
+    Status s = load(f, smem);
+    if (!s.ok()) return s;
+  }
+  return {};
+}
+
+Status run(const Config& c, const Buffers& b, int64_t tokens, const Inputs& in,
+           cudaStream_t stream, Path path) {
+  if (tokens < 0 || tokens > c.max_tokens)
+    return Status(ErrorCode::kInvalidArgument, "tokens " + std::to_string(tokens) +
+                                                   " is outside [0, max_tokens " +
+                                                   std::to_string(c.max_tokens) + "]");
+  if (tokens == 0) return {};
+  Args a{};
+  a.r = c.routing;
+  a.logits = in.logits;
+  a.ext_ids = in.ids;
+  a.ext_weights = in.weights;
+  a.hidden = static_cast<const uint4*>(in.hidden);
+  a.permuted = static_cast<uint4*>(b.permuted);
+  a.row_vecs = c.row_bytes / 16;
+  a.first_expert = c.first_expert;
+  a.local_experts = c.local_experts;
+  a.b = b;
+  a.tokens = tokens;
+  a.routing_floats = routing_floats(c);
+  const int k = c.routing.top_k;
+
+  const bool single =
+      path == Path::kSingleBlock || (path == Path::kAuto && tokens <= kSingleBlockMaxTokens);
+  if (single) {
+    a.chunk_tokens = static_cast<int>((tokens + kSingleWarps - 1) / kSingleWarps);
+    a.n_chunks = kSingleWarps;
+    const int64_t rows = tokens * std::min<int64_t>(k, c.local_experts);
+    const bool gather = rows * c.row_bytes <= kFusedGatherMaxBytes;
+    pick_single(c.routing.per_lane, gather)<<<1, kSingleWarps * 32, single_smem(c), stream>>>(a);
+    if (!gather) gather_kernel<<<grid_for(tokens * a.row_vecs, 256, 4096), 256, 0, stream>>>(a);
+  } else {
+    const int64_t per_chunk = std::max<int64_t>(4, (tokens + kMaxChunks - 1) / kMaxChunks);
+    a.chunk_tokens = static_cast<int>(per_chunk);
+    a.n_chunks = static_cast<int>((tokens + per_chunk - 1) / per_chunk);
+    pick_route_rank(c.routing.per_lane)<<<grid_for(a.n_chunks, kMultiWarps, 1 << 20),
+                                          kMultiWarps * 32, multi_smem(c), stream>>>(a);
+    chunk_scan_kernel<<<(c.local_experts + 31) / 32, 1024, 0, stream>>>(a);
+    scatter_kernel<<<grid_for(tokens, kMultiWarps, 1056), kMultiWarps * 32, 0, stream>>>(a);
+  }
+  return cuda_status(cudaGetLastError(), "launching the permute kernels");
+}
+
+Status decode_error(unsigned long long word, int experts, int top_k) {
+  if (word == kNoError) return {};
+  const int64_t where = static_cast<int64_t>(word >> 32);
+  const int32_t id = static_cast<int32_t>(static_cast<uint32_t>(word & 0xffffffffu));
+  const int64_t token = where / top_k, slot = where % top_k;
+  std::string m = "topk_ids[" + std::to_string(token) + ", " + std::to_string(slot) + "] = " +
+                  std::to_string(id);
+  if (id < 0 || id >= experts)
+    m += " is outside [0, " + std::to_string(experts) + ")";
+  else
+    m += " repeats an expert of an earlier slot of that token";
+  m += "; the slot was dropped";
+  return Status(ErrorCode::kInvalidArgument, m);
+}
+
+}  // namespace moekit::permute

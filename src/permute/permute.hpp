@@ -1,0 +1,84 @@
+// Routing, expert counts, offsets and the stable permutation of token-expert pairs, then the
+// gather of hidden rows into expert order: all on the device, no host sync, no allocation.
+// Pairs are ordered by (local expert, token, slot). C++17: CUDA translation units include this.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "moekit/status.hpp"
+#include "routing/routing_device.hpp"
+
+namespace moekit::permute {
+
+inline constexpr int kMaxLocalExperts = 512;
+// The multi-block path cuts tokens into at most this many chunks (one warp each).
+inline constexpr int kMaxChunks = 1024;
+// At most this many tokens go through the single-block kernel (launch latency rules there).
+inline constexpr int64_t kSingleBlockMaxTokens = 64;
+// The single-block kernel also gathers when the gathered rows total at most this many bytes;
+// above it a grid-wide gather kernel is faster than one SM copying.
+inline constexpr int64_t kFusedGatherMaxBytes = 128 * 1024;
+// No error recorded in Buffers::error_word.
+inline constexpr unsigned long long kNoError = ~0ull;
+
+struct Config {
+  routing::DeviceRouting routing;  // method kExternal: the caller's ids are validated and used
+  int first_expert = 0;            // global id of local expert 0 (EP); other ids are dropped
+  int local_experts = 0;
+  int64_t row_bytes = 0;           // bytes of one hidden row (H * element size), multiple of 16
+  int64_t max_tokens = 0;
+  int top_k() const { return routing.top_k; }
+  // Rows of the permuted matrix at most: every token can send each of its distinct experts here.
+  int64_t max_rows() const;
+};
+
+// Device arrays, sized for Config::max_tokens (T), top_k (k), local experts (L), max_rows (P).
+struct Buffers {
+  int32_t* topk_ids = nullptr;       // [T, k] global ids as routed (-1: a dropped caller id)
+  float* topk_weights = nullptr;     // [T, k] routing weights (0 for a dropped slot)
+  int32_t* slot_expert = nullptr;    // [T, k] local expert of the slot, -1 when not local
+  int32_t* slot_rank = nullptr;      // [T, k] rank among the slots of its expert in its chunk
+  int32_t* slot_row = nullptr;       // [T, k] permuted row of the slot, -1 when not local
+  int32_t* chunk_counts = nullptr;   // [kMaxChunks, L] per-chunk counts, then chunk bases
+  int32_t* expert_totals = nullptr;  // [L]
+  int32_t* offsets = nullptr;        // [L + 1] first row of each local expert (GEMM row_offsets)
+  int32_t* row_expert = nullptr;     // [P] local expert of each permuted row
+  void* permuted = nullptr;          // [P, H] hidden rows in expert order
+  // First bad caller id since it was last reset to kNoError: (token * k + slot) << 32 | id.
+  unsigned long long* error_word = nullptr;
+};
+
+// Element counts of each Buffers array for `c` (bytes = count * element size).
+struct BufferCounts {
+  int64_t per_slot = 0;      // topk_ids, topk_weights, slot_expert, slot_rank, slot_row
+  int64_t chunk_counts = 0;
+  int64_t experts = 0;       // expert_totals
+  int64_t offsets = 0;
+  int64_t rows = 0;          // row_expert
+  int64_t permuted_bytes = 0;
+};
+BufferCounts buffer_counts(const Config& c);
+
+struct Inputs {
+  const void* hidden = nullptr;       // [tokens, H] (row_bytes each), 16-byte aligned
+  const float* logits = nullptr;      // [tokens, E] (routing methods)
+  const int32_t* ids = nullptr;       // [tokens, k] (kExternal)
+  const float* weights = nullptr;     // [tokens, k] (kExternal)
+};
+
+enum class Path { kAuto, kSingleBlock, kMultiBlock };  // tests force one
+
+// Checks `c` against the kernels' limits and loads every kernel run() may launch for it
+// (shared-memory attributes included), so a first forward can be graph-captured.
+Status prepare(const Config& c);
+
+// Enqueues routing, counting, permutation and gather on `stream`.
+Status run(const Config& c, const Buffers& b, int64_t tokens, const Inputs& in,
+           cudaStream_t stream, Path path = Path::kAuto);
+
+// Turns an error word into a status naming token, slot and value (ok for kNoError).
+Status decode_error(unsigned long long word, int experts, int top_k);
+
+}  // namespace moekit::permute

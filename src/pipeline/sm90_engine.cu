@@ -1,0 +1,352 @@
+// The Hopper BF16/FP16 engine (sm90_engine.hpp): weights uploaded once, one workspace sized
+// from max_tokens, and a forward that only enqueues kernels on the caller's stream:
+//   permute (route + count + scan + permute + gather) -> FC1 -> activation -> FC2 -> finalize.
+// No allocation, host sync or device-to-host copy in forward(): it can be graph-captured, also
+// on the first call (every kernel is loaded and configured here, at construction).
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "activation/activation_device.hpp"
+#include "finalize/finalize.hpp"
+#include "gemm/grouped_gemm.hpp"
+#include "permute/permute.hpp"
+#include "pipeline/sm90_engine.hpp"
+#include "routing/routing_device.hpp"
+
+namespace moekit::pipeline {
+namespace {
+
+void check_cuda(cudaError_t e, const std::string& what) {
+  if (e != cudaSuccess)
+    throw Error(ErrorCode::kCuda, what + " failed: " + cudaGetErrorString(e));
+}
+
+// Makes `device` current for a scope and restores the caller's device after it.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) : device_(device) {
+    check_cuda(cudaGetDevice(&previous_), "querying the current CUDA device");
+    if (previous_ != device_) check_cuda(cudaSetDevice(device_), "selecting CUDA device " + std::to_string(device_));
+  }
+  ~DeviceGuard() {
+    if (previous_ != device_) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int device_;
+  int previous_ = 0;
+};
+
+struct CudaFree {
+  void operator()(void* p) const { cudaFree(p); }
+};
+using DeviceMemory = std::unique_ptr<void, CudaFree>;
+
+DeviceMemory device_alloc(std::size_t bytes, const char* what) {
+  void* p = nullptr;
+  check_cuda(cudaMalloc(&p, std::max<std::size_t>(bytes, 1)),
+             "allocating " + std::to_string(bytes) + " bytes of " + what);
+  return DeviceMemory(p);
+}
+
+// Hands out 256-byte aligned pieces of one allocation: first to size it, then to carve it.
+class Carver {
+ public:
+  explicit Carver(char* base = nullptr) : base_(base) {}
+  template <class T>
+  T* take(int64_t count) {
+    const std::size_t at = used_;
+    used_ += (static_cast<std::size_t>(count) * sizeof(T) + 255) / 256 * 256;
+    return base_ ? reinterpret_cast<T*>(base_ + at) : nullptr;
+  }
+  std::size_t used() const { return used_; }
+
+ private:
+  char* base_;
+  std::size_t used_ = 0;
+};
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// Throws kInvalidArgument unless `v` is a device tensor of `dtype` and `shape` on `device`.
+void check_view(const TensorView& v, const char* name, DType dtype,
+                const std::vector<int64_t>& shape, int device, bool aligned16) {
+  if (v.data == nullptr)
+    throw Error(ErrorCode::kInvalidArgument, std::string(name) + " is null");
+  if (v.device != Device::kCuda || v.device_index != device)
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string(name) + " must live on CUDA device " + std::to_string(device));
+  if (v.dtype != dtype)
+    throw Error(ErrorCode::kInvalidArgument, std::string(name) + " has dtype " +
+                                                 to_string(v.dtype) + ", expected " +
+                                                 to_string(dtype));
+  if (v.shape != shape)
+    throw Error(ErrorCode::kInvalidArgument, std::string(name) + " has shape " +
+                                                 shape_string(v.shape) + ", expected " +
+                                                 shape_string(shape));
+  if (aligned16 && reinterpret_cast<std::uintptr_t>(v.data) % 16 != 0)
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string(name) + " is not 16-byte aligned (the kernels move 16 bytes at a time)");
+}
+
+class Sm90Engine final : public Engine {
+ public:
+  Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int device);
+  void forward(const ForwardArgs& args) override;
+  std::size_t workspace_bytes() const override {
+    return workspace_bytes_ + fc1_->workspace_bytes() + fc2_->workspace_bytes();
+  }
+  Status poll_errors() override;
+
+ private:
+  MoeSpec spec_;
+  LocalProblem lp_;
+  int device_;
+  DType elem_;
+  DeviceMemory weight_memory_, workspace_;
+  std::size_t workspace_bytes_ = 0;
+  const void* w1_ = nullptr;  // [L, fc1_rows, H]
+  const void* w2_ = nullptr;  // [L, H, I]
+  permute::Config pcfg_;
+  permute::Buffers pbuf_;
+  activation::DeviceActivation act_;
+  finalize::DeviceFinalize fin_;
+  void* fc1_out_ = nullptr;   // [P, fc1_rows]
+  void* act_out_ = nullptr;   // [P, I]
+  void* fc2_out_ = nullptr;   // [P, H], shares the gathered input's memory (dead after FC1)
+  std::unique_ptr<gemm::GroupedGemm> fc1_, fc2_;
+};
+
+Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int device)
+    : spec_(spec), device_(device), elem_(spec.act_dtype) {
+  spec.validate_or_throw();
+  const WeightFormat wf = spec.weights.format;
+  const bool bf16 = spec.act_dtype == DType::kBFloat16 && wf == WeightFormat::kBF16;
+  const bool fp16 = spec.act_dtype == DType::kFloat16 && wf == WeightFormat::kFP16;
+  if (!bf16 && !fp16)
+    throw Error(ErrorCode::kUnsupported,
+                std::string("the sm90 engine runs bf16 or fp16 activations with weights of the "
+                            "same type, not ") + to_string(spec.act_dtype) + " activations with " +
+                    to_string(wf) + " weights");
+  check_weights(spec, weights);
+  lp_ = derive_local(spec);
+  const int64_t H = lp_.hidden, I = lp_.intermediate, L = lp_.num_experts;
+  const int64_t k = lp_.top_k, E = lp_.num_experts_global;
+  if (H % 8 != 0 || I % 8 != 0)
+    throw Error(ErrorCode::kUnsupported, "hidden " + std::to_string(H) + " and local intermediate " +
+                                             std::to_string(I) +
+                                             " must be multiples of 8 for the sm90 engine");
+  const int64_t es = 2;  // bf16 / fp16
+  const int64_t w1_bytes = L * lp_.fc1_rows * H * es, w2_bytes = L * H * I * es;
+  if (static_cast<int64_t>(weights.fc1.values.size()) != w1_bytes ||
+      static_cast<int64_t>(weights.fc2.values.size()) != w2_bytes)
+    throw Error(ErrorCode::kInvalidArgument,
+                "expert weights hold " + std::to_string(weights.fc1.values.size()) + " / " +
+                    std::to_string(weights.fc2.values.size()) + " bytes, expected " +
+                    std::to_string(w1_bytes) + " / " + std::to_string(w2_bytes));
+  const bool fc1_bias = spec.fc1_bias;
+  const bool fc2_bias = spec.fc2_bias && lp_.adds_fc2_bias;
+  const bool routing_bias =
+      spec.routing.method == RoutingMethod::kDeepSeekV3 && spec.routing.correction_bias;
+  if (fc1_bias && static_cast<int64_t>(weights.fc1_bias.size()) != L * lp_.fc1_rows)
+    throw Error(ErrorCode::kInvalidArgument,
+                "fc1_bias holds " + std::to_string(weights.fc1_bias.size()) + " values, expected " +
+                    std::to_string(L * lp_.fc1_rows));
+  if (fc2_bias && static_cast<int64_t>(weights.fc2_bias.size()) != L * H)
+    throw Error(ErrorCode::kInvalidArgument,
+                "fc2_bias holds " + std::to_string(weights.fc2_bias.size()) + " values, expected " +
+                    std::to_string(L * H));
+  if (routing_bias && static_cast<int64_t>(weights.routing_bias.size()) != E)
+    throw Error(ErrorCode::kInvalidArgument,
+                "routing_bias holds " + std::to_string(weights.routing_bias.size()) +
+                    " values, expected one per expert (" + std::to_string(E) + ")");
+
+  {  // The kernels' limits, checked before anything is allocated (the bias comes later).
+    RoutingParams without_bias = spec.routing;
+    without_bias.correction_bias = false;
+    routing::DeviceRouting probe;
+    throw_if_error(routing::make_device_routing(without_bias, E, k, nullptr, &probe));
+    if (L > permute::kMaxLocalExperts)
+      throw Error(ErrorCode::kUnsupported, "local experts " + std::to_string(L) +
+                                               " exceed the sm90 engine's " +
+                                               std::to_string(permute::kMaxLocalExperts));
+  }
+
+  DeviceGuard guard(device_);
+
+  // Weights: one allocation, uploaded once.
+  Carver wsize;
+  wsize.take<char>(w1_bytes);
+  wsize.take<char>(w2_bytes);
+  wsize.take<float>(fc1_bias ? L * lp_.fc1_rows : 0);
+  wsize.take<float>(fc2_bias ? L * H : 0);
+  wsize.take<float>(routing_bias ? E : 0);
+  weight_memory_ = device_alloc(wsize.used(), "expert weights");
+  Carver wc(static_cast<char*>(weight_memory_.get()));
+  char* w1 = wc.take<char>(w1_bytes);
+  char* w2 = wc.take<char>(w2_bytes);
+  float* b1 = wc.take<float>(fc1_bias ? L * lp_.fc1_rows : 0);
+  float* b2 = wc.take<float>(fc2_bias ? L * H : 0);
+  float* rb = wc.take<float>(routing_bias ? E : 0);
+  auto upload = [](void* dst, const void* src, std::size_t bytes, const char* what) {
+    if (bytes) check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), std::string("uploading ") + what);
+  };
+  upload(w1, weights.fc1.values.data(), w1_bytes, "fc1 weights");
+  upload(w2, weights.fc2.values.data(), w2_bytes, "fc2 weights");
+  if (fc1_bias) upload(b1, weights.fc1_bias.data(), sizeof(float) * L * lp_.fc1_rows, "fc1 bias");
+  if (fc2_bias) upload(b2, weights.fc2_bias.data(), sizeof(float) * L * H, "fc2 bias");
+  if (routing_bias) upload(rb, weights.routing_bias.data(), sizeof(float) * E, "routing bias");
+  w1_ = w1;
+  w2_ = w2;
+
+  // Stage configurations.
+  throw_if_error(routing::make_device_routing(spec.routing, E, k, routing_bias ? rb : nullptr,
+                                              &pcfg_.routing));
+  pcfg_.first_expert = static_cast<int>(lp_.first_expert);
+  pcfg_.local_experts = static_cast<int>(L);
+  pcfg_.row_bytes = H * es;
+  pcfg_.max_tokens = spec.max_tokens;
+  const int64_t P = pcfg_.max_rows();
+
+  act_.elem = elem_;
+  const ActivationParams& ap = spec.activation;
+  act_.params.kind = static_cast<activation::Kind>(static_cast<int>(ap.kind));
+  act_.params.limit = ap.limit.value_or(INFINITY);
+  act_.params.alpha = ap.alpha_or_default();
+  act_.params.beta = ap.beta_or_default();
+  act_.layout = spec.gate_up_layout;
+  act_.intermediate = I;
+  act_.fc1_bias = fc1_bias ? b1 : nullptr;
+  act_.local_experts = static_cast<int>(L);
+  if (act_.fc1_rows() != lp_.fc1_rows)
+    throw Error(ErrorCode::kInternal, "fc1 rows " + std::to_string(lp_.fc1_rows) +
+                                          " do not match the activation's " +
+                                          std::to_string(act_.fc1_rows()));
+
+  fin_.elem = elem_;
+  fin_.hidden = H;
+  fin_.top_k = static_cast<int>(k);
+  fin_.fc2_bias = fc2_bias ? b2 : nullptr;
+
+  // Workspace: one allocation. The FC2 output reuses the gathered input (dead after FC1).
+  const permute::BufferCounts n = permute::buffer_counts(pcfg_);
+  auto carve = [&](Carver& c) {
+    permute::Buffers b;
+    b.error_word = c.take<unsigned long long>(1);
+    b.topk_ids = c.take<int32_t>(n.per_slot);
+    b.topk_weights = c.take<float>(n.per_slot);
+    b.slot_expert = c.take<int32_t>(n.per_slot);
+    b.slot_rank = c.take<int32_t>(n.per_slot);
+    b.slot_row = c.take<int32_t>(n.per_slot);
+    b.chunk_counts = c.take<int32_t>(n.chunk_counts);
+    b.expert_totals = c.take<int32_t>(n.experts);
+    b.offsets = c.take<int32_t>(n.offsets);
+    b.row_expert = c.take<int32_t>(n.rows);
+    b.permuted = c.take<char>(std::max(n.permuted_bytes, P * H * es));
+    fc1_out_ = c.take<char>(P * lp_.fc1_rows * es);
+    act_out_ = c.take<char>(P * I * es);
+    fc2_out_ = b.permuted;
+    return b;
+  };
+  Carver sizing;
+  carve(sizing);
+  workspace_bytes_ = sizing.used();
+  workspace_ = device_alloc(workspace_bytes_, "the MoE workspace");
+  Carver cut(static_cast<char*>(workspace_.get()));
+  pbuf_ = carve(cut);
+  check_cuda(cudaMemset(pbuf_.error_word, 0xff, sizeof(unsigned long long)),
+             "clearing the device error word");
+
+  const gemm::Elem ge = bf16 ? gemm::Elem::kBF16 : gemm::Elem::kFP16;
+  fc1_ = std::make_unique<gemm::GroupedGemm>(
+      gemm::GroupedShape{ge, static_cast<int>(L), lp_.fc1_rows, H, P}, device_);
+  fc2_ = std::make_unique<gemm::GroupedGemm>(
+      gemm::GroupedShape{ge, static_cast<int>(L), H, I, P}, device_);
+
+  // Load every kernel forward() may launch, so its first call can be captured in a graph.
+  throw_if_error(permute::prepare(pcfg_));
+  throw_if_error(activation::prepare_device(act_));
+  throw_if_error(finalize::prepare(fin_));
+  check_cuda(cudaDeviceSynchronize(), "finishing the engine's set-up");
+}
+
+void Sm90Engine::forward(const ForwardArgs& args) {
+  const int64_t H = lp_.hidden, k = lp_.top_k;
+  if (args.hidden.shape.size() != 2)
+    throw Error(ErrorCode::kInvalidArgument,
+                "hidden has shape " + shape_string(args.hidden.shape) + ", expected [tokens, " +
+                    std::to_string(H) + "]");
+  const int64_t T = args.hidden.shape[0];
+  if (T < 0 || T > spec_.max_tokens)
+    throw Error(ErrorCode::kInvalidArgument, "tokens " + std::to_string(T) +
+                                                 " is outside [0, max_tokens " +
+                                                 std::to_string(spec_.max_tokens) + "]");
+  check_view(args.hidden, "hidden", elem_, {T, H}, device_, true);
+  check_view(args.output, "output", elem_, {T, H}, device_, true);
+  const bool external = spec_.routing.method == RoutingMethod::kExternal;
+  if (external) {
+    check_view(args.topk_ids, "topk_ids", DType::kInt32, {T, k}, device_, false);
+    check_view(args.topk_weights, "topk_weights", DType::kFloat32, {T, k}, device_, false);
+  } else {
+    check_view(args.router_logits, "router_logits", DType::kFloat32,
+               {T, lp_.num_experts_global}, device_, false);
+  }
+  if (T == 0) return;
+
+  DeviceGuard guard(device_);
+  cudaStream_t stream = static_cast<cudaStream_t>(args.stream);
+  permute::Inputs in;
+  in.hidden = args.hidden.data;
+  if (external) {
+    in.ids = args.topk_ids.as<const int32_t>();
+    in.weights = args.topk_weights.as<const float>();
+  } else {
+    in.logits = args.router_logits.as<const float>();
+  }
+  throw_if_error(permute::run(pcfg_, pbuf_, T, in, stream));
+  // Rows per expert if routing were uniform: only a hint for the GEMM's tactic.
+  const double hint = static_cast<double>(T) * k / static_cast<double>(lp_.num_experts_global);
+  const int64_t rows = T * std::min<int64_t>(k, lp_.num_experts);
+  throw_if_error(fc1_->run(pbuf_.permuted, w1_, fc1_out_, pbuf_.offsets, hint, stream));
+  throw_if_error(activation::run_device(act_, fc1_out_, act_out_, pbuf_.row_expert, pbuf_.offsets,
+                                        rows, stream));
+  throw_if_error(fc2_->run(act_out_, w2_, fc2_out_, pbuf_.offsets, hint, stream));
+  throw_if_error(finalize::run(fin_, T, fc2_out_, pbuf_.slot_row, pbuf_.topk_weights,
+                               pbuf_.slot_expert, args.output.data, stream));
+}
+
+Status Sm90Engine::poll_errors() {
+  DeviceGuard guard(device_);
+  cudaError_t e = cudaDeviceSynchronize();
+  if (e != cudaSuccess)
+    return Status(ErrorCode::kCuda, std::string("waiting for the device failed: ") + cudaGetErrorString(e));
+  unsigned long long word = permute::kNoError;
+  e = cudaMemcpy(&word, pbuf_.error_word, sizeof(word), cudaMemcpyDeviceToHost);
+  if (e == cudaSuccess && word != permute::kNoError)
+    e = cudaMemcpy(pbuf_.error_word, &permute::kNoError, sizeof(word), cudaMemcpyHostToDevice);
+  if (e != cudaSuccess)
+    return Status(ErrorCode::kCuda, std::string("reading the device error word failed: ") +
+                                        cudaGetErrorString(e));
+  return permute::decode_error(word, static_cast<int>(lp_.num_experts_global),
+                               static_cast<int>(lp_.top_k));
+}
+
+}  // namespace
+
+std::unique_ptr<Engine> make_sm90_engine(const MoeSpec& spec, const MoeWeights& weights,
+                                         int device) {
+  return std::make_unique<Sm90Engine>(spec, weights, device);
+}
+
+}  // namespace moekit::pipeline

@@ -1,0 +1,21 @@
+// The Hopper (sm_90a) BF16/FP16 engine: built by the registry's cuda.sm90.cutlass.* implementations
+// after the resolver accepted the spec; prepares the weights on `device` and sizes the workspace.
+//
+// What it runs (anything else throws Error(kUnsupported) naming the value, before allocating):
+// act_dtype bf16 with kBF16 weights or fp16 with kFP16 weights; every activation, gate/up
+// layout, bias and routing method of the reference; experts <= 512 (global and local), top_k
+// <= 32, DeepSeek-V3 n_group <= 32; hidden and local intermediate multiples of 8.
+// forward() enqueues on args.stream only (no allocation, host sync or copy to the host), so it
+// can be captured in a CUDA graph, also as the engine's first call. Caller-supplied ids that are
+// out of range or repeated within a token are dropped on the device and reported by
+// poll_errors() (the first one since the last poll: token, slot, value).
+#pragma once
+#include <memory>
+
+#include "moekit/registry.hpp"
+
+namespace moekit::pipeline {
+
+std::unique_ptr<Engine> make_sm90_engine(const MoeSpec& spec, const MoeWeights& weights, int device);
+
+}  // namespace moekit::pipeline

@@ -1,0 +1,20 @@
+// The implementations of the priority table (registry.cpp lists them explicitly, so there is no
+// static-initialisation-order dependency), and the bridge to the Hopper engine.
+#pragma once
+#include <memory>
+
+#include "moekit/registry.hpp"
+
+namespace moekit::registry::impls {
+
+const Implementation& cpu_reference();
+const Implementation& cuda_sm90_cutlass_bf16();
+const Implementation& cuda_sm90_cutlass_fp16();
+
+// pipeline::make_sm90_engine in CUDA builds (sm90_engine_cuda.cpp); a CUDA-less build throws
+// Error(kUnsupported) (sm90_engine_nocuda.cpp). The resolver rejects those implementations in
+// such a build (stage build) long before this is reached.
+std::unique_ptr<Engine> create_sm90_engine(const MoeSpec& spec, const MoeWeights& weights,
+                                           int device);
+
+}  // namespace moekit::registry::impls

@@ -1,0 +1,212 @@
+// Routing on the host: the reference every device routing kernel is checked against.
+//
+// Conventions shared with the device kernels:
+// - Selection order: descending selection score, ties to the lower expert id (for DeepSeek-V3
+//   groups: the lower group id). Slots are written in that order.
+// - A NaN logit (or a NaN correction bias) is treated as -inf, for selection and for the
+//   weights: it is chosen last, and its softmax / sigmoid weight is 0. When every logit a
+//   softmax sees is -inf (or NaN) the weights of that token are 0 rather than NaN. +inf logits
+//   are outside the contract (their softmax is NaN, as in IEEE arithmetic).
+// - kSoftmaxTopK selects on the logits, not on the probabilities: softmax is monotonic, so the
+//   choice is the same, and it does not depend on how a given exp() rounds near a tie.
+// - kDeepSeekV3: a group's score is the sum of its two best selection scores (its one score when
+//   a group holds a single expert); weights are the plain sigmoid scores (no bias), divided by
+//   (their sum + 1e-20) when renormalize, as in the DeepSeek-V3 reference code.
+// - Weights are computed in double and rounded once to fp32; routed_scaling_factor multiplies
+//   the weights of every method.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "routing/routing.hpp"
+
+namespace moekit::routing {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+float key_of(float x) { return std::isnan(x) ? kNegInf : x; }
+
+double sigmoid_d(float x) { return 1.0 / (1.0 + std::exp(-static_cast<double>(x))); }
+
+Status invalid(std::string msg) { return Status(ErrorCode::kInvalidArgument, std::move(msg)); }
+
+// Writes to `out` the k candidates with the largest key, descending, ties to the lower index.
+// `cand` holds the candidate indices (any order) and is reordered.
+void top_k_of(const float* key, std::vector<int32_t>& cand, int64_t k, int32_t* out) {
+  auto better = [key](int32_t a, int32_t b) {
+    return key[a] > key[b] || (key[a] == key[b] && a < b);
+  };
+  std::partial_sort(cand.begin(), cand.begin() + k, cand.end(), better);
+  std::copy(cand.begin(), cand.begin() + k, out);
+}
+
+// Softmax weights of `n` keys (NaN already mapped to -inf), scaled; all -inf gives zeros.
+void softmax_weights(const float* keys, int64_t n, const float* all_keys, int64_t all_n,
+                     double scale, float* w) {
+  float mx = kNegInf;
+  for (int64_t i = 0; i < all_n; ++i) mx = std::max(mx, all_keys[i]);
+  if (mx == kNegInf) {
+    std::fill(w, w + n, 0.0f);
+    return;
+  }
+  double denom = 0.0;
+  for (int64_t i = 0; i < all_n; ++i) denom += std::exp(static_cast<double>(all_keys[i]) - mx);
+  for (int64_t i = 0; i < n; ++i) {
+    w[i] = static_cast<float>(std::exp(static_cast<double>(keys[i]) - mx) / denom * scale);
+  }
+}
+
+Status check_args(const RoutingParams& p, int64_t tokens, int64_t experts, int64_t top_k,
+                  const float* logits, const float* bias, const int32_t* ids,
+                  const float* weights) {
+  const int m = static_cast<int>(p.method);
+  if (m < 1 || m > 5) return invalid("routing method " + std::to_string(m) + " is not known");
+  if (p.method == RoutingMethod::kExternal) {
+    return invalid("routing method external takes the caller's ids and weights; route_host "
+                   "cannot compute them");
+  }
+  if (tokens < 0) return invalid("tokens " + std::to_string(tokens) + " is negative");
+  if (experts < 1 || experts > std::numeric_limits<int32_t>::max()) {
+    return invalid("experts " + std::to_string(experts) + " is not in [1, 2^31)");
+  }
+  if (top_k < 1 || top_k > experts) {
+    return invalid("top_k " + std::to_string(top_k) + " is not in [1, experts " +
+                   std::to_string(experts) + "]");
+  }
+  if (tokens > 0 && (!logits || !ids || !weights)) {
+    return invalid("route_host needs non-null logits, ids and weights for " +
+                   std::to_string(tokens) + " tokens");
+  }
+  if (p.method == RoutingMethod::kLlama4 && top_k != 1) {
+    return invalid("top_k " + std::to_string(top_k) + " must be 1 for llama4 routing");
+  }
+  if (p.method == RoutingMethod::kDeepSeekV3) {
+    if (p.n_group < 1 || experts % p.n_group != 0) {
+      return invalid("routing n_group " + std::to_string(p.n_group) +
+                     " does not divide experts " + std::to_string(experts));
+    }
+    if (p.topk_group < 1 || p.topk_group > p.n_group) {
+      return invalid("routing topk_group " + std::to_string(p.topk_group) +
+                     " is not in [1, n_group " + std::to_string(p.n_group) + "]");
+    }
+    const int64_t reachable = int64_t{p.topk_group} * (experts / p.n_group);
+    if (top_k > reachable) {
+      return invalid("top_k " + std::to_string(top_k) + " exceeds the " +
+                     std::to_string(reachable) + " experts of the kept groups");
+    }
+    if (p.correction_bias && !bias) {
+      return invalid("routing asks for a correction bias but none was passed");
+    }
+  }
+  return Status::ok_status();
+}
+
+void route_deepseek_v3(const RoutingParams& p, int64_t experts, int64_t top_k,
+                       const float* logits, const float* bias, std::vector<float>& score,
+                       std::vector<float>& sel, std::vector<int32_t>& cand, int32_t* ids,
+                       float* w) {
+  for (int64_t e = 0; e < experts; ++e) {
+    score[e] = static_cast<float>(sigmoid_d(key_of(logits[e])));
+    sel[e] = key_of(p.correction_bias ? score[e] + bias[e] : score[e]);
+  }
+  const int64_t n_group = p.n_group, per_group = experts / n_group;
+  std::vector<float> group_score(n_group);
+  for (int64_t g = 0; g < n_group; ++g) {
+    const float* s = sel.data() + g * per_group;
+    float best = kNegInf, second = kNegInf;
+    for (int64_t i = 0; i < per_group; ++i) {
+      if (s[i] > best) {
+        second = best;
+        best = s[i];
+      } else if (s[i] > second) {
+        second = s[i];
+      }
+    }
+    group_score[g] = per_group >= 2 ? key_of(best + second) : best;
+  }
+  std::vector<int32_t> groups(n_group), kept(p.topk_group);
+  for (int64_t g = 0; g < n_group; ++g) groups[g] = static_cast<int32_t>(g);
+  top_k_of(group_score.data(), groups, p.topk_group, kept.data());
+  cand.clear();
+  for (int32_t g : kept) {
+    for (int64_t i = 0; i < per_group; ++i) cand.push_back(static_cast<int32_t>(g * per_group + i));
+  }
+  top_k_of(sel.data(), cand, top_k, ids);
+  double sum = 0.0;
+  for (int64_t j = 0; j < top_k; ++j) sum += score[ids[j]];
+  const double denom = p.renormalize ? sum + 1e-20 : 1.0;
+  for (int64_t j = 0; j < top_k; ++j) {
+    w[j] = static_cast<float>(score[ids[j]] / denom * p.routed_scaling_factor);
+  }
+}
+
+}  // namespace
+
+Status route_host(const RoutingParams& params, int64_t tokens, int64_t experts, int64_t top_k,
+                  const float* logits, const float* correction_bias, int32_t* ids,
+                  float* weights) {
+  Status st = check_args(params, tokens, experts, top_k, logits, correction_bias, ids, weights);
+  if (!st.ok()) return st;
+  const double scale = params.routed_scaling_factor;
+  std::vector<float> key(experts), aux(experts), sel_keys(top_k);
+  std::vector<int32_t> cand;
+  cand.reserve(experts);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* l = logits + t * experts;
+    int32_t* id = ids + t * top_k;
+    float* w = weights + t * top_k;
+    if (params.method == RoutingMethod::kDeepSeekV3) {
+      route_deepseek_v3(params, experts, top_k, l, correction_bias, key, aux, cand, id, w);
+      continue;
+    }
+    for (int64_t e = 0; e < experts; ++e) key[e] = key_of(l[e]);
+    cand.resize(experts);
+    for (int64_t e = 0; e < experts; ++e) cand[e] = static_cast<int32_t>(e);
+    top_k_of(key.data(), cand, top_k, id);
+    for (int64_t j = 0; j < top_k; ++j) sel_keys[j] = key[id[j]];
+    switch (params.method) {
+      case RoutingMethod::kSoftmaxTopK:  // softmax over all experts, not renormalized
+        softmax_weights(sel_keys.data(), top_k, key.data(), experts, scale, w);
+        break;
+      case RoutingMethod::kTopKSoftmax:  // softmax over the k selected logits
+        softmax_weights(sel_keys.data(), top_k, sel_keys.data(), top_k, scale, w);
+        break;
+      default:  // kLlama4 (top_k == 1)
+        w[0] = static_cast<float>(sigmoid_d(sel_keys[0]) * scale);
+        break;
+    }
+  }
+  return Status::ok_status();
+}
+
+Status validate_ids_host(int64_t tokens, int64_t experts, int64_t top_k, const int32_t* ids) {
+  if (tokens < 0 || top_k < 1) {
+    return invalid("tokens " + std::to_string(tokens) + " / top_k " + std::to_string(top_k) +
+                   " do not describe an id table");
+  }
+  if (tokens > 0 && !ids) return invalid("ids is null for " + std::to_string(tokens) + " tokens");
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int32_t* row = ids + t * top_k;
+    for (int64_t j = 0; j < top_k; ++j) {
+      if (row[j] < 0 || row[j] >= experts) {
+        return invalid("expert id " + std::to_string(row[j]) + " of token " + std::to_string(t) +
+                       " slot " + std::to_string(j) + " is not in [0, " +
+                       std::to_string(experts) + ")");
+      }
+      for (int64_t i = 0; i < j; ++i) {
+        if (row[i] == row[j]) {
+          return invalid("expert id " + std::to_string(row[j]) + " of token " +
+                         std::to_string(t) + " slot " + std::to_string(j) +
+                         " repeats slot " + std::to_string(i));
+        }
+      }
+    }
+  }
+  return Status::ok_status();
+}
+
+}  // namespace moekit::routing

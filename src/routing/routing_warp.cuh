@@ -1,0 +1,191 @@
+// The per-token routing of one warp, shared by route_device() and the fused permute kernels so
+// the selection rules exist once on the device. Semantics: routing_host.cpp (route_host), which
+// it mirrors operation for operation: sigmoid and softmax in double, rounded once to fp32, so
+// ids and weights match the host bit for bit (up to the summation order of the full softmax).
+// Lane l holds experts l, l + 32, ...; after route_token() lane s < top_k holds slot s.
+#pragma once
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "moekit/types.hpp"
+#include "routing/routing_device.hpp"
+
+namespace moekit::routing::warp {
+
+constexpr unsigned kFull = 0xffffffffu;
+
+// NaN counts as -inf; -0 becomes +0 so that equal values tie (and go to the lower id).
+__device__ __forceinline__ float clean(float x) {
+  if (isnan(x)) return -INFINITY;
+  return x == 0.0f ? 0.0f : x;
+}
+
+// Order-preserving map of a non-NaN float onto uint32 in which every value, -inf included, is
+// above 0: key 0 means "not a candidate".
+__device__ __forceinline__ uint32_t order_key(float f) {
+  const uint32_t u = __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+__device__ __forceinline__ double sigmoid_d(float x) {
+  return 1.0 / (1.0 + exp(-static_cast<double>(x)));
+}
+
+// Shared-memory index of expert e among the group scores: skewed by one word per 32 so that
+// lanes scanning different groups hit different banks.
+__device__ __forceinline__ int skew(int e) { return e + (e >> 5); }
+
+// Warp-wide argmax over per-lane keys (0 = none); ties go to the lower id. Returns the winning
+// id, or -1 when no lane has a candidate.
+__device__ __forceinline__ int warp_argmax(uint32_t key, int id) {
+  const uint32_t m = __reduce_max_sync(kFull, key);
+  if (m == 0) return -1;
+  const uint32_t cand = key == m ? static_cast<uint32_t>(id) : 0xffffffffu;
+  return static_cast<int>(__reduce_min_sync(kFull, cand));
+}
+
+struct Slot {
+  int32_t id = -1;  // global expert id, -1 when the token has fewer candidates than top_k
+  float weight = 0.0f;
+};
+
+// DeepSeek-V3 group selection: a group scores the sum of its two best selection scores (its
+// best alone when it holds one expert); the topk_group best groups stay. Returns the bit mask
+// of kept groups. `scores` is this warp's shared scratch (routing_smem_per_warp()).
+template <int kPerLane>
+__device__ uint32_t select_groups(const DeviceRouting& r, const float (&sel)[kPerLane],
+                                  float* scores, int lane) {
+  const int group_size = r.experts / r.n_group;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const int e = lane + 32 * j;
+    if (e < r.experts) scores[skew(e)] = sel[j];
+  }
+  __syncwarp();
+  uint32_t key = 0;
+  if (lane < r.n_group) {
+    float best = -INFINITY, second = -INFINITY;
+    for (int i = 0; i < group_size; ++i) {
+      const float v = scores[skew(lane * group_size + i)];
+      if (v > best) {
+        second = best;
+        best = v;
+      } else if (v > second) {
+        second = v;
+      }
+    }
+    key = order_key(clean(group_size >= 2 ? best + second : best));
+  }
+  __syncwarp();  // the scratch is rewritten by the next token
+  uint32_t mask = 0;
+  for (int i = 0; i < r.topk_group; ++i) {
+    const int g = warp_argmax(key, lane);
+    if (g < 0) break;
+    mask |= 1u << g;
+    if (lane == g) key = 0;
+  }
+  return mask;
+}
+
+// Routes one token: `row` is its logits [E]. Every lane of the warp must call it.
+template <int kPerLane>
+__device__ Slot route_token(const DeviceRouting& r, const float* __restrict__ row, float* scores,
+                            int lane) {
+  const int method = r.method;
+  const bool deepseek = method == static_cast<int>(RoutingMethod::kDeepSeekV3);
+  float x[kPerLane];      // cleaned logits
+  uint32_t key[kPerLane]; // selection keys, 0 once taken or not eligible
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const int e = lane + 32 * j;
+    x[j] = e < r.experts ? clean(__ldg(row + e)) : -INFINITY;
+  }
+  if (deepseek) {
+    float sel[kPerLane];
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      const int e = lane + 32 * j;
+      float s = static_cast<float>(sigmoid_d(x[j]));
+      if (r.correction_bias != nullptr && e < r.experts) s += __ldg(r.correction_bias + e);
+      sel[j] = clean(s);
+      key[j] = e < r.experts ? order_key(sel[j]) : 0u;
+    }
+    if (r.n_group > 1) {
+      const uint32_t mask = select_groups<kPerLane>(r, sel, scores, lane);
+      const int group_size = r.experts / r.n_group;
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) {
+        const int e = lane + 32 * j;
+        if (e < r.experts && !((mask >> (e / group_size)) & 1u)) key[j] = 0;
+      }
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) key[j] = lane + 32 * j < r.experts ? order_key(x[j]) : 0u;
+  }
+
+  // Top-k: each lane keeps its best candidate; the warp takes the best of those k times.
+  uint32_t best_key = 0;
+  int best_j = 0;
+  float best_x = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    if (key[j] > best_key) { best_key = key[j]; best_j = j; best_x = x[j]; }
+  }
+  Slot slot;
+  float my_x = -INFINITY;
+  for (int i = 0; i < r.top_k; ++i) {
+    const int win = warp_argmax(best_key, lane + 32 * best_j);
+    if (win < 0) break;
+    const float wx = __shfl_sync(kFull, best_x, win & 31);
+    if (lane == i) { slot.id = win; my_x = wx; }
+    if (lane == (win & 31)) {
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) if (j == best_j) key[j] = 0;
+      best_key = 0; best_j = 0; best_x = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) {
+        if (key[j] > best_key) { best_key = key[j]; best_j = j; best_x = x[j]; }
+      }
+    }
+  }
+
+  // Weights, in double as on the host; sums over the k slots run in slot order.
+  const bool mine = lane < r.top_k && slot.id >= 0;
+  double w = 0.0;
+  if (method == static_cast<int>(RoutingMethod::kSoftmaxTopK) ||
+      method == static_cast<int>(RoutingMethod::kTopKSoftmax)) {
+    const float mx = __shfl_sync(kFull, my_x, 0);  // the first pick holds the largest logit
+    double denom = 0.0;
+    if (method == static_cast<int>(RoutingMethod::kSoftmaxTopK)) {  // over all experts
+      double part = 0.0;
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j)
+        if (lane + 32 * j < r.experts) part += exp(static_cast<double>(x[j]) - mx);
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) part += __shfl_xor_sync(kFull, part, o);
+      denom = part;
+    } else {  // over the k selected
+      const double ex = mine ? exp(static_cast<double>(my_x) - mx) : 0.0;
+      for (int i = 0; i < r.top_k; ++i) denom += __shfl_sync(kFull, ex, i);
+    }
+    // Every logit -inf (or NaN): zeros, not NaN.
+    w = mx == -INFINITY ? 0.0 : exp(static_cast<double>(my_x) - mx) / denom * r.scale;
+  } else if (deepseek) {
+    const float s = mine ? static_cast<float>(sigmoid_d(my_x)) : 0.0f;
+    double denom = 1.0;
+    if (r.renormalize) {
+      double sum = 0.0;
+      for (int i = 0; i < r.top_k; ++i) sum += __shfl_sync(kFull, s, i);
+      denom = sum + 1e-20;
+    }
+    w = s / denom * r.scale;
+  } else {  // kLlama4
+    w = sigmoid_d(my_x) * r.scale;
+  }
+  slot.weight = mine ? static_cast<float>(w) : 0.0f;
+  return slot;
+}
+
+}  // namespace moekit::routing::warp

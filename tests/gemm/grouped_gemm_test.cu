@@ -1,0 +1,405 @@
+// Every grouped GEMM tactic against a CPU fp32 GEMM on fresh random data, outputs poisoned
+// (NaN bits) before each run: uneven groups with empty ones, all rows in one group, decode-like
+// single rows, no rows at all; shapes of real presets and small ones with ragged tails; CUDA
+// graph capture of the very first run, replayed on new contents, equals eager.
+// GPU tests skip where there is no sm_90 device; the shape checks run everywhere.
+#include <gtest/gtest.h>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "gemm/grouped_gemm.hpp"
+#include "moekit/status.hpp"
+
+namespace moekit::gemm {
+namespace {
+
+constexpr uint16_t kPoison = 0xffff;  // NaN in bf16 and fp16
+
+// Empty when an sm_90 device is usable, else why not.
+std::string gpu_skip_reason() {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) return std::string("no CUDA device: ") + cudaGetErrorString(err);
+  if (count == 0) return "no CUDA device";
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+  if (major != 9 || minor != 0)
+    return "device 0 is sm_" + std::to_string(major * 10 + minor) + ", the kernels need sm_90a";
+  return {};
+}
+
+#define MOEKIT_SKIP_WITHOUT_SM90()                          \
+  do {                                                      \
+    const std::string reason = gpu_skip_reason();           \
+    if (!reason.empty()) GTEST_SKIP() << reason;            \
+  } while (0)
+
+uint16_t to_bits(Elem e, float v) {
+  if (e == Elem::kBF16) {
+    const __nv_bfloat16 h = __float2bfloat16_rn(v);
+    uint16_t u;
+    std::memcpy(&u, &h, 2);
+    return u;
+  }
+  const __half h = __float2half_rn(v);
+  uint16_t u;
+  std::memcpy(&u, &h, 2);
+  return u;
+}
+
+float from_bits(Elem e, uint16_t u) {
+  if (e == Elem::kBF16) {
+    __nv_bfloat16 h;
+    std::memcpy(&h, &u, 2);
+    return __bfloat162float(h);
+  }
+  __half h;
+  std::memcpy(&h, &u, 2);
+  return __half2float(h);
+}
+
+const char* elem_name(Elem e) { return e == Elem::kBF16 ? "bf16" : "fp16"; }
+
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  explicit DeviceBuffer(std::size_t bytes) {
+    EXPECT_EQ(cudaMalloc(&ptr, std::max<std::size_t>(bytes, 16)), cudaSuccess);
+  }
+  ~DeviceBuffer() {
+    if (ptr != nullptr) cudaFree(ptr);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+void upload(void* dst, const void* src, std::size_t bytes) {
+  if (bytes > 0) ASSERT_EQ(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+}
+
+// One grouped problem on the host: inputs rounded to the element type, and the fp32 reference.
+struct Problem {
+  Elem elem = Elem::kBF16;
+  int groups = 0;
+  int64_t n = 0, k = 0, rows = 0, max_rows = 0;
+  std::vector<int32_t> offsets;
+  std::vector<uint16_t> a_bits, w_bits;
+  std::vector<float> ref;  // [rows, n]
+};
+
+// The fp32 reference from the element-rounded inputs.
+void compute_reference(Problem& p) {
+  std::vector<float> a(p.a_bits.size()), w(p.w_bits.size());
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = from_bits(p.elem, p.a_bits[i]);
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = from_bits(p.elem, p.w_bits[i]);
+  const int64_t n = p.n, k = p.k;
+  p.ref.assign(static_cast<std::size_t>(p.rows * n), 0.f);
+  for (int g = 0; g < p.groups; ++g) {
+    for (int64_t r = p.offsets[g]; r < p.offsets[g + 1]; ++r) {
+      const float* ar = a.data() + r * k;
+      for (int64_t i = 0; i < n; ++i) {
+        const float* wr = w.data() + (int64_t(g) * n + i) * k;
+        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // k % 8 == 0; independent sums for speed
+        for (int64_t kk = 0; kk < k; kk += 8)
+          for (int j = 0; j < 8; ++j) acc[j] += ar[kk + j] * wr[kk + j];
+        p.ref[r * n + i] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) +
+                           ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+      }
+    }
+  }
+}
+
+// Fresh random inputs in [-1, 1]; `extra_rows` rows past the last group stay allocated, so the
+// test sees stray writes.
+Problem make_problem(Elem elem, int64_t n, int64_t k, const std::vector<int>& counts,
+                     std::mt19937& rng, int64_t extra_rows = 3) {
+  Problem p;
+  p.elem = elem;
+  p.groups = static_cast<int>(counts.size());
+  p.n = n;
+  p.k = k;
+  p.offsets.assign(1, 0);
+  for (int c : counts) p.offsets.push_back(p.offsets.back() + c);
+  p.rows = p.offsets.back();
+  p.max_rows = p.rows + extra_rows;
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  p.a_bits.resize(static_cast<std::size_t>(p.max_rows * k));
+  p.w_bits.resize(static_cast<std::size_t>(int64_t(p.groups) * n * k));
+  for (auto& v : p.a_bits) v = to_bits(elem, dist(rng));
+  for (auto& v : p.w_bits) v = to_bits(elem, dist(rng));
+  compute_reference(p);
+  return p;
+}
+
+// Device copies of a problem's inputs and an output buffer.
+struct DeviceProblem {
+  DeviceBuffer a, w, d, offsets;
+  explicit DeviceProblem(const Problem& p)
+      : a(p.a_bits.size() * 2),
+        w(p.w_bits.size() * 2),
+        d(static_cast<std::size_t>(p.max_rows * p.n) * 2),
+        offsets(p.offsets.size() * 4) {
+    upload(a.ptr, p.a_bits.data(), p.a_bits.size() * 2);
+    upload(w.ptr, p.w_bits.data(), p.w_bits.size() * 2);
+    upload(offsets.ptr, p.offsets.data(), p.offsets.size() * 4);
+  }
+  void poison(const Problem& p) {
+    ASSERT_EQ(cudaMemset(d.ptr, 0xff, static_cast<std::size_t>(p.max_rows * p.n) * 2),
+              cudaSuccess);
+  }
+  std::vector<uint16_t> download(const Problem& p) {
+    std::vector<uint16_t> out(static_cast<std::size_t>(p.max_rows * p.n));
+    EXPECT_EQ(cudaMemcpy(out.data(), d.ptr, out.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    return out;
+  }
+};
+
+// Relative error per non-empty group below 1e-2, every output written, nothing past the rows.
+void expect_matches(const Problem& p, const std::vector<uint16_t>& out) {
+  for (int g = 0; g < p.groups; ++g) {
+    double diff = 0, norm = 0;
+    int64_t unwritten = 0;
+    for (int64_t r = p.offsets[g]; r < p.offsets[g + 1]; ++r)
+      for (int64_t i = 0; i < p.n; ++i) {
+        const float v = from_bits(p.elem, out[r * p.n + i]);
+        const float ref = p.ref[r * p.n + i];
+        if (!std::isfinite(v)) {
+          ++unwritten;
+          continue;
+        }
+        diff += double(v - ref) * double(v - ref);
+        norm += double(ref) * double(ref);
+      }
+    if (p.offsets[g + 1] == p.offsets[g]) continue;
+    EXPECT_EQ(unwritten, 0) << "group " << g << " has unwritten (NaN) outputs";
+    EXPECT_LT(std::sqrt(diff / std::max(norm, 1e-30)), 1e-2) << "group " << g << " rows "
+                                                              << p.offsets[g + 1] - p.offsets[g];
+  }
+  int64_t stray = 0;
+  for (int64_t idx = p.rows * p.n; idx < p.max_rows * p.n; ++idx) stray += out[idx] != kPoison;
+  EXPECT_EQ(stray, 0) << "outputs written past row " << p.rows;
+}
+
+struct Distribution {
+  const char* name;
+  std::vector<int> counts;
+};
+
+std::vector<Distribution> distributions(std::mt19937& rng) {
+  // Decode: 16 experts, 8 of them hit by 1-3 rows, the rest empty.
+  std::vector<int> decode(16, 0);
+  std::vector<int> ids(16);
+  for (int i = 0; i < 16; ++i) ids[i] = i;
+  std::shuffle(ids.begin(), ids.end(), rng);
+  std::uniform_int_distribution<int> rows(1, 3);
+  for (int i = 0; i < 8; ++i) decode[ids[i]] = rows(rng);
+  return {
+      {"uneven", {37, 0, 1, 130, 0, 9, 17}},  // crosses every token tile, empties inside
+      {"all_in_one", {0, 0, 203, 0, 0}},
+      {"decode", decode},
+      {"all_empty", {0, 0, 0, 0}},
+  };
+}
+
+using ShapeParam = std::tuple<Elem, int64_t, int64_t>;  // elem, n, k
+
+class GroupedGemmTactics : public ::testing::TestWithParam<ShapeParam> {};
+
+TEST_P(GroupedGemmTactics, EveryTacticMatchesCpuReference) {
+  MOEKIT_SKIP_WITHOUT_SM90();
+  const auto [elem, n, k] = GetParam();
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const std::vector<std::string> tactics = tactic_names(elem);
+  ASSERT_FALSE(tactics.empty());
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  for (const auto& dist : distributions(rng)) {
+    SCOPED_TRACE(std::string("distribution ") + dist.name);
+    const Problem p = make_problem(elem, n, k, dist.counts, rng);
+    DeviceProblem dp(p);
+    GroupedGemm gemm(GroupedShape{elem, p.groups, n, k, p.max_rows}, 0);
+    for (const auto& tactic : tactics) {
+      SCOPED_TRACE("tactic " + tactic);
+      dp.poison(p);
+      const Status s = gemm.run(dp.a.ptr, dp.w.ptr, dp.d.ptr,
+                                static_cast<const int32_t*>(dp.offsets.ptr),
+                                double(p.rows) / p.groups, stream, tactic);
+      ASSERT_TRUE(s.ok()) << s.message();
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      expect_matches(p, dp.download(p));
+    }
+  }
+  cudaStreamDestroy(stream);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, GroupedGemmTactics,
+    ::testing::Values(ShapeParam{Elem::kBF16, 1536, 2048},  // qwen3-30b-a3b FC1 (2 x 768, 2048)
+                      ShapeParam{Elem::kBF16, 2048, 768},   // qwen3-30b-a3b FC2
+                      ShapeParam{Elem::kFP16, 1536, 2048}, ShapeParam{Elem::kFP16, 2048, 768},
+                      ShapeParam{Elem::kBF16, 64, 64}, ShapeParam{Elem::kFP16, 64, 64},
+                      ShapeParam{Elem::kBF16, 200, 40},  // ragged n and k tails
+                      ShapeParam{Elem::kFP16, 200, 40}),
+    [](const ::testing::TestParamInfo<ShapeParam>& info) {
+      return std::string(elem_name(std::get<0>(info.param))) + "_n" +
+             std::to_string(std::get<1>(info.param)) + "_k" +
+             std::to_string(std::get<2>(info.param));
+    });
+
+// Capture the first run a fresh object ever makes, replay it on new row counts and new
+// activations (same buffers), and compare bit for bit with eager runs of another object.
+TEST(GroupedGemmGraph, ReplayOfFirstCapturedRunEqualsEager) {
+  MOEKIT_SKIP_WITHOUT_SM90();
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const Elem elem = Elem::kBF16;
+  const int64_t n = 256, k = 512;
+  const Problem first = make_problem(elem, n, k, {5, 0, 40, 1, 0, 70, 2, 0}, rng);
+  // Same groups and max_rows, other counts and other activations.
+  Problem second = make_problem(elem, n, k, {0, 90, 3, 0, 11, 0, 1, 12}, rng,
+                                first.max_rows - 117);
+  ASSERT_EQ(second.max_rows, first.max_rows);
+  second.w_bits = first.w_bits;  // the weights stay
+  compute_reference(second);
+
+  for (const auto& tactic : tactic_names(elem)) {
+    SCOPED_TRACE("tactic " + tactic);
+    DeviceProblem dp(first);
+    cudaStream_t stream;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    GroupedGemm captured(GroupedShape{elem, first.groups, n, k, first.max_rows}, 0);
+    dp.poison(first);
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+    const Status s = captured.run(dp.a.ptr, dp.w.ptr, dp.d.ptr,
+                                  static_cast<const int32_t*>(dp.offsets.ptr), 8.0, stream, tactic);
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    ASSERT_TRUE(s.ok()) << s.message();
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    const std::vector<uint16_t> replay1 = dp.download(first);
+    expect_matches(first, replay1);
+
+    GroupedGemm eager(GroupedShape{elem, first.groups, n, k, first.max_rows}, 0);
+    dp.poison(first);
+    ASSERT_TRUE(eager.run(dp.a.ptr, dp.w.ptr, dp.d.ptr,
+                          static_cast<const int32_t*>(dp.offsets.ptr), 8.0, stream, tactic)
+                    .ok());
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    EXPECT_TRUE(dp.download(first) == replay1) << "eager differs from the first replay";
+
+    // New contents in the same buffers: the graph must read them, not what it saw at capture.
+    upload(dp.a.ptr, second.a_bits.data(), second.a_bits.size() * 2);
+    upload(dp.offsets.ptr, second.offsets.data(), second.offsets.size() * 4);
+    dp.poison(second);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    const std::vector<uint16_t> replay2 = dp.download(second);
+    expect_matches(second, replay2);
+    dp.poison(second);
+    ASSERT_TRUE(eager.run(dp.a.ptr, dp.w.ptr, dp.d.ptr,
+                          static_cast<const int32_t*>(dp.offsets.ptr), 8.0, stream, tactic)
+                    .ok());
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    EXPECT_TRUE(dp.download(second) == replay2) << "eager differs from the second replay";
+
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+  }
+}
+
+TEST(GroupedGemmRun, HeuristicPicksBuiltTacticsAndUnknownNamesAreNotFound) {
+  MOEKIT_SKIP_WITHOUT_SM90();
+  for (Elem elem : {Elem::kBF16, Elem::kFP16}) {
+    const std::vector<std::string> names = tactic_names(elem);
+    GroupedGemm gemm(GroupedShape{elem, 4, 64, 64, 32}, 0);
+    for (double hint : {0.0, 0.06, 1.0, 5.0, 13.0, 30.0, 100.0, 1000.0, 1e6, -1.0, std::nan("")}) {
+      const std::string t = gemm.pick_tactic(hint);
+      EXPECT_NE(std::find(names.begin(), names.end(), t), names.end()) << t << " for " << hint;
+    }
+    DeviceBuffer buf(1 << 16);
+    const Status s = gemm.run(buf.ptr, buf.ptr, buf.ptr, static_cast<const int32_t*>(buf.ptr), 1,
+                              nullptr, "sm90.coop.1x1x1.c9x9");
+    EXPECT_EQ(s.code(), ErrorCode::kNotFound);
+    EXPECT_NE(s.message().find("sm90.coop.1x1x1.c9x9"), std::string::npos);
+    const Status misaligned =
+        gemm.run(static_cast<char*>(buf.ptr) + 2, buf.ptr, buf.ptr,
+                 static_cast<const int32_t*>(buf.ptr), 1, nullptr, names.front());
+    EXPECT_EQ(misaligned.code(), ErrorCode::kInvalidArgument);
+    EXPECT_GT(gemm.workspace_bytes(), 0u);
+  }
+  // max_rows 0: nothing to compute, nothing launched, still ok.
+  GroupedGemm empty(GroupedShape{Elem::kBF16, 3, 64, 64, 0}, 0);
+  DeviceBuffer offsets(16);
+  ASSERT_EQ(cudaMemset(offsets.ptr, 0, 16), cudaSuccess);
+  for (const auto& t : tactic_names(Elem::kBF16))
+    EXPECT_TRUE(empty.run(nullptr, offsets.ptr, nullptr, static_cast<const int32_t*>(offsets.ptr),
+                          0, nullptr, t)
+                    .ok())
+        << t;
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+// Host-only: bad shapes are refused before any CUDA call, so this runs without a GPU too.
+TEST(GroupedGemmShape, BadShapesAreRefusedWithTheValue) {
+  struct Case {
+    GroupedShape shape;
+    ErrorCode code;
+    const char* value;
+  };
+  const std::vector<Case> cases = {
+      {{Elem::kBF16, 8, 1001, 2048, 64}, ErrorCode::kUnsupported, "1001"},
+      {{Elem::kBF16, 8, 1536, 2044, 64}, ErrorCode::kUnsupported, "2044"},
+      {{Elem::kFP16, 0, 1536, 2048, 64}, ErrorCode::kInvalidArgument, "0"},
+      {{Elem::kFP16, 8, 0, 2048, 64}, ErrorCode::kInvalidArgument, "0"},
+      {{Elem::kBF16, 8, 1536, -8, 64}, ErrorCode::kInvalidArgument, "-8"},
+      {{Elem::kBF16, 8, 1536, 2048, -1}, ErrorCode::kInvalidArgument, "-1"},
+      {{static_cast<Elem>(7), 8, 1536, 2048, 64}, ErrorCode::kInvalidArgument, "7"},
+  };
+  for (const auto& c : cases) {
+    try {
+      GroupedGemm g(c.shape, 0);
+      ADD_FAILURE() << "accepted a bad shape (value " << c.value << ")";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), c.code) << e.what();
+      EXPECT_NE(std::string(e.what()).find(c.value), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(GroupedGemmShape, TacticNamesAreUniqueAndNamed) {
+  for (Elem elem : {Elem::kBF16, Elem::kFP16}) {
+    const std::vector<std::string> names = tactic_names(elem);
+    const std::set<std::string> unique(names.begin(), names.end());
+    EXPECT_EQ(unique.size(), names.size());
+    bool gemv = false, swapab = false, prefill = false;
+    for (const auto& n : names) {
+      EXPECT_EQ(n.rfind("sm90.", 0), 0u) << n;
+      gemv |= n.rfind("sm90.gemv.", 0) == 0;
+      swapab |= n.rfind("sm90.swapab.", 0) == 0;
+      prefill |= n.rfind("sm90.coop.", 0) == 0;
+    }
+    EXPECT_TRUE(gemv && swapab && prefill) << "a family is missing for " << elem_name(elem);
+  }
+}
+
+}  // namespace
+}  // namespace moekit::gemm

@@ -1,0 +1,615 @@
+// One MoE layer's experts through every model family's files: write then load gives the same
+// weights, the local TP/EP shard equals shard_weights() of the full set, the names and layouts
+// are the checkpoints' own, and a mismatching file is an error naming file, tensor, expected and
+// found.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include "common/numeric.hpp"
+#include "io/io_test_util.hpp"
+#include "io/safetensors.hpp"
+#include "moekit/io.hpp"
+#include "moekit/status.hpp"
+#include "moekit/weights.hpp"
+#include "quant/quant.hpp"
+
+namespace moekit {
+namespace {
+
+using test::temp_path;
+
+template <class T>
+void expect_same_vec(const std::vector<T>& a, const std::vector<T>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  EXPECT_TRUE(a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0) << what;
+}
+
+void expect_same_tensor(const QuantizedTensor& a, const QuantizedTensor& b, const std::string& w) {
+  EXPECT_EQ(a.format, b.format) << w;
+  EXPECT_EQ(a.experts, b.experts) << w;
+  EXPECT_EQ(a.rows, b.rows) << w;
+  EXPECT_EQ(a.cols, b.cols) << w;
+  EXPECT_EQ(a.group_size, b.group_size) << w;
+  expect_same_vec(a.values, b.values, w + ".values");
+  expect_same_vec(a.scales, b.scales, w + ".scales");
+  expect_same_vec(a.scale_bytes, b.scale_bytes, w + ".scale_bytes");
+  expect_same_vec(a.zeros, b.zeros, w + ".zeros");
+  expect_same_vec(a.weight_scale, b.weight_scale, w + ".weight_scale");
+  expect_same_vec(a.input_scale, b.input_scale, w + ".input_scale");
+  expect_same_vec(a.pre_quant_scale, b.pre_quant_scale, w + ".pre_quant_scale");
+}
+
+void expect_same(const MoeWeights& a, const MoeWeights& b, const std::string& what) {
+  expect_same_tensor(a.fc1, b.fc1, what + " fc1");
+  expect_same_tensor(a.fc2, b.fc2, what + " fc2");
+  expect_same_vec(a.fc1_bias, b.fc1_bias, what + " fc1_bias");
+  expect_same_vec(a.fc2_bias, b.fc2_bias, what + " fc2_bias");
+  expect_same_vec(a.routing_bias, b.routing_bias, what + " routing_bias");
+}
+
+void round_to_bf16(std::vector<float>& v) {
+  for (float& x : v) x = numeric::bf16_to_float(numeric::float_to_bf16(x));
+}
+
+MoeSpec small_spec(WeightFormat f, int64_t experts, int64_t hidden, int64_t inter) {
+  MoeSpec s;
+  s.num_experts = experts;
+  s.top_k = 2;
+  s.hidden = hidden;
+  s.intermediate = inter;
+  s.weights.format = f;
+  s.routing.method = RoutingMethod::kTopKSoftmax;
+  return s;
+}
+
+MoeSpec gpt_oss_spec(WeightFormat f, GateUpLayout layout) {
+  MoeSpec s = small_spec(f, 4, 64, 64);
+  s.activation.kind = ActivationKind::kSwiGLUClamped;
+  s.activation.limit = 7.0f;
+  s.activation.alpha = 1.702f;
+  s.activation.beta = 1.0f;
+  s.gate_up_layout = layout;
+  s.fc1_bias = s.fc2_bias = true;
+  return s;
+}
+
+MoeSpec deepseek_spec() {
+  MoeSpec s = small_spec(WeightFormat::kFP8Block128, 8, 256, 256);
+  s.routing.method = RoutingMethod::kDeepSeekV3;
+  s.routing.n_group = 2;
+  s.routing.topk_group = 1;
+  s.routing.correction_bias = true;
+  s.routing.routed_scaling_factor = 2.5f;
+  return s;
+}
+
+MoeWeights random_weights(const MoeSpec& s, uint64_t seed, const ModelFamily& fam) {
+  MoeWeights w = quant::make_random_weights(s, seed);
+  if (fam.bias_dtype == DType::kBFloat16) {  // what the family's files can hold exactly
+    round_to_bf16(w.fc1_bias);
+    round_to_bf16(w.fc2_bias);
+  }
+  return w;
+}
+
+struct Case {
+  std::string family;
+  MoeSpec spec;
+  std::string label;
+};
+
+std::vector<Case> round_trip_cases() {
+  std::vector<Case> c;
+  for (const char* fam : {"mixtral", "qwen3_moe", "deepseek_v3"}) {
+    for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kFP16, WeightFormat::kFP32}) {
+      for (GateUpLayout l : {GateUpLayout::kHalves, GateUpLayout::kInterleaved}) {
+        MoeSpec s = small_spec(f, 4, 64, 32);
+        s.gate_up_layout = l;
+        c.push_back({fam, s, std::string(fam) + "/" + to_string(f) + "/" + to_string(l)});
+      }
+    }
+    c.push_back({fam, small_spec(WeightFormat::kFP8Block128, 2, 384, 256),
+                 std::string(fam) + "/fp8_block128"});
+  }
+  c.push_back({"deepseek_v3", deepseek_spec(), "deepseek_v3/routing"});
+  for (WeightFormat f : {WeightFormat::kMXFP4, WeightFormat::kBF16, WeightFormat::kFP32}) {
+    for (GateUpLayout l : {GateUpLayout::kInterleaved, GateUpLayout::kHalves}) {
+      c.push_back({"gpt_oss", gpt_oss_spec(f, l),
+                   std::string("gpt_oss/") + to_string(f) + "/" + to_string(l)});
+    }
+  }
+  for (GateUpLayout l : {GateUpLayout::kHalves, GateUpLayout::kInterleaved}) {
+    MoeSpec s = small_spec(WeightFormat::kBF16, 4, 48, 40);
+    s.top_k = 1;
+    s.routing.method = RoutingMethod::kLlama4;
+    s.gate_up_layout = l;
+    c.push_back({"llama4", s, std::string("llama4/") + to_string(l)});
+  }
+  // moekit's own files: every format, gated and not, with biases, zero points and AWQ scales.
+  for (WeightFormat f :
+       {WeightFormat::kBF16, WeightFormat::kFP16, WeightFormat::kFP32, WeightFormat::kFP8PerTensor,
+        WeightFormat::kFP8Block128, WeightFormat::kInt8Group, WeightFormat::kInt4Group,
+        WeightFormat::kMXFP4, WeightFormat::kNVFP4, WeightFormat::kMXFP8}) {
+    MoeSpec s = small_spec(f, 4, 256, 256);
+    s.fc1_bias = s.fc2_bias = true;
+    s.gate_up_layout =
+        f == WeightFormat::kFP8Block128 ? GateUpLayout::kHalves : GateUpLayout::kInterleaved;
+    c.push_back({"moekit", s, std::string("moekit/") + to_string(f)});
+    if (f == WeightFormat::kInt8Group || f == WeightFormat::kInt4Group) {
+      MoeSpec z = s;
+      z.weights.group_size = 64;
+      z.weights.zero_points = true;
+      z.weights.pre_quant_scale = true;
+      c.push_back({"moekit", z, std::string("moekit/") + to_string(f) + "/zeros+awq"});
+    }
+  }
+  MoeSpec ng = small_spec(WeightFormat::kInt4Group, 2, 128, 64);
+  ng.activation.kind = ActivationKind::kReLU2;
+  ng.weights.group_size = 32;
+  c.push_back({"moekit", ng, "moekit/non-gated"});
+  return c;
+}
+
+TEST(LayerWeights, RoundTripEveryFamily) {
+  uint64_t seed = 100;
+  for (const Case& c : round_trip_cases()) {
+    SCOPED_TRACE(c.label);
+    const ModelFamily& fam = find_model_family(c.family);
+    ASSERT_TRUE(c.spec.validate().empty()) << c.spec.validate()[0];
+    const MoeWeights w = random_weights(c.spec, ++seed, fam);
+    const std::string path = temp_path(std::to_string(seed) + ".safetensors");
+    save_layer_weights(path, fam, 3, c.spec, w);
+    const MoeWeights back = load_layer_weights({path}, fam, 3, c.spec);
+    expect_same(w, back, c.label);
+  }
+}
+
+// Every TP x EP rank loads exactly shard_weights() of the full set.
+TEST(LayerWeights, LocalShardEqualsShardWeights) {
+  std::vector<Case> cases = {
+      {"qwen3_moe", small_spec(WeightFormat::kBF16, 4, 64, 64), "qwen3_moe"},
+      {"deepseek_v3", deepseek_spec(), "deepseek_v3"},
+      {"gpt_oss", gpt_oss_spec(WeightFormat::kMXFP4, GateUpLayout::kInterleaved), "gpt_oss/mxfp4"},
+      {"gpt_oss", gpt_oss_spec(WeightFormat::kMXFP4, GateUpLayout::kHalves),
+       "gpt_oss/mxfp4/halves"},
+      {"gpt_oss", gpt_oss_spec(WeightFormat::kBF16, GateUpLayout::kInterleaved), "gpt_oss/bf16"},
+      {"llama4", small_spec(WeightFormat::kFP16, 4, 48, 64), "llama4"},
+  };
+  cases[1].spec.intermediate = 512;  // fp8 blocks: 256 rows per TP rank
+  cases[0].spec.gate_up_layout = GateUpLayout::kInterleaved;
+  for (WeightFormat f : {WeightFormat::kInt4Group, WeightFormat::kNVFP4,
+                         WeightFormat::kFP8PerTensor, WeightFormat::kFP8Block128}) {
+    MoeSpec s = small_spec(f, 4, 256, 256);
+    s.fc1_bias = s.fc2_bias = true;
+    if (f == WeightFormat::kInt4Group) {
+      s.weights.group_size = 64;
+      s.weights.zero_points = s.weights.pre_quant_scale = true;
+      s.gate_up_layout = GateUpLayout::kInterleaved;
+    }
+    cases.push_back({"moekit", s, std::string("moekit/") + to_string(f)});
+  }
+  uint64_t seed = 500;
+  for (const Case& c : cases) {
+    const ModelFamily& fam = find_model_family(c.family);
+    const MoeWeights full = random_weights(c.spec, ++seed, fam);
+    const std::string path = temp_path(std::to_string(seed) + ".safetensors");
+    save_layer_weights(path, fam, 0, c.spec, full);
+    for (int tp : {1, 2}) {
+      for (int ep : {1, 2, 4}) {
+        for (int tr = 0; tr < tp; ++tr) {
+          for (int er = 0; er < ep; ++er) {
+            MoeSpec s = c.spec;
+            s.tp_size = tp;
+            s.tp_rank = tr;
+            s.ep_size = ep;
+            s.ep_rank = er;
+            const std::string label = c.label + " tp " + std::to_string(tr) + "/" +
+                                      std::to_string(tp) + " ep " + std::to_string(er) + "/" +
+                                      std::to_string(ep);
+            SCOPED_TRACE(label);
+            ASSERT_TRUE(s.validate().empty()) << s.validate()[0];
+            expect_same(load_layer_weights({path}, fam, 0, s), shard_weights(s, full), label);
+          }
+        }
+      }
+    }
+  }
+}
+
+// The files hold what the real checkpoints hold, under their names.
+TEST(LayerWeights, CheckpointNamesAndLayouts) {
+  {
+    const MoeSpec s = small_spec(WeightFormat::kBF16, 4, 64, 32);
+    const ModelFamily& fam = find_model_family("mixtral");
+    const MoeWeights w = quant::make_random_weights(s, 7);
+    const std::string path = temp_path("mixtral.safetensors");
+    save_layer_weights(path, fam, 5, s, w);
+    // w1 = gate = FC1 rows [0, I), w3 = up = rows [I, 2I), w2 = down = FC2.
+    const std::size_t row = 64 * 2;
+    const NamedTensor w1 = read_tensor(path, "model.layers.5.block_sparse_moe.experts.2.w1.weight");
+    const NamedTensor w3 = read_tensor(path, "model.layers.5.block_sparse_moe.experts.2.w3.weight");
+    const NamedTensor w2 = read_tensor(path, "model.layers.5.block_sparse_moe.experts.2.w2.weight");
+    EXPECT_EQ(w1.dtype, DType::kBFloat16);
+    EXPECT_EQ(w1.shape, (std::vector<int64_t>{32, 64}));
+    EXPECT_EQ(w2.shape, (std::vector<int64_t>{64, 32}));
+    const uint8_t* e2 = w.fc1.values.data() + 2 * 64 * row;
+    EXPECT_EQ(std::memcmp(w1.bytes.data(), e2, 32 * row), 0);
+    EXPECT_EQ(std::memcmp(w3.bytes.data(), e2 + 32 * row, 32 * row), 0);
+    EXPECT_EQ(std::memcmp(w2.bytes.data(), w.fc2.values.data() + 2 * 64 * 32 * 2, 64 * 32 * 2), 0);
+    EXPECT_EQ(read_metadata(path).at("format"), "pt");
+  }
+  {
+    const MoeSpec s = deepseek_spec();
+    const MoeWeights w = quant::make_random_weights(s, 8);
+    const std::string path = temp_path("dsv3.safetensors");
+    save_layer_weights(path, find_model_family("deepseek_v3"), 0, s, w);
+    const NamedTensor g = read_tensor(path, "model.layers.0.mlp.experts.7.gate_proj.weight");
+    EXPECT_EQ(g.dtype, DType::kFloat8E4M3);
+    const NamedTensor gs =
+        read_tensor(path, "model.layers.0.mlp.experts.7.gate_proj.weight_scale_inv");
+    EXPECT_EQ(gs.dtype, DType::kFloat32);
+    EXPECT_EQ(gs.shape, (std::vector<int64_t>{2, 2}));
+    const NamedTensor b = read_tensor(path, "model.layers.0.mlp.gate.e_score_correction_bias");
+    EXPECT_EQ(b.shape, (std::vector<int64_t>{8}));
+    EXPECT_EQ(named_tensor_to_floats(b), w.routing_bias);
+  }
+  {
+    // gpt-oss: blocks [E, 2I, H/32, 16], scales [E, 2I, H/32], gate/up interleaved, bf16 biases.
+    const MoeSpec s = gpt_oss_spec(WeightFormat::kMXFP4, GateUpLayout::kHalves);
+    const ModelFamily& fam = find_model_family("gpt_oss");
+    const MoeWeights w = quant::make_random_weights(s, 9);
+    const std::string path = temp_path("gptoss.safetensors");
+    save_layer_weights(path, fam, 1, s, w);
+    const std::string p = "model.layers.1.mlp.experts.";
+    const NamedTensor blocks = read_tensor(path, p + "gate_up_proj_blocks");
+    const NamedTensor scales = read_tensor(path, p + "gate_up_proj_scales");
+    EXPECT_EQ(blocks.dtype, DType::kUInt8);
+    EXPECT_EQ(blocks.shape, (std::vector<int64_t>{4, 128, 2, 16}));
+    EXPECT_EQ(scales.shape, (std::vector<int64_t>{4, 128, 2}));
+    EXPECT_EQ(read_tensor(path, p + "down_proj_blocks").shape,
+              (std::vector<int64_t>{4, 64, 2, 16}));
+    const NamedTensor bias = read_tensor(path, p + "gate_up_proj_bias");
+    EXPECT_EQ(bias.dtype, DType::kBFloat16);
+    // File row 2i is gate i = moekit (halves) row i; file row 2i+1 is up i = row 64 + i.
+    const auto fb = named_tensor_to_floats(bias);
+    for (int64_t e = 0; e < 4; ++e) {
+      for (int64_t i = 0; i < 64; i += 9) {
+        for (int part = 0; part < 2; ++part) {
+          const int64_t frow = e * 128 + 2 * i + part, mrow = e * 128 + part * 64 + i;
+          EXPECT_EQ(
+              std::memcmp(blocks.bytes.data() + frow * 32, w.fc1.values.data() + mrow * 32, 32), 0);
+          EXPECT_EQ(scales.bytes[frow * 2], w.fc1.scale_bytes[mrow * 2]);
+          EXPECT_EQ(fb[frow], numeric::bf16_to_float(numeric::float_to_bf16(w.fc1_bias[mrow])));
+        }
+      }
+    }
+    // Loading rounds nothing further: biases come back as the bf16 the file holds.
+    const MoeWeights back = load_layer_weights({path}, fam, 1, s);
+    std::vector<float> r = w.fc1_bias;
+    round_to_bf16(r);
+    EXPECT_EQ(back.fc1_bias, r);
+  }
+  {
+    // Llama-4: gate_up_proj [E, H, 2I] (in-features first), gate then up.
+    MoeSpec s = small_spec(WeightFormat::kBF16, 2, 48, 40);
+    s.top_k = 1;
+    s.routing.method = RoutingMethod::kLlama4;
+    const MoeWeights w = quant::make_random_weights(s, 10);
+    const std::string path = temp_path("llama4.safetensors");
+    save_layer_weights(path, find_model_family("llama4"), 2, s, w);
+    const NamedTensor gu =
+        read_tensor(path, "language_model.model.layers.2.feed_forward.experts.gate_up_proj");
+    const NamedTensor dn =
+        read_tensor(path, "language_model.model.layers.2.feed_forward.experts.down_proj");
+    EXPECT_EQ(gu.shape, (std::vector<int64_t>{2, 48, 80}));
+    EXPECT_EQ(dn.shape, (std::vector<int64_t>{2, 40, 48}));
+    for (int64_t e = 0; e < 2; ++e)
+      for (int64_t h = 0; h < 48; h += 7)
+        for (int64_t j = 0; j < 80; j += 3) {
+          EXPECT_EQ(std::memcmp(gu.bytes.data() + ((e * 48 + h) * 80 + j) * 2,
+                                w.fc1.values.data() + ((e * 80 + j) * 48 + h) * 2, 2),
+                    0);
+          if (j < 40)
+            EXPECT_EQ(std::memcmp(dn.bytes.data() + ((e * 40 + j) * 48 + h) * 2,
+                                  w.fc2.values.data() + ((e * 48 + h) * 40 + j) * 2, 2),
+                      0);
+        }
+  }
+}
+
+TEST(LayerWeights, ShardsSpreadOverFiles) {
+  const MoeSpec s = small_spec(WeightFormat::kBF16, 4, 64, 32);
+  const ModelFamily& fam = find_model_family("qwen3_moe");
+  const MoeWeights w = quant::make_random_weights(s, 11);
+  const std::string whole = temp_path("whole.safetensors");
+  save_layer_weights(whole, fam, 0, s, w);
+  auto tensors = read_tensors(whole);
+  std::vector<NamedTensor> a, b;
+  for (std::size_t i = 0; i < tensors.size(); ++i) (i % 3 == 0 ? a : b).push_back(tensors[i]);
+  const std::string pa = temp_path("a.safetensors"), pb = temp_path("b.safetensors");
+  write_tensors(pa, a);
+  write_tensors(pb, b);
+  expect_same(load_layer_weights({pa, pb}, fam, 0, s), w, "two files");
+  // The same tensor in two files is ambiguous.
+  try {
+    load_layer_weights({pa, pb, whole}, fam, 0, s);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kBadFile);
+    EXPECT_NE(std::string(e.what()).find(whole), std::string::npos) << e.what();
+  }
+  // A folder and an index file name the same shards.
+  const std::string index = temp_path("model.safetensors.index.json");
+  {
+    std::ofstream f(index);
+    f << R"({"metadata": {}, "weight_map": {"x": ")"
+      << std::filesystem::path(pa).filename().string() << R"(", "y": ")"
+      << std::filesystem::path(pb).filename().string() << R"("}})";
+  }
+  const auto files = checkpoint_files(index);
+  ASSERT_EQ(files.size(), 2u);
+  expect_same(load_layer_weights(files, fam, 0, s), w, "index");
+  EXPECT_EQ(checkpoint_files(pa), std::vector<std::string>{pa});
+}
+
+// Rewrites `path` with tensor `name` changed by `edit` (or removed when edit returns false).
+void edit_tensor(const std::string& path, const std::string& name,
+                 const std::function<bool(NamedTensor&)>& edit) {
+  auto tensors = read_tensors(path);
+  const auto meta = read_metadata(path);
+  std::vector<NamedTensor> out;
+  bool found = false;
+  for (auto& t : tensors) {
+    if (t.name == name) {
+      found = true;
+      if (!edit(t)) continue;
+    }
+    out.push_back(t);
+  }
+  ASSERT_TRUE(found) << name;
+  write_tensors(path, out, meta);
+}
+
+void expect_load_error(const std::string& path, const ModelFamily& fam, const MoeSpec& s,
+                       ErrorCode code, const std::vector<std::string>& parts) {
+  try {
+    load_layer_weights({path}, fam, 0, s);
+    ADD_FAILURE() << "loaded without error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    for (const auto& p : parts)
+      EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
+          << "'" << p << "' not in: " << e.what();
+  }
+}
+
+TEST(LayerWeights, MismatchNamesFileTensorExpectedAndFound) {
+  const MoeSpec s = small_spec(WeightFormat::kBF16, 4, 64, 32);
+  const ModelFamily& fam = find_model_family("mixtral");
+  const MoeWeights w = quant::make_random_weights(s, 12);
+  const std::string t = "model.layers.0.block_sparse_moe.experts.1.w3.weight";
+  {
+    const std::string path = temp_path("dtype.safetensors");
+    save_layer_weights(path, fam, 0, s, w);
+    edit_tensor(path, t, [](NamedTensor& x) {
+      x.dtype = DType::kFloat16;
+      return true;
+    });
+    expect_load_error(path, fam, s, ErrorCode::kBadFile, {path, t, "BF16", "F16"});
+  }
+  {
+    const std::string path = temp_path("shape.safetensors");
+    save_layer_weights(path, fam, 0, s, w);
+    edit_tensor(path, t, [](NamedTensor& x) {
+      x.shape = {64, 32};
+      return true;
+    });
+    expect_load_error(path, fam, s, ErrorCode::kBadFile, {path, t, "[32, 64]", "[64, 32]"});
+  }
+  {
+    const std::string path = temp_path("missing.safetensors");
+    save_layer_weights(path, fam, 0, s, w);
+    edit_tensor(path, t, [](NamedTensor&) { return false; });
+    expect_load_error(path, fam, s, ErrorCode::kBadFile, {path, t});
+  }
+  {
+    // Another layer is not in the file.
+    const std::string path = temp_path("layer.safetensors");
+    save_layer_weights(path, fam, 0, s, w);
+    try {
+      load_layer_weights({path}, fam, 1, s);
+      ADD_FAILURE();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kBadFile);
+      EXPECT_NE(std::string(e.what()).find("model.layers.1."), std::string::npos) << e.what();
+    }
+  }
+  {
+    // The spec expects another shape than the file holds.
+    const std::string path = temp_path("spec.safetensors");
+    save_layer_weights(path, fam, 0, s, w);
+    MoeSpec other = s;
+    other.intermediate = 48;
+    expect_load_error(path, fam, other, ErrorCode::kBadFile, {path, "[48, 64]", "[32, 64]"});
+  }
+  {
+    // gpt-oss blocks and biases.
+    const MoeSpec g = gpt_oss_spec(WeightFormat::kMXFP4, GateUpLayout::kInterleaved);
+    const ModelFamily& gf = find_model_family("gpt_oss");
+    const std::string path = temp_path("gptoss.safetensors");
+    save_layer_weights(path, gf, 0, g, random_weights(g, 13, gf));
+    const std::string blocks = "model.layers.0.mlp.experts.down_proj_blocks";
+    edit_tensor(path, blocks, [](NamedTensor& x) {
+      x.shape = {4, 64, 32};
+      return true;
+    });
+    expect_load_error(path, gf, g, ErrorCode::kBadFile,
+                      {path, blocks, "[4, 64, 2, 16]", "[4, 64, 32]"});
+    save_layer_weights(path, gf, 0, g, random_weights(g, 13, gf));
+    const std::string bias = "model.layers.0.mlp.experts.gate_up_proj_bias";
+    edit_tensor(path, bias, [](NamedTensor& x) {
+      x.dtype = DType::kInt8;  // same byte count as the bf16 [4, 128]
+      x.shape = {4, 128, 2};
+      return true;
+    });
+    expect_load_error(path, gf, g, ErrorCode::kBadFile, {path, bias, "I8"});
+  }
+}
+
+// fp8 exports other than DeepSeek's store weight_scale_inv as bf16: read and widened to fp32.
+TEST(LayerWeights, Bf16BlockScalesAreWidened) {
+  const MoeSpec s = deepseek_spec();
+  const ModelFamily& fam = find_model_family("deepseek_v3");
+  const MoeWeights w = quant::make_random_weights(s, 17);
+  const std::string path = test::temp_path("bf16scales.safetensors");
+  save_layer_weights(path, fam, 0, s, w);
+  const std::string name = "model.layers.0.mlp.experts.3.up_proj.weight_scale_inv";
+  std::vector<float> rounded;
+  edit_tensor(path, name, [&](NamedTensor& t) {
+    rounded = named_tensor_to_floats(t);
+    round_to_bf16(rounded);
+    t = named_tensor_from_floats(t.name, DType::kBFloat16, t.shape, rounded.data());
+    return true;
+  });
+  const MoeWeights back = load_layer_weights({path}, fam, 0, s);
+  // Expert 3's FC1 blocks: [4 row blocks (gate 2, up 2), 2 column blocks]; up is rows 2..3.
+  MoeWeights want = w;
+  for (int i = 0; i < 4; ++i) want.fc1.scales[(3 * 4 + 2) * 2 + i] = rounded[i];
+  expect_same(back, want, "bf16 scales");
+  EXPECT_NE(rounded, std::vector<float>(w.fc1.scales.begin() + 28, w.fc1.scales.begin() + 32));
+}
+
+// Newer exports type the MXFP4 scales F8_E8M0 rather than U8: the same bytes, accepted.
+TEST(LayerWeights, E8m0ScalesTypedF8E8M0) {
+  const MoeSpec s = gpt_oss_spec(WeightFormat::kMXFP4, GateUpLayout::kInterleaved);
+  const ModelFamily& fam = find_model_family("gpt_oss");
+  const MoeWeights w = random_weights(s, 18, fam);
+  const std::string u8 = test::temp_path("u8.safetensors"), e8 = test::temp_path("e8.safetensors");
+  save_layer_weights(u8, fam, 0, s, w);
+  {
+    const io::SafetensorsFile f(u8);
+    std::vector<io::TensorRef> refs;
+    for (const auto& t : f.tensors()) {
+      const bool scales = t.name.size() > 7 && t.name.compare(t.name.size() - 7, 7, "_scales") == 0;
+      refs.push_back({t.name, scales ? io::StDtype::kF8E8M0 : t.dtype, t.shape, f.bytes(t)});
+    }
+    io::write_safetensors(e8, refs);
+  }
+  expect_same(load_layer_weights({e8}, fam, 0, s), w, "F8_E8M0 scales");
+}
+
+TEST(LayerWeights, NativeFormatMismatchNamesBoth) {
+  MoeSpec s = small_spec(WeightFormat::kInt8Group, 2, 128, 128);
+  const ModelFamily& fam = find_model_family("moekit");
+  const std::string path = temp_path("native.safetensors");
+  save_layer_weights(path, fam, 0, s, quant::make_random_weights(s, 14));
+  MoeSpec other = s;
+  other.weights.format = WeightFormat::kInt4Group;
+  expect_load_error(path, fam, other, ErrorCode::kFormatMismatch, {"int8", "int4"});
+  MoeSpec group = s;
+  group.weights.group_size = 64;
+  expect_load_error(path, fam, group, ErrorCode::kFormatMismatch, {"128", "64"});
+}
+
+TEST(LayerWeights, UnsupportedCombinations) {
+  const ModelFamily& mixtral = find_model_family("mixtral");
+  const std::string path = temp_path("x.safetensors");
+  MoeSpec s = small_spec(WeightFormat::kBF16, 4, 64, 32);
+  save_layer_weights(path, mixtral, 0, s, quant::make_random_weights(s, 15));
+  auto expect_unsupported = [&](const ModelFamily& fam, const MoeSpec& spec,
+                                const std::string& part) {
+    try {
+      load_layer_weights({path}, fam, 0, spec);
+      ADD_FAILURE() << part;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(fam.name), std::string::npos) << e.what();
+    }
+  };
+  MoeSpec mx = small_spec(WeightFormat::kMXFP4, 4, 64, 32);
+  expect_unsupported(mixtral, mx, "mxfp4");
+  MoeSpec bias = s;
+  bias.fc1_bias = true;
+  expect_unsupported(mixtral, bias, "fc1_bias");
+  MoeSpec ng = s;
+  ng.activation.kind = ActivationKind::kGeLUErf;
+  expect_unsupported(mixtral, ng, "gated");
+  expect_unsupported(find_model_family("deepseek_v3"), mx, "mxfp4");
+  // fp8 128-row blocks cannot be interleaved from separate gate and up tensors.
+  MoeSpec fp8 = small_spec(WeightFormat::kFP8Block128, 2, 256, 256);
+  fp8.gate_up_layout = GateUpLayout::kInterleaved;
+  MoeSpec fp8_halves = fp8;
+  fp8_halves.gate_up_layout = GateUpLayout::kHalves;
+  const std::string p8 = temp_path("fp8.safetensors");
+  save_layer_weights(p8, mixtral, 0, fp8_halves, quant::make_random_weights(fp8_halves, 16));
+  try {
+    load_layer_weights({p8}, mixtral, 0, fp8);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+  }
+  // Saving needs the full set; an invalid spec is refused before anything is read.
+  MoeSpec sharded = s;
+  sharded.ep_size = 2;
+  try {
+    save_layer_weights(temp_path("y.safetensors"), mixtral, 0, sharded,
+                       quant::make_random_weights(sharded, 1));
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+  }
+  MoeSpec invalid = s;
+  invalid.top_k = 0;
+  try {
+    load_layer_weights({path}, mixtral, 0, invalid);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidSpec) << e.what();
+  }
+}
+
+TEST(LayerWeights, Families) {
+  for (const char* n : {"mixtral", "qwen3_moe", "deepseek_v3", "gpt_oss", "llama4", "moekit"})
+    EXPECT_EQ(find_model_family(n).name, n);
+  try {
+    find_model_family("gpt2");
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kNotFound);
+    EXPECT_NE(std::string(e.what()).find("mixtral"), std::string::npos);
+  }
+  EXPECT_EQ(expand_tensor_name("model.layers.{L}.experts.{e}.w1.{L}", 12, 7),
+            "model.layers.12.experts.7.w1.12");
+}
+
+// A family is plain data: a copy with other names (or formats) reads and writes its own files.
+TEST(LayerWeights, CustomFamily) {
+  ModelFamily mine = find_model_family("qwen3_moe");
+  mine.name = "mine";
+  mine.gate_proj = "blk.{L}.ffn.{e}.g";
+  mine.up_proj = "blk.{L}.ffn.{e}.u";
+  mine.down_proj = "blk.{L}.ffn.{e}.d";
+  const MoeSpec s = small_spec(WeightFormat::kBF16, 4, 64, 32);
+  const MoeWeights w = quant::make_random_weights(s, 19);
+  const std::string path = test::temp_path("mine.safetensors");
+  save_layer_weights(path, mine, 2, s, w);
+  EXPECT_NO_THROW(read_tensor(path, "blk.2.ffn.3.u"));
+  expect_same(load_layer_weights({path}, mine, 2, s), w, "mine");
+
+  ModelFamily mx = find_model_family("gpt_oss");
+  mx.formats = {WeightFormat::kMXFP8};
+  const MoeSpec m = gpt_oss_spec(WeightFormat::kMXFP8, GateUpLayout::kHalves);
+  const MoeWeights wm = random_weights(m, 20, mx);
+  save_layer_weights(path, mx, 0, m, wm);
+  EXPECT_EQ(read_tensor(path, "model.layers.0.mlp.experts.down_proj_blocks").shape,
+            (std::vector<int64_t>{4, 64, 2, 32}));
+  expect_same(load_layer_weights({path}, mx, 0, m), wm, "mxfp8 fused");
+}
+
+}  // namespace
+}  // namespace moekit

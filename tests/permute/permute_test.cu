@@ -1,0 +1,245 @@
+// The device permutation against the one the host derives from route_host's ids: offsets, the
+// stable (expert, token, slot) order of the rows, each slot's row, each row's expert, and the
+// gathered rows bit for bit. Both paths (single block, multi block) at tokens 1 .. 4096, EP
+// ranks (ids of other ranks dropped), skewed caller ids, and bad caller ids (dropped, reported).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "permute/permute.hpp"
+#include "pipeline/gpu_test_util.hpp"
+#include "routing/routing.hpp"
+
+namespace moekit::permute {
+namespace {
+
+using devtest::DeviceBuffer;
+using devtest::GpuTest;
+using devtest::to_device;
+using devtest::to_host;
+
+// Device buffers of one Config, poisoned.
+struct Workspace {
+  std::vector<DeviceBuffer> keep;
+  Buffers b;
+  explicit Workspace(const Config& c) {
+    const BufferCounts n = buffer_counts(c);
+    auto take = [&](std::size_t bytes) {
+      keep.emplace_back(bytes);
+      keep.back().poison();
+      return keep.back().ptr;
+    };
+    b.topk_ids = static_cast<int32_t*>(take(n.per_slot * 4));
+    b.topk_weights = static_cast<float*>(take(n.per_slot * 4));
+    b.slot_expert = static_cast<int32_t*>(take(n.per_slot * 4));
+    b.slot_rank = static_cast<int32_t*>(take(n.per_slot * 4));
+    b.slot_row = static_cast<int32_t*>(take(n.per_slot * 4));
+    b.chunk_counts = static_cast<int32_t*>(take(n.chunk_counts * 4));
+    b.expert_totals = static_cast<int32_t*>(take(n.experts * 4));
+    b.offsets = static_cast<int32_t*>(take(n.offsets * 4));
+    b.row_expert = static_cast<int32_t*>(take(n.rows * 4));
+    b.permuted = take(n.permuted_bytes);
+    b.error_word = static_cast<unsigned long long*>(take(8));  // 0xff..: kNoError
+  }
+};
+
+struct Expected {
+  std::vector<int32_t> offsets, slot_row, row_expert, row_token;
+};
+
+// The permutation by definition: rows of local expert e hold its (token, slot) pairs in order.
+Expected expected_permutation(const std::vector<int32_t>& ids, int64_t tokens, int k, int first,
+                              int local) {
+  Expected x;
+  x.slot_row.assign(ids.size(), -1);
+  x.offsets.assign(1, 0);
+  for (int e = 0; e < local; ++e) {
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int s = 0; s < k; ++s)
+        if (ids[t * k + s] == first + e) {
+          x.slot_row[t * k + s] = static_cast<int32_t>(x.row_expert.size());
+          x.row_expert.push_back(e);
+          x.row_token.push_back(static_cast<int32_t>(t));
+        }
+    x.offsets.push_back(static_cast<int32_t>(x.row_expert.size()));
+  }
+  return x;
+}
+
+struct PermuteCase {
+  RoutingParams params;
+  int64_t experts = 32;
+  int top_k = 4;
+  int ep_size = 1, ep_rank = 0;
+  int64_t hidden = 136;  // 272 bytes: not a multiple of 32 vectors per warp
+};
+
+// Runs one permutation and checks it. `ids` (kExternal) are the caller's; for routed methods
+// the host routes the logits. `dropped` marks caller slots the device must drop.
+void check_one(const PermuteCase& su, int64_t tokens, Path path, std::mt19937_64& rng,
+               const std::vector<int32_t>* ext_ids = nullptr) {
+  const int k = su.top_k;
+  const int64_t E = su.experts;
+  Config c;
+  ASSERT_TRUE(routing::make_device_routing(su.params, E, k, nullptr, &c.routing).ok());
+  c.local_experts = static_cast<int>(E / su.ep_size);
+  c.first_expert = su.ep_rank * c.local_experts;
+  c.row_bytes = su.hidden * 2;
+  c.max_tokens = tokens + 5;
+  ASSERT_TRUE(prepare(c).ok());
+  Workspace ws(c);
+
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<uint16_t> hidden(static_cast<std::size_t>(tokens * su.hidden));
+  for (auto& h : hidden) h = devtest::to_bits(DType::kBFloat16, normal(rng));
+  std::vector<int32_t> ids(static_cast<std::size_t>(tokens * k));
+  std::vector<float> weights(ids.size());
+  std::vector<float> logits;
+  if (ext_ids) {
+    ids = *ext_ids;
+    for (auto& w : weights) w = 0.5f + 0.5f * std::fabs(normal(rng));
+  } else {
+    logits.resize(static_cast<std::size_t>(tokens * E));
+    for (auto& l : logits) l = normal(rng);
+    ASSERT_TRUE(routing::route_host(su.params, tokens, E, k, logits.data(), nullptr, ids.data(),
+                                    weights.data())
+                    .ok());
+  }
+  // What the device must make of the ids: bad caller ids become -1.
+  std::vector<int32_t> kept = ids;
+  int64_t first_bad = -1;
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int s = 0; s < k; ++s) {
+      const int32_t v = ids[t * k + s];
+      bool bad = v < 0 || v >= E;
+      for (int i = 0; i < s; ++i) bad = bad || ids[t * k + i] == v;
+      if (bad) {
+        kept[t * k + s] = -1;
+        if (first_bad < 0) first_bad = t * k + s;
+      }
+    }
+  const Expected x = expected_permutation(kept, tokens, k, c.first_expert, c.local_experts);
+
+  DeviceBuffer d_hidden = to_device(hidden), d_logits = to_device(logits);
+  DeviceBuffer d_ids = to_device(ids), d_w = to_device(weights);
+  Inputs in;
+  in.hidden = d_hidden.ptr;
+  in.logits = d_logits.as<float>();
+  in.ids = d_ids.as<int32_t>();
+  in.weights = d_w.as<float>();
+  ASSERT_TRUE(run(c, ws.b, tokens, in, nullptr, path).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+
+  const int L = c.local_experts;
+  const auto offsets = to_host<int32_t>(ws.b.offsets, L + 1);
+  EXPECT_EQ(offsets, x.offsets);
+  const auto got_ids = to_host<int32_t>(ws.b.topk_ids, ids.size());
+  EXPECT_EQ(got_ids, kept);
+  const auto got_w = to_host<float>(ws.b.topk_weights, ids.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const float want = kept[i] < 0 ? 0.0f : weights[i];
+    EXPECT_NEAR(got_w[i], want, 4e-7f * std::fabs(want)) << "slot " << i;
+  }
+  EXPECT_EQ(to_host<int32_t>(ws.b.slot_row, ids.size()), x.slot_row);
+  const int64_t rows = x.offsets.back();
+  EXPECT_EQ(to_host<int32_t>(ws.b.row_expert, rows), x.row_expert);
+  const auto permuted = to_host<uint16_t>(ws.b.permuted, rows * su.hidden);
+  int64_t wrong_rows = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    wrong_rows += !std::equal(permuted.begin() + r * su.hidden,
+                              permuted.begin() + (r + 1) * su.hidden,
+                              hidden.begin() + x.row_token[r] * su.hidden);
+  EXPECT_EQ(wrong_rows, 0) << "gathered rows differing from their token's hidden row";
+  const auto word = to_host<unsigned long long>(ws.b.error_word, 1)[0];
+  if (first_bad < 0) {
+    EXPECT_EQ(word, kNoError);
+  } else {
+    EXPECT_EQ(static_cast<int64_t>(word >> 32), first_bad);
+    EXPECT_EQ(static_cast<int32_t>(word & 0xffffffffu), ids[first_bad]);
+    EXPECT_EQ(decode_error(word, static_cast<int>(E), k).code(), ErrorCode::kInvalidArgument);
+  }
+}
+
+class PermuteTest : public GpuTest {};
+
+TEST_F(PermuteTest, RoutedTokensBothPaths) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0x9e37);
+  PermuteCase su;
+  su.params.method = RoutingMethod::kTopKSoftmax;
+  for (int64_t tokens : {1, 7, 64, 65, 513, 4096, 5000})
+    for (Path path : {Path::kSingleBlock, Path::kMultiBlock, Path::kAuto}) {
+      SCOPED_TRACE("T" + std::to_string(tokens) + " path " + std::to_string(int(path)));
+      check_one(su, tokens, path, rng);
+    }
+}
+
+TEST_F(PermuteTest, ExpertParallelRanksDropOtherExperts) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0x1234);
+  PermuteCase su;
+  su.params.method = RoutingMethod::kSoftmaxTopK;
+  su.experts = 64;
+  su.top_k = 8;
+  su.ep_size = 4;
+  for (int rank = 0; rank < 4; ++rank)
+    for (int64_t tokens : {1, 64, 513})
+      for (Path path : {Path::kSingleBlock, Path::kMultiBlock}) {
+        su.ep_rank = rank;
+        SCOPED_TRACE("rank " + std::to_string(rank) + " T" + std::to_string(tokens));
+        check_one(su, tokens, path, rng);
+      }
+}
+
+TEST_F(PermuteTest, SkewedCallerIds) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0x77);
+  PermuteCase su;
+  su.params.method = RoutingMethod::kExternal;
+  su.experts = 16;
+  su.top_k = 2;
+  for (int64_t tokens : {1, 64, 4096}) {
+    // Every token to experts 5 and 3: one expert holds every first slot, most hold nothing.
+    std::vector<int32_t> ids(static_cast<std::size_t>(tokens * 2));
+    for (int64_t t = 0; t < tokens; ++t) {
+      ids[t * 2] = 5;
+      ids[t * 2 + 1] = 3;
+    }
+    for (Path path : {Path::kSingleBlock, Path::kMultiBlock}) {
+      SCOPED_TRACE("T" + std::to_string(tokens));
+      check_one(su, tokens, path, rng, &ids);
+    }
+  }
+}
+
+TEST_F(PermuteTest, BadCallerIdsAreDroppedAndReported) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0x4242);
+  PermuteCase su;
+  su.params.method = RoutingMethod::kExternal;
+  su.experts = 8;
+  su.top_k = 3;
+  for (int64_t tokens : {7, 513}) {
+    std::vector<int32_t> ids(static_cast<std::size_t>(tokens * 3));
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int s = 0; s < 3; ++s) ids[t * 3 + s] = static_cast<int32_t>((t + 2 * s) % 8);
+    ids[3 * 3 + 1] = 8;            // out of range
+    ids[4 * 3 + 0] = -1;           // negative
+    ids[5 * 3 + 2] = ids[5 * 3];   // repeat of slot 0
+    ids[6 * 3 + 1] = 1 << 30;      // far out of range
+    for (Path path : {Path::kSingleBlock, Path::kMultiBlock}) {
+      SCOPED_TRACE("T" + std::to_string(tokens));
+      check_one(su, tokens, path, rng, &ids);
+    }
+  }
+}
+
+TEST(PermuteLimits, DecodesErrorWords) {
+  EXPECT_TRUE(decode_error(kNoError, 8, 2).ok());
+  const Status s = decode_error((static_cast<unsigned long long>(7 * 2 + 1) << 32) | 9u, 8, 2);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("[7, 1]"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("9"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace moekit::permute

@@ -1,0 +1,526 @@
+// The sm90 engine against reference::forward on fresh random inputs, outputs poisoned (0xFF
+// bytes, NaN) before every run: the real presets' routing and activation at scaled-down shapes
+// for tokens 1, 7, 64, 513 and 4096; every routing method x activation; skewed routing (every
+// token to the same experts, the others empty); TP and EP ranks (tokens a rank does not own get
+// exact zeros); CUDA graph capture of the very first call, replayed on new inputs, equal to
+// eager; bad caller ids reported and dropped. Relative error ||out - ref|| / ||ref|| < 1e-2 for
+// bf16 (the reference rounds where the kernels round, but sums in another order).
+// Sm90EngineSanitizer holds one small case for compute-sanitizer (--gtest_filter=*Sanitizer*).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "moekit/presets.hpp"
+#include "moekit/registry.hpp"
+#include "pipeline/gpu_test_util.hpp"
+#include "pipeline/sm90_engine.hpp"
+#include "quant/quant.hpp"
+#include "reference/reference.hpp"
+#include "routing/routing.hpp"
+
+namespace moekit::pipeline {
+namespace {
+
+using devtest::DeviceBuffer;
+using devtest::from_bits;
+using devtest::GpuTest;
+using devtest::to_bits;
+using devtest::to_device;
+using devtest::to_host;
+
+// How the token-expert pairs are chosen.
+enum class Ids {
+  kRouted,     // the spec's routing method on random logits (on the device; host for the ref)
+  kRandom,     // kExternal: k distinct random experts per token
+  kSameForAll  // kExternal: every token to experts {x, x+1, .., x+k-1}; the others get nothing
+};
+
+MoeSpec small_spec(int64_t E, int64_t k, int64_t H, int64_t I, RoutingMethod m, ActivationKind a,
+                   DType dt = DType::kBFloat16) {
+  MoeSpec s;
+  s.num_experts = E;
+  s.top_k = k;
+  s.hidden = H;
+  s.intermediate = I;
+  s.act_dtype = dt;
+  s.weights.format = dt == DType::kFloat16 ? WeightFormat::kFP16 : WeightFormat::kBF16;
+  s.activation.kind = a;
+  if (a == ActivationKind::kSwiGLUClamped) {
+    s.activation.limit = 7.0f;
+    s.activation.alpha = 1.702f;
+    s.activation.beta = 1.0f;
+  }
+  s.routing.method = m;
+  if (m == RoutingMethod::kDeepSeekV3) {
+    s.routing.n_group = 4;
+    s.routing.topk_group = 2;
+    s.routing.correction_bias = true;
+    s.routing.routed_scaling_factor = 2.5f;
+  }
+  s.max_tokens = 4096;
+  return s;
+}
+
+// A preset's routing and activation at a shape the reference computes quickly.
+MoeSpec scaled_preset(const std::string& name, int64_t E, int64_t H, int64_t I,
+                      DType dt = DType::kBFloat16) {
+  MoeSpec s = find_preset(name).spec;
+  s.num_experts = E;
+  s.hidden = H;
+  s.intermediate = I;
+  s.act_dtype = dt;
+  s.weights = WeightQuant{};
+  s.weights.format = dt == DType::kFloat16 ? WeightFormat::kFP16 : WeightFormat::kBF16;
+  s.max_tokens = 4096;
+  s.tp_size = s.ep_size = 1;
+  s.tp_rank = s.ep_rank = 0;
+  return s;
+}
+
+std::string describe(const MoeSpec& s) {
+  return "E" + std::to_string(s.num_experts) + " k" + std::to_string(s.top_k) + " H" +
+         std::to_string(s.hidden) + " I" + std::to_string(s.intermediate) + " " +
+         to_string(s.routing.method) + " " + to_string(s.activation.kind) + " " +
+         to_string(s.gate_up_layout) + (s.fc1_bias ? " b1" : "") + (s.fc2_bias ? " b2" : "") +
+         " " + to_string(s.act_dtype) + " tp" + std::to_string(s.tp_rank) + "/" +
+         std::to_string(s.tp_size) + " ep" + std::to_string(s.ep_rank) + "/" +
+         std::to_string(s.ep_size);
+}
+
+// One layer: the (sharded) spec, its local weights, its engine.
+struct Layer {
+  MoeSpec spec;
+  MoeWeights local;
+  std::unique_ptr<Engine> engine;
+};
+
+// `spec` may be sharded: weights are drawn for the unsharded layer, then cut.
+Layer make_layer(const MoeSpec& spec, uint64_t seed) {
+  Layer l;
+  l.spec = spec;
+  MoeSpec full = spec;
+  full.tp_size = full.ep_size = 1;
+  full.tp_rank = full.ep_rank = 0;
+  const MoeWeights all = quant::make_random_weights(full, seed);
+  l.local = (spec.tp_size > 1 || spec.ep_size > 1) ? shard_weights(spec, all) : all;
+  l.engine = make_sm90_engine(spec, l.local, 0);
+  return l;
+}
+
+// Host inputs of one forward and what the reference sees.
+struct Inputs {
+  int64_t tokens = 0;
+  std::vector<uint16_t> hidden_bits;
+  std::vector<float> hidden;          // the same values as fp32
+  std::vector<float> logits;          // kRouted
+  std::vector<int32_t> device_ids;    // kExternal: what the engine gets
+  std::vector<float> device_weights;
+  std::vector<int32_t> ids;           // what the reference uses
+  std::vector<float> weights;
+};
+
+Inputs make_inputs(const Layer& l, int64_t T, Ids mode, std::mt19937_64& rng) {
+  const MoeSpec& s = l.spec;
+  const int64_t E = s.num_experts, k = s.top_k;
+  Inputs in;
+  in.tokens = T;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  in.hidden_bits.resize(static_cast<std::size_t>(T * s.hidden));
+  in.hidden.resize(in.hidden_bits.size());
+  for (std::size_t i = 0; i < in.hidden.size(); ++i) {
+    in.hidden_bits[i] = to_bits(s.act_dtype, normal(rng));
+    in.hidden[i] = from_bits(s.act_dtype, in.hidden_bits[i]);
+  }
+  in.ids.resize(static_cast<std::size_t>(T * k));
+  in.weights.resize(in.ids.size());
+  if (mode == Ids::kRouted) {
+    in.logits.resize(static_cast<std::size_t>(T * E));
+    for (auto& x : in.logits) x = 2.0f * normal(rng);
+    const float* bias = s.routing.correction_bias ? l.local.routing_bias.data() : nullptr;
+    EXPECT_TRUE(routing::route_host(s.routing, T, E, k, in.logits.data(), bias, in.ids.data(),
+                                    in.weights.data())
+                    .ok());
+    return in;
+  }
+  std::uniform_real_distribution<float> uw(0.1f, 1.0f);
+  std::vector<int32_t> perm(static_cast<std::size_t>(E));
+  std::iota(perm.begin(), perm.end(), 0);
+  const int32_t x = static_cast<int32_t>(rng() % E);
+  for (int64_t t = 0; t < T; ++t) {
+    if (mode == Ids::kRandom) std::shuffle(perm.begin(), perm.end(), rng);
+    for (int64_t j = 0; j < k; ++j) {
+      in.ids[t * k + j] = mode == Ids::kRandom ? perm[j] : static_cast<int32_t>((x + j) % E);
+      in.weights[t * k + j] = uw(rng);
+    }
+  }
+  in.device_ids = in.ids;
+  in.device_weights = in.weights;
+  return in;
+}
+
+std::vector<float> reference_out(const Layer& l, const Inputs& in) {
+  std::vector<float> ref(in.hidden.size());
+  const Status st = reference::forward(l.spec, l.local, in.tokens, in.hidden.data(),
+                                       in.ids.data(), in.weights.data(), ref.data());
+  EXPECT_TRUE(st.ok()) << st.message();
+  return ref;
+}
+
+// Device copies of one forward's inputs and its (poisoned) output.
+struct DeviceRun {
+  DeviceBuffer hidden, logits, ids, weights, out;
+  ForwardArgs args;
+  DeviceRun(const Layer& l, const Inputs& in, cudaStream_t stream)
+      : hidden(to_device(in.hidden_bits)),
+        logits(to_device(in.logits)),
+        ids(to_device(in.device_ids)),
+        weights(to_device(in.device_weights)),
+        out(in.hidden_bits.size() * 2) {
+    const MoeSpec& s = l.spec;
+    const int64_t T = in.tokens;
+    args.hidden = cuda_view(hidden.ptr, s.act_dtype, {T, s.hidden});
+    args.output = cuda_view(out.ptr, s.act_dtype, {T, s.hidden});
+    if (s.routing.method == RoutingMethod::kExternal) {
+      args.topk_ids = cuda_view(ids.ptr, DType::kInt32, {T, s.top_k});
+      args.topk_weights = cuda_view(weights.ptr, DType::kFloat32, {T, s.top_k});
+    } else {
+      args.router_logits = cuda_view(logits.ptr, DType::kFloat32, {T, s.num_experts});
+    }
+    args.stream = stream;
+    out.poison();
+  }
+  // Replaces the inputs' contents in place (same pointers, as a captured graph needs).
+  void refill(const Inputs& in) {
+    auto put = [](DeviceBuffer& b, const auto& v) {
+      if (!v.empty())
+        ASSERT_EQ(cudaMemcpy(b.ptr, v.data(), v.size() * sizeof(v[0]), cudaMemcpyHostToDevice),
+                  cudaSuccess);
+    };
+    put(hidden, in.hidden_bits);
+    put(logits, in.logits);
+    put(ids, in.device_ids);
+    put(weights, in.device_weights);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    out.poison();
+  }
+  std::vector<uint16_t> result() { return to_host<uint16_t>(out.ptr, out.bytes / 2); }
+};
+
+double tolerance(DType t) { return t == DType::kFloat16 ? 3e-3 : 1e-2; }
+
+// Compares a device output with the reference: no NaN (every element written), exact zeros
+// where the reference has a zero row (tokens with no local expert), relative error below tol.
+void expect_close(const MoeSpec& s, const std::vector<uint16_t>& out, const std::vector<float>& ref,
+                  double tol) {
+  const int64_t H = s.hidden, T = static_cast<int64_t>(ref.size()) / H;
+  double diff = 0, norm = 0;
+  int64_t nan = 0, nonzero_in_zero_rows = 0, zero_rows = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    bool ref_zero = true;
+    for (int64_t h = 0; h < H; ++h) ref_zero = ref_zero && ref[t * H + h] == 0.0f;
+    zero_rows += ref_zero;
+    for (int64_t h = 0; h < H; ++h) {
+      const float v = from_bits(s.act_dtype, out[t * H + h]);
+      if (std::isnan(v)) {
+        ++nan;
+        continue;
+      }
+      if (ref_zero) nonzero_in_zero_rows += out[t * H + h] != 0;
+      const double d = double(v) - ref[t * H + h];
+      diff += d * d;
+      norm += double(ref[t * H + h]) * ref[t * H + h];
+    }
+  }
+  EXPECT_EQ(nan, 0) << "NaN outputs (unwritten or computed)";
+  EXPECT_EQ(nonzero_in_zero_rows, 0) << "tokens with no local expert must be exact zeros ("
+                                     << zero_rows << " such tokens)";
+  if (norm > 0) EXPECT_LT(std::sqrt(diff / norm), tol);
+}
+
+// One forward on fresh inputs, checked against the reference.
+void check_forward(Layer& l, int64_t T, Ids mode, std::mt19937_64& rng,
+                   cudaStream_t stream = nullptr) {
+  SCOPED_TRACE(describe(l.spec) + " T" + std::to_string(T) + " ids " +
+               std::to_string(static_cast<int>(mode)));
+  const Inputs in = make_inputs(l, T, mode, rng);
+  const std::vector<float> ref = reference_out(l, in);
+  DeviceRun run(l, in, stream);
+  l.engine->forward(run.args);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  expect_close(l.spec, run.result(), ref, tolerance(l.spec.act_dtype));
+  EXPECT_TRUE(l.engine->poll_errors().ok());
+}
+
+Ids ids_for(const MoeSpec& s) {
+  return s.routing.method == RoutingMethod::kExternal ? Ids::kRandom : Ids::kRouted;
+}
+
+class Sm90EngineTest : public GpuTest {};
+
+TEST_F(Sm90EngineTest, PresetShapesAcrossTokenCounts) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0x9001);
+  std::vector<MoeSpec> specs = {
+      scaled_preset("qwen3-30b-a3b", 32, 512, 256),
+      scaled_preset("mixtral-8x7b", 8, 1024, 512),
+      scaled_preset("deepseek-v3", 64, 512, 128),
+      scaled_preset("gpt-oss-120b", 32, 576, 288),
+      scaled_preset("llama4-maverick", 16, 512, 512),
+      scaled_preset("qwen3-30b-a3b", 32, 512, 256, DType::kFloat16),
+      scaled_preset("gpt-oss-120b", 32, 576, 288, DType::kFloat16),
+  };
+  for (const MoeSpec& s : specs) {
+    Layer l = make_layer(s, rng());
+    EXPECT_GT(l.engine->workspace_bytes(), 0u);
+    for (int64_t T : {1, 7, 64, 513, 4096}) check_forward(l, T, Ids::kRouted, rng);
+  }
+}
+
+TEST_F(Sm90EngineTest, EveryRoutingMethodTimesActivation) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0x9002);
+  const RoutingMethod methods[] = {RoutingMethod::kSoftmaxTopK, RoutingMethod::kTopKSoftmax,
+                                   RoutingMethod::kDeepSeekV3, RoutingMethod::kLlama4,
+                                   RoutingMethod::kExternal};
+  int n = 0;
+  for (RoutingMethod m : methods)
+    for (int a = 1; a <= 9; ++a, ++n) {
+      const ActivationKind act = static_cast<ActivationKind>(a);
+      const int64_t k = m == RoutingMethod::kLlama4 ? 1 : 2;
+      MoeSpec s = small_spec(8, k, 256, 128, m, act);
+      if (activation_is_gated(act) && n % 2) s.gate_up_layout = GateUpLayout::kInterleaved;
+      s.fc1_bias = n % 3 == 1;
+      s.fc2_bias = n % 3 == 2;
+      s.max_tokens = 200;
+      Layer l = make_layer(s, rng());
+      for (int64_t T : {7, 130}) check_forward(l, T, ids_for(s), rng);
+    }
+}
+
+TEST_F(Sm90EngineTest, SkewedRouting) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0x9003);
+  for (int64_t k : {1, 2, 4}) {
+    MoeSpec s = small_spec(k == 4 ? 32 : 8, k, 256, 128, RoutingMethod::kExternal,
+                           ActivationKind::kSwiGLU);
+    s.fc1_bias = s.fc2_bias = true;
+    Layer l = make_layer(s, rng());
+    for (int64_t T : {1, 64, 4096}) check_forward(l, T, Ids::kSameForAll, rng);
+  }
+}
+
+TEST_F(Sm90EngineTest, TensorParallelRanks) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0x9004);
+  MoeSpec s = scaled_preset("gpt-oss-120b", 16, 256, 256);  // biases: only rank 0 adds FC2's
+  s.tp_size = 2;
+  const uint64_t seed = rng();
+  for (int64_t T : {7, 513}) {
+    // Same inputs on both ranks; the sum of the ranks is the unsharded layer.
+    MoeSpec full = s;
+    full.tp_size = 1;
+    full.tp_rank = 0;
+    Layer whole = make_layer(full, seed);
+    const Inputs in = make_inputs(whole, T, Ids::kRouted, rng);
+    const std::vector<float> ref = reference_out(whole, in);
+    std::vector<float> sum(ref.size(), 0.0f);
+    for (int rank = 0; rank < 2; ++rank) {
+      s.tp_rank = rank;
+      Layer l = make_layer(s, seed);
+      SCOPED_TRACE(describe(s) + " T" + std::to_string(T));
+      const std::vector<float> rank_ref = reference_out(l, in);
+      DeviceRun run(l, in, nullptr);
+      l.engine->forward(run.args);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const auto out = run.result();
+      expect_close(s, out, rank_ref, 1e-2);
+      for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += from_bits(s.act_dtype, out[i]);
+    }
+    std::vector<uint16_t> sum_bits(sum.size());
+    for (std::size_t i = 0; i < sum.size(); ++i) sum_bits[i] = to_bits(s.act_dtype, sum[i]);
+    expect_close(full, sum_bits, ref, 1e-2);
+  }
+}
+
+TEST_F(Sm90EngineTest, ExpertParallelRanks) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0x9005);
+  for (RoutingMethod m : {RoutingMethod::kDeepSeekV3, RoutingMethod::kExternal}) {
+    MoeSpec s = small_spec(32, 4, 256, 128, m, ActivationKind::kSwiGLU);
+    s.routing.n_group = 8;  // DeepSeek: 4 experts per group, 2 groups kept
+    s.fc2_bias = true;
+    s.ep_size = 4;
+    for (int rank = 0; rank < 4; ++rank) {
+      s.ep_rank = rank;
+      Layer l = make_layer(s, 77);
+      for (int64_t T : {1, 64, 513}) check_forward(l, T, ids_for(s), rng);
+    }
+  }
+}
+
+// Captures the very first forward of a fresh engine, replays it, and compares with eager runs,
+// then replays on new input contents.
+void check_graph(const MoeSpec& s, int64_t T, std::mt19937_64& rng) {
+  SCOPED_TRACE(describe(s) + " T" + std::to_string(T));
+  Layer l = make_layer(s, rng());
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  Inputs in = make_inputs(l, T, ids_for(s), rng);
+  DeviceRun run(l, in, stream);
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  l.engine->forward(run.args);  // the first call this engine ever sees
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int round = 0; round < 2; ++round) {
+    if (round == 1) {
+      in = make_inputs(l, T, ids_for(s), rng);
+      run.refill(in);
+    }
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    const auto replayed = run.result();
+    expect_close(s, replayed, reference_out(l, in), tolerance(s.act_dtype));
+    run.out.poison();
+    l.engine->forward(run.args);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    EXPECT_TRUE(run.result() == replayed) << "graph replay differs from eager (round " << round
+                                          << ")";
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+TEST_F(Sm90EngineTest, GraphCaptureOfFirstCallEqualsEager) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0x9006);
+  MoeSpec s = scaled_preset("qwen3-30b-a3b", 32, 512, 256);
+  s.max_tokens = 600;
+  for (int64_t T : {1, 8, 64, 600}) check_graph(s, T, rng);  // single- and multi-block paths
+  MoeSpec d = scaled_preset("deepseek-v3", 64, 512, 128);
+  d.max_tokens = 600;
+  check_graph(d, 5, rng);
+  MoeSpec e = small_spec(16, 2, 256, 128, RoutingMethod::kExternal, ActivationKind::kGeGLUTanh);
+  e.max_tokens = 600;
+  check_graph(e, 300, rng);
+}
+
+// Bad ids: out of range, negative, repeated within a token. They are dropped (the reference
+// sees them as a weight-0 slot on an unused expert) and the first one is reported.
+void check_bad_ids(const MoeSpec& s, int64_t T, std::mt19937_64& rng) {
+  SCOPED_TRACE(describe(s) + " T" + std::to_string(T));
+  Layer l = make_layer(s, rng());
+  Inputs in = make_inputs(l, T, Ids::kRandom, rng);
+  const int64_t k = s.top_k, E = s.num_experts;
+  ASSERT_GE(k, 2);
+  ASSERT_GE(T, 6);
+  in.device_ids[2 * k + 1] = static_cast<int32_t>(E);  // first bad: token 2, slot 1
+  in.device_ids[3 * k + 0] = -1;
+  in.device_ids[4 * k + 1] = in.device_ids[4 * k + 0];
+  in.device_ids[5 * k + 0] = 1 << 30;
+  for (int64_t t : {2, 3, 4, 5}) {
+    const int64_t slot = (t == 2 || t == 4) ? 1 : 0;
+    // An expert this token does not use, with weight 0: contributes nothing to the reference.
+    int32_t unused = 0;
+    while (std::find(in.ids.begin() + t * k, in.ids.begin() + (t + 1) * k, unused) !=
+           in.ids.begin() + (t + 1) * k)
+      ++unused;
+    in.ids[t * k + slot] = unused;
+    in.weights[t * k + slot] = 0.0f;
+  }
+  const std::vector<float> ref = reference_out(l, in);
+  DeviceRun run(l, in, nullptr);
+  l.engine->forward(run.args);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  expect_close(s, run.result(), ref, tolerance(s.act_dtype));
+  const Status st = l.engine->poll_errors();
+  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("[2, 1]"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find(std::to_string(E)), std::string::npos) << st.message();
+  EXPECT_TRUE(l.engine->poll_errors().ok()) << "polling clears the error";
+}
+
+TEST_F(Sm90EngineTest, BadCallerIdsAreDroppedAndReported) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0x9007);
+  MoeSpec s = small_spec(8, 2, 256, 128, RoutingMethod::kExternal, ActivationKind::kSwiGLU);
+  s.max_tokens = 1000;
+  for (int64_t T : {6, 64, 1000}) check_bad_ids(s, T, rng);
+}
+
+TEST_F(Sm90EngineTest, ForwardRejectsBadViews) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0x9008);
+  MoeSpec s = small_spec(8, 2, 256, 128, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU);
+  s.max_tokens = 16;
+  Layer l = make_layer(s, rng());
+  const Inputs in = make_inputs(l, 16, Ids::kRouted, rng);
+  DeviceRun run(l, in, nullptr);
+  auto code_of = [&](ForwardArgs a) {
+    try {
+      l.engine->forward(a);
+    } catch (const Error& e) {
+      return e.code();
+    }
+    return ErrorCode::kOk;
+  };
+  ForwardArgs a = run.args;
+  a.hidden.dtype = DType::kFloat16;
+  EXPECT_EQ(code_of(a), ErrorCode::kInvalidArgument);
+  a = run.args;
+  a.router_logits.shape = {16, 9};
+  EXPECT_EQ(code_of(a), ErrorCode::kInvalidArgument);
+  a = run.args;
+  a.output.shape = {15, 256};
+  EXPECT_EQ(code_of(a), ErrorCode::kInvalidArgument);
+  a = run.args;
+  a.hidden.device = Device::kHost;
+  EXPECT_EQ(code_of(a), ErrorCode::kInvalidArgument);
+  a = run.args;
+  a.hidden.data = static_cast<char*>(a.hidden.data) + 2;
+  EXPECT_EQ(code_of(a), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of(run.args), ErrorCode::kOk);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+// Host-side refusals: no GPU needed (checked before any CUDA call).
+TEST(Sm90EngineLimits, RefusesFormatsOtherThanBf16AndFp16) {
+  MoeSpec s = small_spec(8, 2, 256, 128, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU);
+  s.weights.format = WeightFormat::kFP8PerTensor;
+  const MoeWeights w = quant::make_random_weights(s, 1);
+  try {
+    make_sm90_engine(s, w, 0);
+    ADD_FAILURE() << "fp8 weights were accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+  }
+  MoeSpec f = small_spec(8, 2, 256, 128, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU);
+  f.act_dtype = DType::kFloat32;
+  f.weights.format = WeightFormat::kFP32;
+  try {
+    make_sm90_engine(f, quant::make_random_weights(f, 1), 0);
+    ADD_FAILURE() << "fp32 was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+  }
+}
+
+// The small case compute-sanitizer runs (memcheck, racecheck): routed and caller ids, a bad id.
+class Sm90EngineSanitizer : public GpuTest {};
+
+TEST_F(Sm90EngineSanitizer, SmallCase) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0x9009);
+  MoeSpec s = small_spec(8, 2, 256, 128, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU);
+  s.max_tokens = 64;
+  s.fc1_bias = s.fc2_bias = true;
+  Layer l = make_layer(s, rng());
+  check_forward(l, 64, Ids::kRouted, rng);
+  check_forward(l, 3, Ids::kRouted, rng);
+  MoeSpec e = s;
+  e.routing.method = RoutingMethod::kExternal;
+  check_bad_ids(e, 64, rng);
+}
+
+}  // namespace
+}  // namespace moekit::pipeline

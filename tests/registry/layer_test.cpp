@@ -1,0 +1,318 @@
+// MoeLayer: built through the resolver, refuses before allocating, fixes its formats, and
+// validates every view of forward().
+#include "moekit/layer.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/numeric.hpp"
+#include "moekit/status.hpp"
+#include "reference/reference.hpp"
+#include "registry/registry_fixtures.hpp"
+#include "registry/registry_internal.hpp"
+#include "routing/routing.hpp"
+
+namespace moekit::registry::test {
+namespace {
+
+MoeSpec layer_spec(WeightFormat f = WeightFormat::kBF16, DType act = DType::kBFloat16) {
+  MoeSpec s = small_spec(f, act);
+  s.hidden = 64;
+  s.intermediate = 32;
+  s.max_tokens = 16;
+  return s;
+}
+
+// Stores fp32 values in `format` (bf16 / fp16 / fp32 only).
+std::vector<uint8_t> encode(WeightFormat format, const std::vector<float>& v) {
+  std::vector<uint8_t> out;
+  if (format == WeightFormat::kFP32) {
+    out.resize(v.size() * 4);
+    std::memcpy(out.data(), v.data(), out.size());
+    return out;
+  }
+  out.resize(v.size() * 2);
+  for (size_t i = 0; i < v.size(); ++i) {
+    uint16_t h =
+        format == WeightFormat::kBF16 ? numeric::float_to_bf16(v[i]) : numeric::float_to_fp16(v[i]);
+    std::memcpy(out.data() + 2 * i, &h, 2);
+  }
+  return out;
+}
+
+std::vector<float> randoms(std::mt19937& rng, size_t n, float scale) {
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+MoeWeights random_weights(const MoeSpec& spec, WeightFormat format, std::mt19937& rng) {
+  const LocalProblem lp = derive_local(spec);
+  auto tensor = [&](int64_t rows, int64_t cols) {
+    QuantizedTensor t;
+    t.format = format;
+    t.experts = lp.num_experts;
+    t.rows = rows;
+    t.cols = cols;
+    t.values = encode(format, randoms(rng, static_cast<size_t>(lp.num_experts * rows * cols),
+                                      1.0f / std::sqrt(static_cast<float>(cols))));
+    return t;
+  };
+  MoeWeights w;
+  w.fc1 = tensor(lp.fc1_rows, lp.hidden);
+  w.fc2 = tensor(lp.hidden, lp.intermediate);
+  return w;
+}
+
+struct Buffers {
+  std::vector<uint16_t> hidden, output;  // bf16 / fp16 bits
+  std::vector<float> logits;
+};
+
+Buffers random_inputs(const MoeSpec& s, int64_t tokens, std::mt19937& rng) {
+  Buffers b;
+  std::vector<float> h = randoms(rng, static_cast<size_t>(tokens * s.hidden), 1.0f);
+  b.hidden.resize(h.size());
+  for (size_t i = 0; i < h.size(); ++i) b.hidden[i] = numeric::float_to_bf16(h[i]);
+  b.output.assign(h.size(), 0x7fc1);  // poison: a bf16 NaN
+  b.logits = randoms(rng, static_cast<size_t>(tokens * s.num_experts), 2.0f);
+  return b;
+}
+
+ForwardArgs args_for(const MoeSpec& s, int64_t tokens, Buffers& b) {
+  ForwardArgs a;
+  a.hidden = host_view(b.hidden.data(), s.act_dtype, {tokens, s.hidden});
+  a.output = host_view(b.output.data(), s.act_dtype, {tokens, s.hidden});
+  a.router_logits = host_view(b.logits.data(), DType::kFloat32, {tokens, s.num_experts});
+  return a;
+}
+
+template <class F>
+ErrorCode code_of(F&& f, std::string* message = nullptr) {
+  try {
+    f();
+  } catch (const Error& e) {
+    if (message) *message = e.what();
+    return e.code();
+  }
+  return ErrorCode::kOk;
+}
+
+LayerOptions cpu_options(const Environment& env, const std::string& backend = "auto") {
+  LayerOptions o;
+  o.backend = backend;
+  o.environment = &env;
+  return o;
+}
+
+TEST(MoeLayer, AutoOnCpuRunsTheReferenceExactly) {
+  std::mt19937 rng(1234);
+  const MoeSpec s = layer_spec();
+  const MoeWeights w = random_weights(s, WeightFormat::kBF16, rng);
+  const Environment env = Environment::cpu_only();
+  auto layer = MoeLayer::create(s, w, cpu_options(env));
+  ASSERT_EQ(layer->implementation().id(), "cpu.reference");
+  EXPECT_EQ(layer->implementation().device(), Device::kHost);
+  EXPECT_GT(layer->workspace_bytes(), 0u);
+  EXPECT_TRUE(layer->resolution().ok());
+
+  const int64_t tokens = 7;
+  Buffers b = random_inputs(s, tokens, rng);
+  layer->forward(args_for(s, tokens, b));
+
+  // The same computation, spelled out: route, reference forward, round to bf16.
+  std::vector<float> h(b.hidden.size()), out(b.hidden.size());
+  for (size_t i = 0; i < h.size(); ++i) h[i] = numeric::bf16_to_float(b.hidden[i]);
+  std::vector<int32_t> ids(static_cast<size_t>(tokens * s.top_k));
+  std::vector<float> rw(ids.size());
+  ASSERT_TRUE(routing::route_host(s.routing, tokens, s.num_experts, s.top_k, b.logits.data(),
+                                  nullptr, ids.data(), rw.data())
+                  .ok());
+  ASSERT_TRUE(reference::forward(s, w, tokens, h.data(), ids.data(), rw.data(), out.data()).ok());
+  int nonzero = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    ASSERT_EQ(b.output[i], numeric::float_to_bf16(out[i])) << "element " << i;
+    nonzero += out[i] != 0.0f;
+  }
+  EXPECT_GT(nonzero, 0);
+}
+
+TEST(MoeLayer, ExternalRoutingTakesCallerWeightsAsFinalAndChecksIds) {
+  std::mt19937 rng(99);
+  MoeSpec s = layer_spec(WeightFormat::kFP32, DType::kFloat32);
+  s.routing.method = RoutingMethod::kExternal;
+  s.routing.routed_scaling_factor = 2.5f;
+  const MoeWeights w = random_weights(s, WeightFormat::kFP32, rng);
+  const Environment env = Environment::cpu_only();
+  auto layer = MoeLayer::create(s, w, cpu_options(env, "reference"));
+
+  const int64_t tokens = 3;
+  std::vector<float> hidden = randoms(rng, static_cast<size_t>(tokens * s.hidden), 1.0f);
+  std::vector<float> output(hidden.size(), std::nanf(""));
+  std::vector<int32_t> ids = {0, 5, 7, 1, 2, 3};
+  std::vector<float> rw = {0.7f, 0.3f, 0.5f, 0.5f, 0.9f, 0.1f};
+  ForwardArgs a;
+  a.hidden = host_view(hidden.data(), DType::kFloat32, {tokens, s.hidden});
+  a.output = host_view(output.data(), DType::kFloat32, {tokens, s.hidden});
+  a.topk_ids = host_view(ids.data(), DType::kInt32, {tokens, s.top_k});
+  a.topk_weights = host_view(rw.data(), DType::kFloat32, {tokens, s.top_k});
+  layer->forward(a);
+
+  // routed_scaling_factor is the router's: the caller's weights already carry it.
+  std::vector<float> expect(output.size());
+  ASSERT_TRUE(
+      reference::forward(s, w, tokens, hidden.data(), ids.data(), rw.data(), expect.data())
+          .ok());
+  for (size_t i = 0; i < expect.size(); ++i) ASSERT_EQ(output[i], expect[i]) << i;
+
+  ids[4] = 8;  // experts are 0..7
+  std::string msg;
+  EXPECT_EQ(code_of([&] { layer->forward(a); }, &msg), ErrorCode::kInvalidArgument);
+  EXPECT_NE(msg.find('8'), std::string::npos) << msg;
+  ids[4] = -1;
+  EXPECT_EQ(code_of([&] { layer->forward(a); }), ErrorCode::kInvalidArgument);
+}
+
+TEST(MoeLayer, ForwardValidatesViews) {
+  std::mt19937 rng(7);
+  const MoeSpec s = layer_spec();
+  const Environment env = Environment::cpu_only();
+  auto layer = MoeLayer::create(s, random_weights(s, WeightFormat::kBF16, rng), cpu_options(env));
+  const int64_t tokens = 4;
+  Buffers b = random_inputs(s, tokens, rng);
+  std::string msg;
+
+  ForwardArgs a = args_for(s, tokens, b);
+  a.hidden.dtype = DType::kFloat16;
+  EXPECT_EQ(code_of([&] { layer->forward(a); }, &msg), ErrorCode::kInvalidArgument);
+  EXPECT_NE(msg.find("fp16"), std::string::npos) << msg;
+
+  a = args_for(s, tokens, b);
+  a.output.shape = {tokens, s.hidden - 1};
+  EXPECT_EQ(code_of([&] { layer->forward(a); }, &msg), ErrorCode::kInvalidArgument);
+  EXPECT_NE(msg.find(std::to_string(s.hidden - 1)), std::string::npos) << msg;
+
+  a = args_for(s, tokens, b);
+  a.router_logits.shape = {tokens, s.num_experts + 1};
+  EXPECT_EQ(code_of([&] { layer->forward(a); }), ErrorCode::kInvalidArgument);
+
+  a = args_for(s, tokens, b);
+  a.router_logits.dtype = DType::kBFloat16;
+  EXPECT_EQ(code_of([&] { layer->forward(a); }), ErrorCode::kInvalidArgument);
+
+  a = args_for(s, tokens, b);
+  a.hidden.shape = {s.hidden};
+  EXPECT_EQ(code_of([&] { layer->forward(a); }), ErrorCode::kInvalidArgument);
+
+  a = args_for(s, tokens, b);
+  a.output.device = Device::kCuda;
+  EXPECT_EQ(code_of([&] { layer->forward(a); }, &msg), ErrorCode::kInvalidArgument);
+  EXPECT_NE(msg.find("output"), std::string::npos) << msg;
+
+  a = args_for(s, tokens, b);
+  a.hidden.data = nullptr;
+  EXPECT_EQ(code_of([&] { layer->forward(a); }), ErrorCode::kInvalidArgument);
+
+  // More tokens than the workspace was sized for.
+  const int64_t too_many = s.max_tokens + 1;
+  Buffers big = random_inputs(s, too_many, rng);
+  EXPECT_EQ(code_of([&] { layer->forward(args_for(s, too_many, big)); }, &msg),
+            ErrorCode::kInvalidArgument);
+  EXPECT_NE(msg.find(std::to_string(too_many)), std::string::npos) << msg;
+
+  // Zero tokens is a valid, empty batch.
+  Buffers none;
+  EXPECT_EQ(code_of([&] { layer->forward(args_for(s, 0, none)); }), ErrorCode::kOk);
+}
+
+TEST(MoeLayer, FormatsAreFixedAtBuild) {
+  std::mt19937 rng(5);
+  const MoeSpec s = layer_spec(WeightFormat::kBF16, DType::kBFloat16);
+  const MoeWeights fp16 = random_weights(s, WeightFormat::kFP16, rng);
+  const Environment env = Environment::cpu_only();
+  const uint64_t before = engines_created();
+  std::string msg;
+  EXPECT_EQ(code_of([&] { MoeLayer::create(s, fp16, cpu_options(env)); }, &msg),
+            ErrorCode::kFormatMismatch);
+  EXPECT_NE(msg.find("bf16"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("fp16"), std::string::npos) << msg;
+  EXPECT_EQ(engines_created(), before) << "refused before any engine was built";
+}
+
+TEST(MoeLayer, ForcedIneligibleRequestFailsBeforeAllocation) {
+  std::mt19937 rng(11);
+  MoeSpec s = layer_spec();
+  s.hidden = 68;  // not a multiple of 8: the Hopper kernels cannot take it
+  const MoeWeights w = random_weights(s, WeightFormat::kBF16, rng);
+  const Environment gpu = h200_env();
+  const Environment cpu = Environment::cpu_only();
+  const uint64_t before = engines_created();
+  std::string msg;
+
+  EXPECT_EQ(code_of([&] { MoeLayer::create(s, w, cpu_options(gpu, "cutlass")); }, &msg),
+            ErrorCode::kUnsupported);
+  EXPECT_NE(msg.find("alignment"), std::string::npos) << "the message carries the report: " << msg;
+  EXPECT_NE(msg.find("68"), std::string::npos) << msg;
+
+  EXPECT_EQ(code_of(
+                [&] {
+                  MoeLayer::create(layer_spec(),
+                                   random_weights(layer_spec(), WeightFormat::kBF16, rng),
+                                   cpu_options(cpu, "cuda.sm90.cutlass.bf16"));
+                },
+                &msg),
+            ErrorCode::kUnsupported);
+  EXPECT_NE(msg.find("cuda.sm90.cutlass.bf16"), std::string::npos) << msg;
+
+  EXPECT_EQ(code_of([&] { MoeLayer::create(s, w, cpu_options(gpu, "tensorrt")); }),
+            ErrorCode::kNotFound);
+  MoeSpec invalid = s;
+  invalid.num_experts = 0;
+  EXPECT_EQ(code_of([&] { MoeLayer::create(invalid, w, cpu_options(gpu)); }),
+            ErrorCode::kInvalidSpec);
+  LayerOptions far = cpu_options(gpu);
+  far.device_index = 3;
+  EXPECT_EQ(code_of([&] { MoeLayer::create(s, w, far); }, &msg), ErrorCode::kInvalidArgument);
+  EXPECT_NE(msg.find('3'), std::string::npos) << msg;
+
+  EXPECT_EQ(engines_created(), before) << "no engine, weights or workspace were created";
+
+  // The same layer with auto falls back to the reference, which builds one engine.
+  auto layer = MoeLayer::create(s, w, cpu_options(gpu));
+  EXPECT_EQ(layer->implementation().id(), "cpu.reference");
+  EXPECT_EQ(engines_created(), before + 1);
+}
+
+TEST(MoeLayer, ChosenOnTheRequestedDevice) {
+  // Device 1 is a Hopper, device 0 is not: the layer on device 1 may take the Hopper kernels,
+  // the one on device 0 may not. Resolution only; no engine is built.
+  std::mt19937 rng(3);
+  Environment env = h200_env();
+  env.gpus.insert(env.gpus.begin(), h200());
+  env.gpus[0].name = "NVIDIA A100";
+  env.gpus[0].sm = 80;
+  const MoeSpec s = layer_spec();
+  const MoeWeights w = random_weights(s, WeightFormat::kBF16, rng);
+  const uint64_t before = engines_created();
+  LayerOptions o = cpu_options(env, "cutlass");
+  o.device_index = 0;
+  std::string msg;
+  EXPECT_EQ(code_of([&] { MoeLayer::create(s, w, o); }, &msg), ErrorCode::kUnsupported);
+  EXPECT_NE(msg.find("A100"), std::string::npos) << msg;
+  EXPECT_EQ(engines_created(), before);
+#ifndef MOEKIT_WITH_CUDA
+  // In a CUDA-less build the (hand-made) environment lets resolution pass, and the engine stub
+  // refuses: the table's entry is there, the engine is not.
+  o.device_index = 1;
+  EXPECT_EQ(code_of([&] { MoeLayer::create(s, w, o); }), ErrorCode::kUnsupported);
+#endif
+}
+
+}  // namespace
+}  // namespace moekit::registry::test

@@ -1,0 +1,88 @@
+// Shared fixtures of the registry tests: specs, hand-built environments and a fake
+// implementation whose capability a test sets row by row.
+#pragma once
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "moekit/registry.hpp"
+
+namespace moekit::registry::test {
+
+// A small valid layer every implementation of the table can run on an H200 (bf16).
+inline MoeSpec small_spec(WeightFormat format = WeightFormat::kBF16, DType act = DType::kBFloat16) {
+  MoeSpec s;
+  s.num_experts = 8;
+  s.top_k = 2;
+  s.hidden = 256;
+  s.intermediate = 256;
+  s.act_dtype = act;
+  s.weights.format = format;
+  s.activation.kind = ActivationKind::kSwiGLU;
+  s.routing.method = RoutingMethod::kTopKSoftmax;
+  s.max_tokens = 64;
+  return s;
+}
+
+inline GpuInfo h200() {
+  GpuInfo g;
+  g.name = "NVIDIA H200";
+  g.sm = 90;
+  g.multiprocessors = 132;
+  g.memory_bytes = 150'000'000'000;
+  g.l2_bytes = 60 * 1024 * 1024;
+  return g;
+}
+
+// What a CUDA build would detect on one H200, written by hand (this machine has no GPU).
+inline Environment h200_env() {
+  Environment e;
+  e.gpus = {h200()};
+  e.cuda_runtime_version = 13000;
+  e.cuda_driver_version = 13000;
+  e.built_with_cuda = true;
+  e.built_with_cutlass = true;
+  e.built_with_nccl = false;
+  e.library_version = "0.1.0";
+  return e;
+}
+
+// Runs everything and needs nothing: rows of a test take away one thing at a time.
+inline Capability permissive_capability() {
+  Capability c;
+  c.weight_formats = {WeightFormat::kBF16,        WeightFormat::kFP16,
+                      WeightFormat::kFP32,        WeightFormat::kFP8PerTensor,
+                      WeightFormat::kFP8Block128, WeightFormat::kInt8Group,
+                      WeightFormat::kInt4Group,   WeightFormat::kMXFP4,
+                      WeightFormat::kNVFP4,       WeightFormat::kMXFP8};
+  c.act_dtypes = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
+  c.activations = {
+      ActivationKind::kSwiGLU,   ActivationKind::kSwiGLUClamped, ActivationKind::kGeGLUTanh,
+      ActivationKind::kGeGLUErf, ActivationKind::kSiLU,          ActivationKind::kGeLUTanh,
+      ActivationKind::kGeLUErf,  ActivationKind::kReLU2,         ActivationKind::kIdentity};
+  c.routings = {RoutingMethod::kSoftmaxTopK, RoutingMethod::kTopKSoftmax,
+                RoutingMethod::kDeepSeekV3, RoutingMethod::kLlama4, RoutingMethod::kExternal};
+  c.clamp = c.alpha_beta = c.fc1_bias = c.fc2_bias = true;
+  return c;
+}
+
+class FakeImpl final : public Implementation {
+ public:
+  FakeImpl(std::string id, std::string family, Capability cap)
+      : id_(std::move(id)), family_(std::move(family)), cap_(std::move(cap)) {}
+  std::string id() const override { return id_; }
+  std::string family() const override { return family_; }
+  Device device() const override { return Device::kHost; }
+  const Capability& capability() const override { return cap_; }
+  std::unique_ptr<Engine> create_engine(const MoeSpec&, const MoeWeights&, int) const override {
+    ++engines_created;
+    return nullptr;
+  }
+  mutable int engines_created = 0;
+
+ private:
+  std::string id_, family_;
+  Capability cap_;
+};
+
+}  // namespace moekit::registry::test

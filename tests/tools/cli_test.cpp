@@ -1,0 +1,132 @@
+// The `moekit` command end to end: exit codes, one-line errors, --help, the file round trip.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <sys/wait.h>
+
+#include "moekit/io.hpp"
+#include "moekit/layer.hpp"
+#include "moekit/presets.hpp"
+#include "quant/quant.hpp"
+
+namespace {
+
+struct Ran {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string tmp_dir() {
+  const std::string d = std::string(MOEKIT_TEST_TMP) + "/cli";
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+Ran moekit(const std::string& args) {
+  const std::string d = tmp_dir();
+  const std::string cmd = std::string(MOEKIT_CLI_PATH) + " " + args + " >" + d + "/out.txt 2>" + d + "/err.txt";
+  const int status = std::system(cmd.c_str());
+  Ran r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(d + "/out.txt");
+  r.err = slurp(d + "/err.txt");
+  return r;
+}
+
+// A small Qwen3-like layer the reference runs in milliseconds.
+const char* kSmall = "--preset qwen3-30b-a3b --experts 8 --hidden 128 --intermediate 64 --backend reference";
+
+TEST(Cli, PresetsListsRealModels) {
+  Ran r = moekit("presets");
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* name : {"mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3", "gpt-oss-120b", "llama4-maverick"})
+    EXPECT_NE(r.out.find(name), std::string::npos) << name;
+}
+
+TEST(Cli, HelpOnEverySubcommand) {
+  for (const char* sub : {"", "presets", "run", "resolve", "bench"}) {
+    Ran r = moekit(std::string(sub) + " --help");
+    EXPECT_EQ(r.code, 0) << sub;
+    EXPECT_NE(r.out.find("--help"), std::string::npos) << sub;
+  }
+}
+
+TEST(Cli, RunPrintsImplementationAndChecksum) {
+  Ran r = moekit(std::string("run ") + kSmall + " --tokens 5");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("implementation: cpu.reference"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("checksum"), std::string::npos) << r.out;
+}
+
+TEST(Cli, ErrorsAreOneLineAndNonZero) {
+  for (const char* args : {"run --preset no-such-model", "run --preset qwen3-30b-a3b --tp-size 7 --experts 8",
+                           "run --preset qwen3-30b-a3b --weights-format fp9", "resolve --preset qwen3-30b-a3b --backend nonsense",
+                           "run --preset qwen3-30b-a3b --input /nonexistent/file.safetensors"}) {
+    Ran r = moekit(args);
+    EXPECT_EQ(r.code, 1) << args << "\n" << r.out << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
+    EXPECT_EQ(r.err.rfind("moekit: error: ", 0), 0u) << r.err;
+  }
+  EXPECT_NE(moekit("run --preset no-such-model").err.find("no-such-model"), std::string::npos);
+  EXPECT_EQ(moekit("run --tokens 0").code, 2);  // command-line error
+  EXPECT_EQ(moekit("frobnicate").code, 2);
+}
+
+TEST(Cli, ResolveTableAndJson) {
+  Ran t = moekit(std::string("resolve ") + kSmall);
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_NE(t.out.find("cpu.reference"), std::string::npos);
+  Ran j = moekit(std::string("resolve ") + kSmall + " --json");
+  ASSERT_EQ(j.code, 0) << j.err;
+  EXPECT_NO_THROW(moekit::resolution_from_json(j.out));
+}
+
+TEST(Cli, FileRoundTripMatchesTheLibrary) {
+  using namespace moekit;
+  const std::string d = tmp_dir();
+  const int64_t tokens = 6, hidden = 128, experts = 8;
+  std::vector<float> h(tokens * hidden), logits(tokens * experts);
+  uint32_t s = 12345;
+  for (auto& v : h) v = ((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f * 2 - 1;
+  for (auto& v : logits) v = ((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f * 4 - 2;
+  write_tensors(d + "/in.safetensors", {named_tensor_from_floats("hidden", DType::kBFloat16, {tokens, hidden}, h.data()),
+                                        named_tensor_from_floats("router_logits", DType::kFloat32, {tokens, experts}, logits.data())});
+  Ran r = moekit(std::string("run ") + kSmall + " --seed 3 --input " + d + "/in.safetensors --output " + d + "/out.safetensors");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::vector<float> got = named_tensor_to_floats(read_tensor(d + "/out.safetensors", "output"));
+
+  // The same forward through the library.
+  MoeSpec spec = find_preset("qwen3-30b-a3b").spec;
+  spec.num_experts = experts;
+  spec.hidden = hidden;
+  spec.intermediate = 64;
+  spec.max_tokens = tokens;
+  MoeWeights w = quant::make_random_weights(spec, 3);
+  LayerOptions o;
+  o.backend = "reference";
+  auto layer = MoeLayer::create(spec, w, o);
+  std::vector<uint8_t> hb = read_tensor(d + "/in.safetensors", "hidden").bytes;
+  std::vector<uint16_t> out(tokens * hidden);
+  ForwardArgs a;
+  a.hidden = host_view(hb.data(), DType::kBFloat16, {tokens, hidden});
+  a.router_logits = host_view(logits.data(), DType::kFloat32, {tokens, experts});
+  a.output = host_view(out.data(), DType::kBFloat16, {tokens, hidden});
+  layer->forward(a);
+  const std::vector<float> want = named_tensor_to_floats(make_named_tensor("o", DType::kBFloat16, {tokens, hidden}, out.data()));
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << i;
+}
+
+}  // namespace

@@ -1,0 +1,180 @@
+#include "cli_common.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "common/numeric.hpp"
+#include "quant/quant.hpp"
+#include "moekit/status.hpp"
+
+namespace moekit::cli {
+namespace {
+
+void store(DType t, float x, uint8_t* p) {
+  uint16_t h;
+  switch (t) {
+    case DType::kBFloat16: h = numeric::float_to_bf16(x); std::memcpy(p, &h, 2); break;
+    case DType::kFloat16: h = numeric::float_to_fp16(x); std::memcpy(p, &h, 2); break;
+    default: std::memcpy(p, &x, 4); break;
+  }
+}
+
+float load(DType t, const uint8_t* p) {
+  uint16_t h;
+  float f;
+  switch (t) {
+    case DType::kBFloat16: std::memcpy(&h, p, 2); return numeric::bf16_to_float(h);
+    case DType::kFloat16: std::memcpy(&h, p, 2); return numeric::fp16_to_float(h);
+    default: std::memcpy(&f, p, 4); return f;
+  }
+}
+
+// splitmix64: portable, so the same seed gives the same inputs on every machine.
+uint64_t mix(uint64_t& s) {
+  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+float uniform_pm1(uint64_t& s) { return static_cast<float>(mix(s) >> 40) * (2.0f / 16777216.0f) - 1.0f; }
+
+}  // namespace
+
+HostInputs random_inputs(const MoeSpec& spec, int64_t tokens, uint64_t seed) {
+  HostInputs in;
+  in.tokens = tokens;
+  const std::size_t es = dtype_size(spec.act_dtype);
+  in.hidden.resize(tokens * spec.hidden * es);
+  uint64_t s = seed * 7919 + 17;
+  for (int64_t i = 0; i < tokens * spec.hidden; ++i) store(spec.act_dtype, uniform_pm1(s) * 1.7f, &in.hidden[i * es]);
+  if (spec.routing.method == RoutingMethod::kExternal) {
+    // Distinct random experts per token, weights summing to 1.
+    in.topk_ids.resize(tokens * spec.top_k);
+    in.topk_weights.resize(tokens * spec.top_k);
+    std::vector<int32_t> perm(spec.num_experts);
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t e = 0; e < spec.num_experts; ++e) perm[e] = static_cast<int32_t>(e);
+      float sum = 0;
+      for (int64_t j = 0; j < spec.top_k; ++j) {
+        std::swap(perm[j], perm[j + mix(s) % (spec.num_experts - j)]);
+        in.topk_ids[t * spec.top_k + j] = perm[j];
+        sum += in.topk_weights[t * spec.top_k + j] = 0.1f + std::fabs(uniform_pm1(s));
+      }
+      for (int64_t j = 0; j < spec.top_k; ++j) in.topk_weights[t * spec.top_k + j] /= sum;
+    }
+  } else {
+    in.router_logits.resize(tokens * spec.num_experts);
+    for (auto& v : in.router_logits) v = uniform_pm1(s) * 3.0f;
+  }
+  return in;
+}
+
+HostInputs inputs_from_tensors(const MoeSpec& spec, const std::vector<NamedTensor>& tensors,
+                               const std::string& file) {
+  auto find = [&](const char* name) -> const NamedTensor* {
+    for (const auto& t : tensors)
+      if (t.name == name) return &t;
+    return nullptr;
+  };
+  auto need = [&](const char* name, std::vector<int64_t> shape) -> const NamedTensor& {
+    const NamedTensor* t = find(name);
+    if (!t) throw Error(ErrorCode::kBadFile, file + ": no tensor '" + name + "'");
+    if (t->shape != shape) {
+      std::string want, got;
+      for (auto d : shape) want += (want.empty() ? "" : ",") + std::to_string(d);
+      for (auto d : t->shape) got += (got.empty() ? "" : ",") + std::to_string(d);
+      throw Error(ErrorCode::kBadFile, file + ": tensor '" + name + "' has shape [" + got + "], expected [" + want + "]");
+    }
+    return *t;
+  };
+  const NamedTensor* h = find("hidden");
+  if (!h || h->shape.size() != 2) throw Error(ErrorCode::kBadFile, file + ": needs a 2-D tensor 'hidden' [tokens, hidden]");
+  HostInputs in;
+  in.tokens = h->shape[0];
+  const std::vector<float> hidden = named_tensor_to_floats(need("hidden", {in.tokens, spec.hidden}));
+  const std::size_t es = dtype_size(spec.act_dtype);
+  in.hidden.resize(hidden.size() * es);
+  for (std::size_t i = 0; i < hidden.size(); ++i) store(spec.act_dtype, hidden[i], &in.hidden[i * es]);
+  if (spec.routing.method == RoutingMethod::kExternal) {
+    const NamedTensor& ids = need("topk_ids", {in.tokens, spec.top_k});
+    if (ids.dtype != DType::kInt32) throw Error(ErrorCode::kBadFile, file + ": tensor 'topk_ids' must be int32");
+    in.topk_ids.resize(ids.numel());
+    std::memcpy(in.topk_ids.data(), ids.bytes.data(), ids.bytes.size());
+    in.topk_weights = named_tensor_to_floats(need("topk_weights", {in.tokens, spec.top_k}));
+  } else {
+    in.router_logits = named_tensor_to_floats(need("router_logits", {in.tokens, spec.num_experts}));
+  }
+  return in;
+}
+
+NamedTensor output_tensor(const MoeSpec& spec, const std::vector<float>& output, int64_t tokens) {
+  return named_tensor_from_floats("output", spec.act_dtype, {tokens, spec.hidden}, output.data());
+}
+
+MoeWeights fast_random_weights(const MoeSpec& spec, uint64_t seed) {
+  const WeightFormat f = spec.weights.format;
+  if (f != WeightFormat::kBF16 && f != WeightFormat::kFP16)
+    throw Error(ErrorCode::kInvalidArgument, std::string("fast random weights are bf16/fp16 only, not ") + to_string(f));
+  const LocalProblem lp = derive_local(spec);
+  const DType t = f == WeightFormat::kBF16 ? DType::kBFloat16 : DType::kFloat16;
+  auto make = [&](int64_t rows, int64_t cols, uint64_t salt) {
+    QuantizedTensor q;
+    q.format = f;
+    q.experts = lp.num_experts;
+    q.rows = rows;
+    q.cols = cols;
+    q.values.resize(q.experts * rows * cols * 2);
+    const float amp = std::sqrt(3.0f / static_cast<float>(cols));  // variance 1/fan_in
+    const int64_t n = q.experts * rows * cols;
+    const unsigned workers = std::max(1u, std::thread::hardware_concurrency());
+    std::vector<std::thread> pool;
+    for (unsigned w = 0; w < workers; ++w) {
+      pool.emplace_back([&, w] {
+        const int64_t lo = n * w / workers, hi = n * (w + 1) / workers;
+        uint64_t s = seed * 1000003 + salt * 7777 + w;
+        for (int64_t i = lo; i < hi; ++i) store(t, uniform_pm1(s) * amp, &q.values[i * 2]);
+      });
+    }
+    for (auto& th : pool) th.join();
+    return q;
+  };
+  MoeWeights w;
+  w.fc1 = make(lp.fc1_rows, lp.hidden, 1);
+  w.fc2 = make(lp.hidden, lp.intermediate, 2);
+  uint64_t s = seed + 99;
+  if (spec.fc1_bias) { w.fc1_bias.resize(lp.num_experts * lp.fc1_rows); for (auto& v : w.fc1_bias) v = uniform_pm1(s) * 0.1f; }
+  if (spec.fc2_bias) { w.fc2_bias.resize(lp.num_experts * lp.hidden); for (auto& v : w.fc2_bias) v = uniform_pm1(s) * 0.1f; }
+  if (spec.routing.correction_bias) { w.routing_bias.resize(spec.num_experts); for (auto& v : w.routing_bias) v = uniform_pm1(s) * 0.1f; }
+  return w;
+}
+
+RunResult run_layer(MoeLayer& layer, const HostInputs& in) {
+  if (layer.implementation().device() == Device::kCuda) return run_layer_on_device(layer, in);
+  const MoeSpec& spec = layer.spec();
+  std::vector<uint8_t> out_raw(in.tokens * spec.hidden * dtype_size(spec.act_dtype), 0xff);
+  HostInputs copy = in;  // views are non-const
+  ForwardArgs a;
+  a.hidden = host_view(copy.hidden.data(), spec.act_dtype, {in.tokens, spec.hidden});
+  a.output = host_view(out_raw.data(), spec.act_dtype, {in.tokens, spec.hidden});
+  if (!copy.router_logits.empty())
+    a.router_logits = host_view(copy.router_logits.data(), DType::kFloat32, {in.tokens, spec.num_experts});
+  if (!copy.topk_ids.empty()) {
+    a.topk_ids = host_view(copy.topk_ids.data(), DType::kInt32, {in.tokens, spec.top_k});
+    a.topk_weights = host_view(copy.topk_weights.data(), DType::kFloat32, {in.tokens, spec.top_k});
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  layer.forward(a);
+  const auto t1 = std::chrono::steady_clock::now();
+  RunResult r;
+  r.milliseconds = std::chrono::duration<double, std::milli>(t1 - t0).count();
+  const std::size_t es = dtype_size(spec.act_dtype);
+  r.output.resize(in.tokens * spec.hidden);
+  for (std::size_t i = 0; i < r.output.size(); ++i) r.output[i] = load(spec.act_dtype, &out_raw[i * es]);
+  return r;
+}
+
+}  // namespace moekit::cli

@@ -1,0 +1,65 @@
+// Pieces shared by the `moekit` subcommands: building a spec from options, random inputs,
+// running a layer where its implementation wants the data.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "moekit/io.hpp"
+#include "moekit/layer.hpp"
+#include "moekit/spec.hpp"
+
+namespace moekit::cli {
+
+// Host copies of one forward's inputs. hidden is stored in the spec's act dtype (raw bytes).
+struct HostInputs {
+  int64_t tokens = 0;
+  std::vector<uint8_t> hidden;       // [T, H] act dtype
+  std::vector<float> router_logits;  // [T, E] (empty for external routing)
+  std::vector<int32_t> topk_ids;     // [T, k] (external routing only)
+  std::vector<float> topk_weights;   // [T, k]
+};
+
+HostInputs random_inputs(const MoeSpec& spec, int64_t tokens, uint64_t seed);
+
+// Inputs from a tensors file: 'hidden' [T, H] (any float dtype, rounded to the act dtype) and
+// 'router_logits' [T, E], or 'topk_ids' [T, k] int32 + 'topk_weights' [T, k] for external routing.
+// Error(kBadFile) names the file and the tensor that is missing or of the wrong shape.
+HostInputs inputs_from_tensors(const MoeSpec& spec, const std::vector<NamedTensor>& tensors,
+                               const std::string& file);
+// The output as tensor 'output' [T, H] in the spec's act dtype.
+NamedTensor output_tensor(const MoeSpec& spec, const std::vector<float>& output, int64_t tokens);
+
+// Random weights for the benchmark: fast (multithreaded), uniform with the variance of
+// N(0, 1/fan_in); only bf16/fp16 weight formats. Values are random, never zeros.
+MoeWeights fast_random_weights(const MoeSpec& spec, uint64_t seed);
+
+struct RunResult {
+  std::vector<float> output;  // [T, H] as fp32
+  double milliseconds = 0;    // one forward, after a warm-up
+};
+
+// Runs one forward on the host (host implementations) or the device.
+RunResult run_layer(MoeLayer& layer, const HostInputs& in);
+
+// The device half of run_layer (cli_cuda.cpp; a build without CUDA throws kUnsupported).
+RunResult run_layer_on_device(MoeLayer& layer, const HostInputs& in);
+
+struct BenchRow {
+  std::string preset;
+  int64_t tokens = 0;
+  double median_us = 0, p10_us = 0, p90_us = 0;
+  int reps = 0;
+  int64_t experts_hit = 0;
+  double bytes = 0, flops = 0;
+};
+struct Floors {
+  double copy_bytes_per_s = 0;  // device-to-device copy, read + write bytes counted
+  double gemm_flops_per_s = 0;  // dense BF16 GEMM 8192^3 through cuBLAS
+  std::string gpu_name;
+};
+Floors measure_floors();
+// Times graph replays of layer.forward (L2 flushed before each) and fills median/p10/p90.
+void bench_layer_on_device(MoeLayer& layer, const HostInputs& in, BenchRow& row);
+
+}  // namespace moekit::cli

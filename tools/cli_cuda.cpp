@@ -1,0 +1,208 @@
+// Device side of the CLI: copies, one timed forward, the benchmark loop and the machine floors.
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cli_common.hpp"
+#include "common/numeric.hpp"
+#include "moekit/status.hpp"
+
+namespace moekit::cli {
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw Error(ErrorCode::kCuda, std::string(what) + " failed: " + cudaGetErrorString(e));
+}
+
+// A device buffer that frees itself.
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  explicit DeviceBuffer(std::size_t bytes) { check(cudaMalloc(&ptr, std::max<std::size_t>(bytes, 16)), "cudaMalloc"); }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+struct DeviceInputs {
+  DeviceBuffer hidden, logits, ids, weights, output;
+  ForwardArgs args;
+  DeviceInputs(const MoeSpec& spec, const HostInputs& in, int device)
+      : hidden(in.hidden.size()),
+        logits(in.router_logits.size() * 4),
+        ids(in.topk_ids.size() * 4),
+        weights(in.topk_weights.size() * 4),
+        output(in.tokens * spec.hidden * dtype_size(spec.act_dtype)) {
+    check(cudaMemcpy(hidden.ptr, in.hidden.data(), in.hidden.size(), cudaMemcpyHostToDevice), "copy hidden");
+    const int64_t t = in.tokens;
+    args.hidden = cuda_view(hidden.ptr, spec.act_dtype, {t, spec.hidden}, device);
+    args.output = cuda_view(output.ptr, spec.act_dtype, {t, spec.hidden}, device);
+    if (!in.router_logits.empty()) {
+      check(cudaMemcpy(logits.ptr, in.router_logits.data(), in.router_logits.size() * 4, cudaMemcpyHostToDevice), "copy logits");
+      args.router_logits = cuda_view(logits.ptr, DType::kFloat32, {t, spec.num_experts}, device);
+    }
+    if (!in.topk_ids.empty()) {
+      check(cudaMemcpy(ids.ptr, in.topk_ids.data(), in.topk_ids.size() * 4, cudaMemcpyHostToDevice), "copy ids");
+      check(cudaMemcpy(weights.ptr, in.topk_weights.data(), in.topk_weights.size() * 4, cudaMemcpyHostToDevice), "copy weights");
+      args.topk_ids = cuda_view(ids.ptr, DType::kInt32, {t, spec.top_k}, device);
+      args.topk_weights = cuda_view(weights.ptr, DType::kFloat32, {t, spec.top_k}, device);
+    }
+    // Poison: an element the forward forgets to write shows as NaN.
+    check(cudaMemset(output.ptr, 0xff, in.tokens * spec.hidden * dtype_size(spec.act_dtype)), "poison output");
+  }
+};
+
+std::vector<float> to_float(const std::vector<uint8_t>& raw, DType t) {
+  const std::size_t n = raw.size() / dtype_size(t);
+  std::vector<float> out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    uint16_t h;
+    switch (t) {
+      case DType::kBFloat16: std::memcpy(&h, &raw[2 * i], 2); out[i] = numeric::bf16_to_float(h); break;
+      case DType::kFloat16: std::memcpy(&h, &raw[2 * i], 2); out[i] = numeric::fp16_to_float(h); break;
+      default: std::memcpy(&out[i], &raw[4 * i], 4); break;
+    }
+  }
+  return out;
+}
+
+double median_of(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<std::size_t>(q * (v.size() - 1) + 0.5))];
+}
+
+}  // namespace
+
+RunResult run_layer_on_device(MoeLayer& layer, const HostInputs& in) {
+  const MoeSpec& spec = layer.spec();
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  DeviceInputs d(spec, in, device);
+  cudaStream_t stream;
+  check(cudaStreamCreate(&stream), "cudaStreamCreate");
+  d.args.stream = stream;
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  layer.forward(d.args);  // warm-up
+  check(cudaEventRecord(start, stream), "cudaEventRecord");
+  layer.forward(d.args);
+  check(cudaEventRecord(stop, stream), "cudaEventRecord");
+  check(cudaStreamSynchronize(stream), "forward");
+  throw_if_error(layer.poll_errors());
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+  std::vector<uint8_t> raw(in.tokens * spec.hidden * dtype_size(spec.act_dtype));
+  check(cudaMemcpy(raw.data(), d.output.ptr, raw.size(), cudaMemcpyDeviceToHost), "copy output");
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaStreamDestroy(stream);
+  return RunResult{to_float(raw, spec.act_dtype), ms};
+}
+
+void bench_layer_on_device(MoeLayer& layer, const HostInputs& in, BenchRow& row) {
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  DeviceInputs d(layer.spec(), in, device);
+  cudaStream_t stream;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  d.args.stream = stream;
+  layer.forward(d.args);  // eager warm-up; the graph below replays the same work
+  check(cudaStreamSynchronize(stream), "warm-up forward");
+  throw_if_error(layer.poll_errors());
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+  layer.forward(d.args);
+  check(cudaStreamEndCapture(stream, &graph), "end capture");
+  check(cudaGraphInstantiate(&exec, graph, 0), "graph instantiate");
+  // 256 MiB written between reps evicts the 60 MiB L2, so weights come from HBM as in serving.
+  DeviceBuffer flush(256u << 20);
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  std::vector<double> us;
+  double total = 0;
+  for (int rep = 0; rep < 500 && (rep < 30 || total < 1.5e6); ++rep) {
+    check(cudaMemsetAsync(flush.ptr, rep & 0xff, 256u << 20, stream), "L2 flush");
+    check(cudaEventRecord(start, stream), "cudaEventRecord");
+    check(cudaGraphLaunch(exec, stream), "graph launch");
+    check(cudaEventRecord(stop, stream), "cudaEventRecord");
+    check(cudaEventSynchronize(stop), "graph replay");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    us.push_back(ms * 1e3);
+    total += ms * 1e3;
+  }
+  throw_if_error(layer.poll_errors());
+  row.reps = static_cast<int>(us.size());
+  row.median_us = median_of(us, 0.5);
+  row.p10_us = median_of(us, 0.1);
+  row.p90_us = median_of(us, 0.9);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+Floors measure_floors() {
+  Floors f;
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  f.gpu_name = prop.name;
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  auto time_median = [&](auto&& body, int reps) {
+    std::vector<double> ms;
+    body();
+    for (int i = 0; i < reps; ++i) {
+      check(cudaEventRecord(start), "cudaEventRecord");
+      body();
+      check(cudaEventRecord(stop), "cudaEventRecord");
+      check(cudaEventSynchronize(stop), "floor measurement");
+      float m = 0;
+      check(cudaEventElapsedTime(&m, start, stop), "cudaEventElapsedTime");
+      ms.push_back(m);
+    }
+    return median_of(ms, 0.5) * 1e-3;
+  };
+  {  // Device copy: 2 GiB, bytes read plus bytes written.
+    const std::size_t bytes = 2ull << 30;
+    DeviceBuffer a(bytes), b(bytes);
+    check(cudaMemset(a.ptr, 1, bytes), "memset");
+    double s = time_median([&] { check(cudaMemcpyAsync(b.ptr, a.ptr, bytes, cudaMemcpyDeviceToDevice), "copy"); }, 10);
+    f.copy_bytes_per_s = 2.0 * bytes / s;
+  }
+  {  // Dense BF16 GEMM 8192^3 on random data (zeros run faster and would flatter the floor).
+    const int n = 8192;
+    const std::size_t elems = std::size_t(n) * n;
+    std::vector<uint16_t> host(elems);
+    std::mt19937 rng(7);
+    std::normal_distribution<float> dist(0.f, 1.f);
+    for (auto& v : host) v = numeric::float_to_bf16(dist(rng));
+    DeviceBuffer a(elems * 2), b(elems * 2), c(elems * 2);
+    check(cudaMemcpy(a.ptr, host.data(), elems * 2, cudaMemcpyHostToDevice), "copy");
+    check(cudaMemcpy(b.ptr, host.data(), elems * 2, cudaMemcpyHostToDevice), "copy");
+    cublasHandle_t h;
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) throw Error(ErrorCode::kCuda, "cublasCreate failed");
+    const float one = 1.f, zero = 0.f;
+    double s = time_median([&] {
+      cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, a.ptr, CUDA_R_16BF, n, b.ptr, CUDA_R_16BF, n,
+                   &zero, c.ptr, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    }, 10);
+    cublasDestroy(h);
+    f.gemm_flops_per_s = 2.0 * n * double(n) * n / s;
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return f;
+}
+
+}  // namespace moekit::cli

@@ -1,0 +1,14 @@
+// A build without CUDA: device runs are refused with the reason.
+#include "cli_common.hpp"
+#include "moekit/status.hpp"
+
+namespace moekit::cli {
+namespace {
+[[noreturn]] void no_cuda(const char* what) {
+  throw Error(ErrorCode::kUnsupported, std::string(what) + " needs a GPU, and this build of moekit has no CUDA");
+}
+}  // namespace
+RunResult run_layer_on_device(MoeLayer&, const HostInputs&) { no_cuda("running on the device"); }
+void bench_layer_on_device(MoeLayer&, const HostInputs&, BenchRow&) { no_cuda("moekit bench"); }
+Floors measure_floors() { no_cuda("moekit bench"); }
+}  // namespace moekit::cli
