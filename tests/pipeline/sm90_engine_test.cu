@@ -504,6 +504,19 @@ TEST(Sm90EngineLimits, RefusesFormatsOtherThanBf16AndFp16) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
   }
+  // Past the kernels' limits: 1024 experts, top-40, hidden not a multiple of 8.
+  const MoeSpec too_big[] = {
+      small_spec(1024, 2, 16, 8, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU),
+      small_spec(64, 40, 16, 8, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU),
+      small_spec(8, 2, 20, 8, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU)};
+  for (const MoeSpec& b : too_big) {
+    try {
+      make_sm90_engine(b, quant::make_random_weights(b, 1), 0);
+      ADD_FAILURE() << describe(b) << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << describe(b) << ": " << e.what();
+    }
+  }
 }
 
 // The small case compute-sanitizer runs (memcheck, racecheck): routed and caller ids, a bad id.
