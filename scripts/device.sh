@@ -2,13 +2,13 @@
 # Runs on the H200 device machine, from the repository root, with .carry/ (scripts/carry.sh)
 # carried along: builds every tactic, runs the GPU tests, compute-sanitizer on a small case, and the
 # benchmarks. Logs go to $OUT (at most 8 files come back). Usage:
-#   MOEKIT_COMMIT=<sha> bash scripts/device.sh [build] [test] [sanitize] [bench] [torch]   (default: all)
+#   MOEKIT_COMMIT=<sha> bash scripts/device.sh [build] [test] [sanitize] [bench] [sweep] [torch]   (default: all)
 # Environment: MOEKIT_TEST_FILTER (gtest filter), MOEKIT_BENCH_PRESETS, MOEKIT_BENCH_TOKENS.
 set -uo pipefail
 OUT=${OUT:-/tmp/moekit-out}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PATH="$PATH:/usr/local/cuda/bin"
-steps=("$@"); ((${#steps[@]})) || steps=(build test sanitize bench torch)
+steps=("$@"); ((${#steps[@]})) || steps=(build test sanitize bench sweep torch)
 want() { [[ " ${steps[*]} " == *" $1 "* ]]; }
 bin=build/device
 summary="$OUT/summary.txt"
@@ -49,6 +49,12 @@ if want bench; then
     ${MOEKIT_BENCH_TOKENS:+--tokens "$MOEKIT_BENCH_TOKENS"} --json "$OUT/bench.json" >"$OUT/bench.txt" 2>&1
   echo "bench: rc=$?" >>"$OUT/bench.txt"
   cat "$OUT/bench.txt" >>"$summary"
+fi
+
+if want sweep; then
+  $bin/bench/moekit_gemm_sweep ${MOEKIT_BENCH_TOKENS:-} >"$OUT/sweep.txt" 2>&1
+  echo "sweep: rc=$?" >>"$OUT/sweep.txt"
+  cat "$OUT/sweep.txt" >>"$summary"
 fi
 
 if want torch; then

@@ -57,13 +57,14 @@ std::map<std::string, std::string> read_metadata(const std::string& file);
 // How a family stores one layer's experts.
 enum class ExpertStorage : int {
   // One 2-D tensor per expert and projection, [out, in] (nn.Linear): Mixtral, Qwen3-MoE,
-  // DeepSeek-V3. fp8 block-128 weights carry a fp32 scale tensor named weight name + suffix,
-  // [ceil(out/128), ceil(in/128)].
+  // DeepSeek-V3. Dense formats, or fp8 block-128 (F8_E4M3) with a scale tensor named weight
+  // name + suffix, [ceil(out/128), ceil(in/128)], fp32 (bf16 / fp16 read and widened).
   kPerExpert = 1,
   // One tensor per projection for all experts (gpt-oss, Llama-4). Dense formats are stored
   // in-features first, as torch.bmm reads them: gate_up [E, H, fc1 rows], down [E, I, H].
   // MXFP4 is stored out-features first: blocks [E, rows, cols/32, 16] uint8 (two e2m1 per byte,
-  // low nibble first) and scales [E, rows, cols/32] uint8 (e8m0).
+  // low nibble first) and scales [E, rows, cols/32] uint8 (e8m0; F8_E8M0 also read). MXFP8 the
+  // same with blocks [E, rows, cols/32, 32]. No other quantized format.
   kFused = 2,
   // moekit's own layout: the QuantizedTensor buffers as they are in memory (any format), fc1
   // already fused; metadata records the format and the gate/up layout. Written by moekit.
@@ -79,8 +80,8 @@ struct ModelFamily {
   std::vector<WeightFormat> formats;  // weight formats its files can hold
 
   // kPerExpert
-  std::string gate_proj, up_proj,
-      down_proj;                   // e.g. "model.layers.{L}.mlp.experts.{e}.gate_proj.weight"
+  // e.g. "model.layers.{L}.mlp.experts.{e}.gate_proj.weight"
+  std::string gate_proj, up_proj, down_proj;
   std::string block_scale_suffix;  // "_scale_inv": fp8 block scales = weight name + this
 
   // kFused (and kNative: fused_gate_up / fused_down are name prefixes there)
@@ -113,7 +114,7 @@ std::string expand_tensor_name(std::string_view pattern, int layer, int64_t expe
 // fc2_bias and routing_bias whole). The result equals shard_weights(spec, <full set>) and passes
 // check_weights(spec, .).
 // Errors: kInvalidSpec (spec invalid), kUnsupported (the family cannot hold spec's format,
-// activation or biases), kBadFile (missing tensor, dtype or shape other than described: file,
+// activation, biases or gate/up layout), kBadFile (missing tensor, dtype or shape other than described: file,
 // tensor, expected and found are named), kFormatMismatch (a kNative file of another format).
 MoeWeights load_layer_weights(const std::vector<std::string>& files, const ModelFamily& family,
                               int layer, const MoeSpec& spec);

@@ -25,11 +25,14 @@ MOEKIT_HD bool is_gated(Kind k) { return static_cast<int>(k) <= 4; }
 
 MOEKIT_HD float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 MOEKIT_HD float silu(float x) { return x * sigmoid(x); }
+// Both GELUs are written without 1 + tanh / 1 + erf, which cancel for negative x: there host
+// and device libm differing by one ulp gave results 15% apart. 0.5 (1 + tanh u) = sigmoid(2u)
+// and 1 + erf(z) = erfc(-z) are exact identities, accurate on both sides.
 MOEKIT_HD float gelu_tanh(float x) {
   const float k0 = 0.7978845608028654f;  // sqrt(2/pi)
-  return 0.5f * x * (1.0f + tanhf(k0 * (x + 0.044715f * x * x * x)));
+  return x * sigmoid(2.0f * k0 * (x + 0.044715f * x * x * x));
 }
-MOEKIT_HD float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f)); }
+MOEKIT_HD float gelu_erf(float x) { return 0.5f * x * erfcf(-x * 0.7071067811865476f); }
 
 // Non-gated activation of one value.
 MOEKIT_HD float apply_plain(const Params& p, float x) {

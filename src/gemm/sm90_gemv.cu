@@ -32,7 +32,6 @@ constexpr int kThreads = kWarps * 32;
 // the widest token tile, whose activation fragments take the registers.
 template <int NT>
 constexpr int kSub = NT >= 4 ? 2 : 4;
-constexpr int kStepK = 128;  // k per warp step for the split heuristic (kSub = 4)
 
 struct GemvParams {
   const uint16_t* a;  // [rows, k]
@@ -182,8 +181,9 @@ class GemvTactic final : public Tactic {
     p_.groups = ctx.shape.groups;
     p_.n = static_cast<int>(ctx.shape.n);
     p_.k = static_cast<int>(ctx.shape.k);
-    // Split k over as many warps as it has 128-wide steps (a power of two up to 8); the rest of
-    // the block's warps take further 16-row slices.
+    // Split k over as many warps as it has warp steps (a power of two up to 8); the rest of the
+    // block's warps take further 16-row slices.
+    constexpr int64_t kStepK = 32 * kSub<NT>;
     const int64_t steps = (ctx.shape.k + kStepK - 1) / kStepK;
     p_.kw = 1;
     while (p_.kw * 2 <= kWarps && p_.kw * 2 <= steps) p_.kw *= 2;

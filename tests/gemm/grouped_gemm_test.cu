@@ -41,12 +41,6 @@ std::string gpu_skip_reason() {
   return {};
 }
 
-#define MOEKIT_SKIP_WITHOUT_SM90()                          \
-  do {                                                      \
-    const std::string reason = gpu_skip_reason();           \
-    if (!reason.empty()) GTEST_SKIP() << reason;            \
-  } while (0)
-
 uint16_t to_bits(Elem e, float v) {
   if (e == Elem::kBF16) {
     const __nv_bfloat16 h = __float2bfloat16_rn(v);
@@ -218,7 +212,7 @@ using ShapeParam = std::tuple<Elem, int64_t, int64_t>;  // elem, n, k
 class GroupedGemmTactics : public ::testing::TestWithParam<ShapeParam> {};
 
 TEST_P(GroupedGemmTactics, EveryTacticMatchesCpuReference) {
-  MOEKIT_SKIP_WITHOUT_SM90();
+  if (const std::string why = gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
   const auto [elem, n, k] = GetParam();
   const unsigned seed = std::random_device{}();
   SCOPED_TRACE("seed " + std::to_string(seed));
@@ -263,7 +257,7 @@ INSTANTIATE_TEST_SUITE_P(
 // Capture the first run a fresh object ever makes, replay it on new row counts and new
 // activations (same buffers), and compare bit for bit with eager runs of another object.
 TEST(GroupedGemmGraph, ReplayOfFirstCapturedRunEqualsEager) {
-  MOEKIT_SKIP_WITHOUT_SM90();
+  if (const std::string why = gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
   const unsigned seed = std::random_device{}();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
@@ -327,7 +321,7 @@ TEST(GroupedGemmGraph, ReplayOfFirstCapturedRunEqualsEager) {
 }
 
 TEST(GroupedGemmRun, HeuristicPicksBuiltTacticsAndUnknownNamesAreNotFound) {
-  MOEKIT_SKIP_WITHOUT_SM90();
+  if (const std::string why = gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
   for (Elem elem : {Elem::kBF16, Elem::kFP16}) {
     const std::vector<std::string> names = tactic_names(elem);
     GroupedGemm gemm(GroupedShape{elem, 4, 64, 64, 32}, 0);

@@ -1,7 +1,6 @@
 // Helpers shared by the io tests: per-test temporary files and raw safetensors bytes.
 #pragma once
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -11,13 +10,13 @@
 
 namespace moekit::test {
 
-// A path under the build's test folder, unique per test and process (tests run in parallel).
+// A path under the build's test folder, unique per test (CTest runs tests in parallel); a rerun
+// overwrites the files of the last one instead of piling up more.
 inline std::string temp_path(const std::string& stem) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   std::filesystem::path dir = std::filesystem::path(MOEKIT_TEST_TMP) / "io";
   std::filesystem::create_directories(dir);
-  std::string name = std::string(info->test_suite_name()) + "." + info->name() + "." +
-                     std::to_string(::getpid()) + "." + stem;
+  std::string name = std::string(info->test_suite_name()) + "." + info->name() + "." + stem;
   for (char& c : name)
     if (c == '/') c = '_';
   return (dir / name).string();

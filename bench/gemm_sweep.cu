@@ -1,0 +1,141 @@
+// Times every built grouped-GEMM tactic on the FC1 and FC2 shapes of real presets at the token
+// counts of serving, with random top-k routing: the data behind GroupedGemm::pick_tactic.
+// Usage: moekit_gemm_sweep [tokens,...]   (prints one table; GPU only)
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gemm/grouped_gemm.hpp"
+
+namespace {
+
+using moekit::gemm::Elem;
+using moekit::gemm::GroupedGemm;
+using moekit::gemm::GroupedShape;
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "moekit_gemm_sweep: %s failed: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+// Random bf16 in [-1, 1) from a hash of the index: no host traffic for 15 GB of weights.
+__global__ void fill_random(uint16_t* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t x = uint32_t(i) * 2654435761u ^ seed ^ uint32_t(i >> 32) * 40503u;
+    x ^= x >> 15; x *= 0x2c1b3c6du; x ^= x >> 12; x *= 0x297a2d39u; x ^= x >> 15;
+    const float f = (x >> 8) * (2.0f / 16777216.0f) - 1.0f;
+    p[i] = uint16_t(__float_as_uint(f * 0.05f) >> 16);
+  }
+}
+
+struct Preset {
+  const char* name;
+  int experts, top_k, hidden, intermediate;
+};
+const Preset kPresets[] = {{"qwen3-30b-a3b", 128, 8, 2048, 768},
+                           {"mixtral-8x7b", 8, 2, 4096, 14336},
+                           {"deepseek-v3", 256, 8, 7168, 2048},
+                           {"gpt-oss-120b", 128, 4, 2880, 2880}};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int> tokens = {1, 8, 64, 512, 4096, 16384};
+  if (argc > 1) {
+    tokens.clear();
+    std::stringstream ss(argv[1]);
+    for (std::string t; std::getline(ss, t, ',');) tokens.push_back(std::atoi(t.c_str()));
+  }
+  const int max_t = *std::max_element(tokens.begin(), tokens.end());
+  const std::vector<std::string> tactics = moekit::gemm::tactic_names(Elem::kBF16);
+  cudaStream_t stream;
+  check(cudaStreamCreate(&stream), "cudaStreamCreate");
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "event");
+  check(cudaEventCreate(&stop), "event");
+  void* flush;
+  check(cudaMalloc(&flush, 256u << 20), "cudaMalloc");
+  std::printf("# grouped GEMM tactic sweep, bf16, median us of >= 15 runs, L2 flushed before each\n");
+  std::printf("%-14s %-4s %6s %7s", "preset", "gemm", "T", "rows/e");
+  for (const auto& t : tactics) std::printf(" %14s", t.substr(5).c_str());
+  std::printf("  best\n");
+  std::mt19937 rng(1);
+  for (const Preset& p : kPresets) {
+    for (int which = 0; which < 2; ++which) {
+      GroupedShape s;
+      s.elem = Elem::kBF16;
+      s.groups = p.experts;
+      s.n = which == 0 ? 2 * p.intermediate : p.hidden;
+      s.k = which == 0 ? p.hidden : p.intermediate;
+      s.max_rows = int64_t(max_t) * p.top_k;
+      GroupedGemm gemm(s, 0);
+      uint16_t *a, *b, *d;
+      const size_t b_elems = size_t(s.groups) * s.n * s.k;
+      check(cudaMalloc(&a, s.max_rows * s.k * 2), "cudaMalloc A");
+      check(cudaMalloc(&b, b_elems * 2), "cudaMalloc B");
+      check(cudaMalloc(&d, s.max_rows * s.n * 2), "cudaMalloc D");
+      fill_random<<<4096, 256>>>(a, s.max_rows * s.k, 1);
+      fill_random<<<4096, 256>>>(b, b_elems, 2);
+      int32_t* offsets;
+      check(cudaMalloc(&offsets, (p.experts + 1) * 4), "cudaMalloc offsets");
+      for (int t : tokens) {
+        // Uniform random top-k routing: k distinct experts per token.
+        std::vector<int> count(p.experts, 0), perm(p.experts);
+        for (int tok = 0; tok < t; ++tok) {
+          for (int e = 0; e < p.experts; ++e) perm[e] = e;
+          for (int j = 0; j < p.top_k; ++j) {
+            std::swap(perm[j], perm[j + rng() % (p.experts - j)]);
+            ++count[perm[j]];
+          }
+        }
+        std::vector<int32_t> off(p.experts + 1, 0);
+        for (int e = 0; e < p.experts; ++e) off[e + 1] = off[e] + count[e];
+        check(cudaMemcpy(offsets, off.data(), off.size() * 4, cudaMemcpyHostToDevice), "copy offsets");
+        const double hint = double(t) * p.top_k / p.experts;
+        std::printf("%-14s %-4s %6d %7.1f", p.name, which == 0 ? "fc1" : "fc2", t, hint);
+        double best = 1e30;
+        std::string best_name;
+        for (const auto& name : tactics) {
+          // Decode tactics re-read the weights per token chunk: hopeless (and slow) on prefill.
+          if ((name.find("gemv") != std::string::npos && hint > 64) ||
+              (name.find("swapab") != std::string::npos && hint > 512)) {
+            std::printf(" %14s", "-");
+            continue;
+          }
+          std::vector<double> us;
+          bool ok = true;
+          for (int rep = 0; rep < 17 && ok; ++rep) {
+            check(cudaMemsetAsync(flush, rep, 256u << 20, stream), "flush");
+            check(cudaEventRecord(start, stream), "record");
+            ok = gemm.run(a, b, d, offsets, hint, stream, name).ok();
+            check(cudaEventRecord(stop, stream), "record");
+            check(cudaEventSynchronize(stop), name.c_str());
+            float ms = 0;
+            check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+            if (rep > 1) us.push_back(ms * 1e3);
+          }
+          const double m = ok ? median(us) : -1;
+          std::printf(" %14.1f", m);
+          if (ok && m < best) { best = m; best_name = name; }
+        }
+        std::printf("  %s (heuristic: %s)\n", best_name.c_str(), gemm.pick_tactic(hint).c_str());
+        std::fflush(stdout);
+      }
+      cudaFree(a); cudaFree(b); cudaFree(d); cudaFree(offsets);
+    }
+  }
+  return 0;
+}
