@@ -18,7 +18,7 @@ import torch.nn.functional as F
 # name: (experts, top_k, hidden, intermediate, routing, activation)
 PRESETS = {
     "qwen3-30b-a3b": (128, 8, 2048, 768, "topk_softmax", "swiglu"),
-    "mixtral-8x7b": (8, 2, 4096, 14336, "softmax_topk", "swiglu"),
+    "mixtral-8x7b": (8, 2, 4096, 14336, "topk_softmax", "swiglu"),
     "deepseek-v3": (256, 8, 7168, 2048, "deepseek_v3", "swiglu"),
     "gpt-oss-120b": (128, 4, 2880, 2880, "topk_softmax", "swiglu_clamped"),
     "llama4-maverick": (128, 1, 5120, 8192, "llama4", "swiglu"),

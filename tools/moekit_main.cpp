@@ -150,8 +150,12 @@ int cmd_run(const LayerOpts& lo, const RunOpts& ro) {
 
   MoeWeights w;
   if (!ro.weight_files.empty()) {
-    if (ro.family.empty()) throw Error(ErrorCode::kInvalidArgument, "--weights needs --family (mixtral, qwen3_moe, deepseek_v3, gpt_oss)");
-    w = load_layer_weights(ro.weight_files, find_model_family(ro.family), ro.layer, spec);
+    // The preset's own family unless --family names another.
+    const std::string family = ro.family.empty() ? find_preset(lo.preset).family : ro.family;
+    std::vector<std::string> files;
+    for (const auto& path : ro.weight_files)
+      for (auto& f : checkpoint_files(path)) files.push_back(std::move(f));
+    w = load_layer_weights(files, find_model_family(family), ro.layer, spec);
   } else {
     w = quant::make_random_weights(spec, lo.seed);
   }
@@ -284,8 +288,8 @@ int main(int argc, char** argv) {
   auto* run = app.add_subcommand("run", "one forward of a preset or of a layer loaded from files");
   run_lo.add_to(run);
   run->add_option("--tokens", ro.tokens, "tokens in the batch")->capture_default_str()->check(CLI::PositiveNumber);
-  run->add_option("--weights", ro.weight_files, "safetensors files holding the layer's experts");
-  run->add_option("--family", ro.family, "model family naming the tensors: mixtral, qwen3_moe, deepseek_v3, gpt_oss");
+  run->add_option("--weights", ro.weight_files, "safetensors files, folders or *.safetensors.index.json holding the layer's experts");
+  run->add_option("--family", ro.family, "model family naming the tensors (default: the preset's): mixtral, qwen3_moe, deepseek_v3, gpt_oss, llama4, moekit");
   run->add_option("--layer", ro.layer, "layer index inside the weight files")->capture_default_str();
   run->add_option("--input", ro.input, "safetensors file with 'hidden' [T,H] and 'router_logits' [T,E] (or 'topk_ids','topk_weights')");
   run->add_option("--output", ro.output, "write the output as tensor 'output' [T,H] to this safetensors file");

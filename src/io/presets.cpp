@@ -41,10 +41,13 @@ std::vector<Preset> build() {
   std::vector<Preset> v;
   {
     MoeSpec s = base(8, 2, 4096, 14336);
-    s.routing.method = RoutingMethod::kSoftmaxTopK;
+    // Mixtral's reference code takes softmax, top-2, then divides by the pair's sum: exactly a
+    // softmax over the top-2 logits, so the preset uses that (softmax_topk would leave the two
+    // weights summing to less than 1).
+    s.routing.method = RoutingMethod::kTopKSoftmax;
     v.push_back({"mixtral-8x7b",
                  "Mixtral 8x7B: 8 experts, top-2, hidden 4096, intermediate 14336, softmax then "
-                 "top-k, SwiGLU, bf16",
+                 "top-k renormalized (= top-k then softmax), SwiGLU, bf16",
                  s, "mixtral"});
   }
   v.push_back({"qwen3-30b-a3b",

@@ -28,8 +28,10 @@ std::string slurp(const std::string& path) {
   return ss.str();
 }
 
+// One folder per test: ctest runs the tests of this file in parallel processes.
 std::string tmp_dir() {
-  const std::string d = std::string(MOEKIT_TEST_TMP) + "/cli";
+  const std::string d = std::string(MOEKIT_TEST_TMP) + "/cli/" +
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name();
   std::filesystem::create_directories(d);
   return d;
 }
@@ -127,6 +129,17 @@ TEST(Cli, FileRoundTripMatchesTheLibrary) {
   const std::vector<float> want = named_tensor_to_floats(make_named_tensor("o", DType::kBFloat16, {tokens, hidden}, out.data()));
   ASSERT_EQ(got.size(), want.size());
   for (std::size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << i;
+
+  // The same weights written as a Qwen3-MoE checkpoint layer and loaded with --weights.
+  save_layer_weights(d + "/layer.safetensors", find_model_family("qwen3_moe"), 5, spec, w);
+  Ran r2 = moekit(std::string("run ") + kSmall + " --weights " + d + "/layer.safetensors --layer 5 --input " + d +
+                  "/in.safetensors --output " + d + "/out2.safetensors");
+  ASSERT_EQ(r2.code, 0) << r2.err;
+  EXPECT_EQ(named_tensor_to_floats(read_tensor(d + "/out2.safetensors", "output")), want);
+  // A layer that is not in the file is one clear error naming the tensor.
+  Ran r3 = moekit(std::string("run ") + kSmall + " --weights " + d + "/layer.safetensors --layer 6");
+  EXPECT_EQ(r3.code, 1);
+  EXPECT_NE(r3.err.find("layers.6"), std::string::npos) << r3.err;
 }
 
 }  // namespace

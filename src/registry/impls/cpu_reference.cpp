@@ -10,6 +10,18 @@
 #include "routing/routing.hpp"
 
 namespace moekit::registry::impls {
+
+std::vector<ActivationKind> all_activations() {
+  return {ActivationKind::kSwiGLU,   ActivationKind::kSwiGLUClamped, ActivationKind::kGeGLUTanh,
+          ActivationKind::kGeGLUErf, ActivationKind::kSiLU,          ActivationKind::kGeLUTanh,
+          ActivationKind::kGeLUErf,  ActivationKind::kReLU2,         ActivationKind::kIdentity};
+}
+
+std::vector<RoutingMethod> all_routings() {
+  return {RoutingMethod::kSoftmaxTopK, RoutingMethod::kTopKSoftmax, RoutingMethod::kDeepSeekV3,
+          RoutingMethod::kLlama4, RoutingMethod::kExternal};
+}
+
 namespace {
 
 Capability reference_capability() {
@@ -20,12 +32,8 @@ Capability reference_capability() {
                       WeightFormat::kInt4Group,   WeightFormat::kMXFP4,
                       WeightFormat::kNVFP4,       WeightFormat::kMXFP8};
   c.act_dtypes = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
-  c.activations = {
-      ActivationKind::kSwiGLU,   ActivationKind::kSwiGLUClamped, ActivationKind::kGeGLUTanh,
-      ActivationKind::kGeGLUErf, ActivationKind::kSiLU,          ActivationKind::kGeLUTanh,
-      ActivationKind::kGeLUErf,  ActivationKind::kReLU2,         ActivationKind::kIdentity};
-  c.routings = {RoutingMethod::kSoftmaxTopK, RoutingMethod::kTopKSoftmax,
-                RoutingMethod::kDeepSeekV3, RoutingMethod::kLlama4, RoutingMethod::kExternal};
+  c.activations = all_activations();
+  c.routings = all_routings();
   c.clamp = c.alpha_beta = c.fc1_bias = c.fc2_bias = true;
   c.tensor_parallel = c.expert_parallel = true;  // computes this rank's partial output
   return c;

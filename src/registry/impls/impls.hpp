@@ -2,10 +2,15 @@
 // static-initialisation-order dependency), and the bridge to the Hopper engine.
 #pragma once
 #include <memory>
+#include <vector>
 
 #include "moekit/registry.hpp"
 
 namespace moekit::registry::impls {
+
+// What every engine of the library supports today (capability lists shared by the impls).
+std::vector<ActivationKind> all_activations();
+std::vector<RoutingMethod> all_routings();
 
 const Implementation& cpu_reference();
 const Implementation& cuda_sm90_cutlass_bf16();
