@@ -5,6 +5,7 @@
 
 #include "activation/activation_device.hpp"
 #include "pipeline/elem8.cuh"
+#include "pipeline/pdl.cuh"
 
 namespace moekit::activation {
 namespace {
@@ -30,6 +31,8 @@ struct Args {
 
 template <class T, int kMode>
 __global__ void __launch_bounds__(256) activation_kernel(Args a) {
+  pipeline::pdl_wait();  // FC1's output and the offsets come from earlier kernels
+  pipeline::pdl_launch_dependents();
   const int64_t rows = *a.rows_end;
   const int64_t n = rows * a.out_vecs;
   for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
@@ -139,8 +142,7 @@ Status run_device(const DeviceActivation& a, const void* fc1_out, void* out,
   k.out_vecs = a.intermediate / 8;
   const int64_t work = max_rows * k.out_vecs;
   const int blocks = static_cast<int>(std::clamp<int64_t>((work + 255) / 256, 1, 132 * 16));
-  pick(a)<<<blocks, 256, 0, stream>>>(k);
-  const cudaError_t e = cudaGetLastError();
+  const cudaError_t e = pipeline::launch_pdl(pick(a), blocks, 256, 0, stream, k);
   if (e != cudaSuccess)
     return Status(ErrorCode::kCuda,
                   std::string("launching the activation kernel failed: ") + cudaGetErrorString(e));

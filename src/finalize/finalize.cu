@@ -5,6 +5,7 @@
 
 #include "finalize/finalize.hpp"
 #include "pipeline/elem8.cuh"
+#include "pipeline/pdl.cuh"
 
 namespace moekit::finalize {
 namespace {
@@ -24,6 +25,8 @@ struct Args {
 
 template <class T>
 __global__ void __launch_bounds__(256) finalize_kernel(Args a) {
+  pipeline::pdl_wait();  // FC2's output and the slots come from earlier kernels
+  pipeline::pdl_launch_dependents();
   const int64_t n = a.tokens * a.vecs;
   for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -109,8 +112,7 @@ Status run(const DeviceFinalize& f, int64_t tokens, const void* y, const int32_t
   a.top_k = f.top_k;
   const int64_t work = tokens * a.vecs;
   const int blocks = static_cast<int>(std::clamp<int64_t>((work + 255) / 256, 1, 132 * 16));
-  pick(f.elem)<<<blocks, 256, 0, stream>>>(a);
-  const cudaError_t e = cudaGetLastError();
+  const cudaError_t e = pipeline::launch_pdl(pick(f.elem), blocks, 256, 0, stream, a);
   if (e != cudaSuccess)
     return Status(ErrorCode::kCuda,
                   std::string("launching the finalize kernel failed: ") + cudaGetErrorString(e));

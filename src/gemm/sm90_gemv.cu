@@ -12,6 +12,10 @@
 // persistent over (non-empty expert, row tile) items: each block compacts the non-empty groups
 // from row_offsets itself, so experts with no rows cost nothing. An expert with more than 8*NT
 // rows is handled in chunks (correct for any distribution, re-reading its weights from L2).
+//
+// Launched with programmatic dependent launch (pipeline/pdl.cuh): the kernel waits for the
+// previous one before its first read, so only its launch overlaps that kernel's tail, and it
+// lets the next kernel launch as soon as it has passed that wait.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -22,6 +26,7 @@
 #include <vector>
 
 #include "gemm/tactic.hpp"
+#include "pipeline/pdl.cuh"
 
 namespace moekit::gemm::detail {
 namespace {
@@ -84,6 +89,8 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
   __shared__ int s_warp_live[kWarps];
   __shared__ float s_red[kWarps][NT * 4][32];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  pipeline::pdl_wait();  // row_offsets and the activations come from earlier kernels
+  pipeline::pdl_launch_dependents();
 
   // Compact the non-empty groups (every block does it: a few hundred cached ints).
   int live_count = 0;
@@ -226,8 +233,8 @@ class GemvTactic final : public Tactic {
     p.w = static_cast<const uint16_t*>(a.b);
     p.d = static_cast<uint16_t*>(a.d);
     p.row_offsets = a.row_offsets;
-    grouped_gemv_kernel<kBF16, NT><<<grid_, kThreads, smem_, a.stream>>>(p);
-    cudaError_t err = cudaGetLastError();
+    const cudaError_t err = pipeline::launch_pdl(grouped_gemv_kernel<kBF16, NT>, grid_, kThreads,
+                                                 smem_, a.stream, p);
     if (err != cudaSuccess) return cuda_status(err, "kernel launch", what_);
     return {};
   }

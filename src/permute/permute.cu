@@ -9,6 +9,7 @@
 #include <string>
 
 #include "permute/permute.hpp"
+#include "pipeline/pdl.cuh"
 #include "routing/routing_warp.cuh"
 
 namespace moekit::permute {
@@ -137,6 +138,9 @@ __device__ void scatter_row(const Args& a, int64_t t, int32_t row, int lane) {
 // Everything in one block: warps are the chunks.
 template <int kPerLane, bool kGather>
 __global__ void __launch_bounds__(kSingleWarps * 32) single_block_kernel(Args a) {
+  // Launched normally (it follows the caller's work); the next kernel reads nothing of ours
+  // before its own wait (pipeline/pdl.cuh), so it may start now.
+  pipeline::pdl_launch_dependents();
   extern __shared__ int smem[];
   const int L = a.local_experts;
   const int k = a.r.top_k;
@@ -188,6 +192,8 @@ __global__ void __launch_bounds__(kSingleWarps * 32) single_block_kernel(Args a)
 
 // Grid-wide gather after the single-block kernel: one thread per 16 bytes of hidden.
 __global__ void gather_kernel(Args a) {
+  pipeline::pdl_wait();  // slot_row comes from the single-block kernel
+  pipeline::pdl_launch_dependents();
   const int k = a.r.top_k;
   const int64_t n = a.tokens * a.row_vecs;
   for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
@@ -401,7 +407,13 @@ Status run(const Config& c, const Buffers& b, int64_t tokens, const Inputs& in,
     const int64_t rows = tokens * std::min<int64_t>(k, c.local_experts);
     const bool gather = rows * c.row_bytes <= kFusedGatherMaxBytes;
     pick_single(c.routing.per_lane, gather)<<<1, kSingleWarps * 32, single_smem(c), stream>>>(a);
-    if (!gather) gather_kernel<<<grid_for(tokens * a.row_vecs, 256, 4096), 256, 0, stream>>>(a);
+    if (!gather) {
+      const cudaError_t e = cudaGetLastError();
+      if (e != cudaSuccess) return cuda_status(e, "launching the permute kernels");
+      const int blocks = grid_for(tokens * a.row_vecs, 256, 4096);
+      return cuda_status(pipeline::launch_pdl(gather_kernel, blocks, 256, 0, stream, a),
+                         "launching the gather kernel");
+    }
   } else {
     const int64_t per_chunk = std::max<int64_t>(4, (tokens + kMaxChunks - 1) / kMaxChunks);
     a.chunk_tokens = static_cast<int>(per_chunk);

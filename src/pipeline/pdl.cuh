@@ -1,0 +1,43 @@
+// Programmatic dependent launch (PDL) for the decode chain of kernels: a kernel launched with
+// launch_pdl() may start while the kernel before it on the stream still runs, so its launch and
+// prologue overlap that kernel's tail. The protocol every kernel here follows:
+//   - before pdl_wait(), read nothing the previous kernel may write;
+//   - call pdl_launch_dependents() only after pdl_wait() (or never).
+// Then, when a kernel starts, the kernel two launches back has completed, so its outputs could
+// be read before pdl_wait() (no kernel does that yet). A kernel launched normally (the
+// single-block permute, first of a forward) has nothing to wait for and may let its dependent
+// start at once. Both instructions are no-ops when the kernel was launched without the
+// attribute. Stream capture records the launches as programmatic graph edges.
+#pragma once
+#include <utility>
+
+#include <cuda_runtime.h>
+
+namespace moekit::pipeline {
+
+// Waits until the previous kernel has completed and its writes are visible.
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
+// Lets the next kernel start once every block has called this or exited.
+__device__ __forceinline__ void pdl_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization.
+template <class... Params, class... Args>
+cudaError_t launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem,
+                       cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+}  // namespace moekit::pipeline

@@ -1,0 +1,261 @@
+// The GEMV tactics under programmatic dependent launch: launched as the dependent of a slow
+// kernel that writes their offsets and activations (and lets them start at once), they must
+// wait for it, eagerly and inside a graph; outputs poisoned (NaN) before each run, compared
+// with a CPU reference. MOEKIT_GEMV_TIMING=1 also times every GEMV tactic and the tactic
+// GroupedGemm::pick_tactic chooses on the decode shapes of qwen3-30b-a3b and mixtral-8x7b
+// (L2 flushed before each run) and prints the achieved weight bandwidth.
+#include <gtest/gtest.h>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gemm/grouped_gemm.hpp"
+#include "pipeline/gpu_test_util.hpp"
+
+namespace moekit::gemm {
+namespace {
+
+using devtest::DeviceBuffer;
+using devtest::GpuTest;
+
+uint16_t bits(float v) {
+  const __nv_bfloat16 h = __float2bfloat16_rn(v);
+  uint16_t u;
+  std::memcpy(&u, &h, 2);
+  return u;
+}
+float value(uint16_t u) {
+  __nv_bfloat16 h;
+  std::memcpy(&h, &u, 2);
+  return __bfloat162float(h);
+}
+
+std::vector<std::string> gemv_tactics() {
+  std::vector<std::string> v;
+  for (const auto& n : tactic_names(Elem::kBF16))
+    if (n.rfind("sm90.gemv.", 0) == 0) v.push_back(n);
+  return v;
+}
+
+// A [max_rows, k], W [groups, n, k], and the reference D [rows, n] (double sums).
+struct Problem {
+  int groups = 0;
+  int64_t n = 0, k = 0, rows = 0, max_rows = 0;
+  std::vector<int32_t> offsets;
+  std::vector<uint16_t> a, w;
+  std::vector<float> ref;
+};
+
+Problem make_problem(int64_t n, int64_t k, const std::vector<int>& counts, std::mt19937& rng) {
+  Problem p;
+  p.groups = static_cast<int>(counts.size());
+  p.n = n;
+  p.k = k;
+  p.offsets.assign(1, 0);
+  for (int c : counts) p.offsets.push_back(p.offsets.back() + c);
+  p.rows = p.offsets.back();
+  p.max_rows = p.rows + 3;
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  p.a.resize(static_cast<std::size_t>(p.max_rows * k));
+  p.w.resize(static_cast<std::size_t>(p.groups * n * k));
+  for (auto& v : p.a) v = bits(dist(rng));
+  for (auto& v : p.w) v = bits(dist(rng));
+  p.ref.assign(static_cast<std::size_t>(p.rows * n), 0.f);
+  for (int g = 0; g < p.groups; ++g)
+    for (int64_t r = p.offsets[g]; r < p.offsets[g + 1]; ++r)
+      for (int64_t i = 0; i < n; ++i) {
+        double s = 0;
+        for (int64_t kk = 0; kk < k; ++kk)
+          s += double(value(p.a[r * k + kk])) * value(p.w[(g * n + i) * k + kk]);
+        p.ref[r * n + i] = float(s);
+      }
+  return p;
+}
+
+// Relative error below 1e-2, every output of the rows written, nothing past them.
+void expect_matches(const Problem& p, const std::vector<uint16_t>& out) {
+  double diff = 0, norm = 0;
+  int64_t nan = 0, stray = 0;
+  for (int64_t i = 0; i < p.rows * p.n; ++i) {
+    const float v = value(out[i]);
+    if (std::isnan(v)) {
+      ++nan;
+      continue;
+    }
+    diff += double(v - p.ref[i]) * double(v - p.ref[i]);
+    norm += double(p.ref[i]) * double(p.ref[i]);
+  }
+  for (std::size_t i = static_cast<std::size_t>(p.rows * p.n); i < out.size(); ++i)
+    stray += out[i] != 0xffff;
+  EXPECT_EQ(nan, 0) << "unwritten (NaN) outputs";
+  EXPECT_EQ(stray, 0) << "outputs written past row " << p.rows;
+  if (norm > 0) EXPECT_LT(std::sqrt(diff / norm), 1e-2);
+}
+
+// Lets its dependent start at once, spins ~`ns`, then copies the real offsets and activations
+// over the stale ones.
+__global__ void slow_writer(int32_t* off, const int32_t* src_off, int n_off, uint4* a,
+                            const uint4* src_a, int64_t a_vecs, long long ns) {
+  asm volatile("griddepcontrol.launch_dependents;");
+  if (threadIdx.x == 0 && blockIdx.x == 0) {
+    uint64_t t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < static_cast<uint64_t>(ns));
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < n_off; i += blockDim.x) off[i] = src_off[i];
+  for (int64_t i = threadIdx.x; i < a_vecs; i += blockDim.x) a[i] = src_a[i];
+}
+
+class GemvPdl : public GpuTest {};
+
+TEST_F(GemvPdl, WaitsForThePreviousKernel) {
+  std::mt19937 rng(static_cast<unsigned>(devtest::base_seed() ^ 0x6e02));
+  const Problem p = make_problem(128, 256, {3, 0, 9, 1}, rng);
+  const DeviceBuffer a_src(devtest::to_device(p.a)), w(devtest::to_device(p.w)),
+      off_src(devtest::to_device(p.offsets));
+  DeviceBuffer a(p.a.size() * 2), off(p.offsets.size() * 4),
+      d(static_cast<std::size_t>(p.max_rows * p.n) * 2);
+  GroupedGemm gemm(GroupedShape{Elem::kBF16, p.groups, p.n, p.k, p.max_rows}, 0);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  for (const auto& t : gemv_tactics()) {
+    for (bool graph : {false, true}) {
+      SCOPED_TRACE(t + (graph ? " graph" : " eager"));
+      ASSERT_EQ(cudaMemset(off.ptr, 0, off.bytes), cudaSuccess);  // stale: every group empty
+      ASSERT_EQ(cudaMemset(a.ptr, 0xff, a.bytes), cudaSuccess);    // stale: NaN
+      ASSERT_EQ(cudaMemset(d.ptr, 0xff, d.bytes), cudaSuccess);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      cudaGraph_t g = nullptr;
+      if (graph)
+        ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+      slow_writer<<<1, 256, 0, stream>>>(
+          static_cast<int32_t*>(off.ptr), static_cast<const int32_t*>(off_src.ptr),
+          static_cast<int>(p.offsets.size()), static_cast<uint4*>(a.ptr),
+          static_cast<const uint4*>(a_src.ptr), static_cast<int64_t>(p.a.size() / 8), 200000);
+      const Status s = gemm.run(a.ptr, w.ptr, d.ptr, static_cast<const int32_t*>(off.ptr), 1.0,
+                                stream, t);
+      ASSERT_TRUE(s.ok()) << s.message();
+      if (graph) {
+        ASSERT_EQ(cudaStreamEndCapture(stream, &g), cudaSuccess);
+        cudaGraphExec_t exec = nullptr;
+        ASSERT_EQ(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
+        ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(g);
+      }
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      expect_matches(p, devtest::to_host<uint16_t>(d.ptr, d.bytes / 2));
+    }
+  }
+  cudaStreamDestroy(stream);
+}
+
+// ---- Timing (MOEKIT_GEMV_TIMING=1): decode shapes, weights streamed from HBM ----
+
+__global__ void fill_random(uint16_t* p, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    uint32_t x = uint32_t(i) * 2654435761u ^ seed ^ uint32_t(i >> 32) * 40503u;
+    x ^= x >> 15;
+    x *= 2246822519u;
+    x ^= x >> 13;
+    const float v = (x & 0xffff) / 32768.0f - 1.0f;
+    p[i] = __bfloat16_as_ushort(__float2bfloat16_rn(v * 0.05f));
+  }
+}
+
+TEST_F(GemvPdl, DecodeTiming) {
+  if (std::getenv("MOEKIT_GEMV_TIMING") == nullptr) GTEST_SKIP() << "set MOEKIT_GEMV_TIMING=1";
+  struct Shape {
+    const char* name;
+    int E, k_top;
+    int64_t H, I;
+  };
+  const Shape shapes[] = {{"qwen3-30b-a3b", 128, 8, 2048, 768},
+                          {"mixtral-8x7b", 8, 2, 4096, 14336}};
+  std::mt19937 rng(1234);
+  DeviceBuffer flush(256u << 20);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::printf("[ timing ] %-14s %4s %-4s %-30s %9s %9s %6s\n", "preset", "T", "gemm", "tactic",
+              "median_us", "floor_us", "TB/s");
+  for (const Shape& sh : shapes) {
+    const int64_t max_rows = 64 * sh.k_top;
+    DeviceBuffer w1(size_t(sh.E) * 2 * sh.I * sh.H * 2), w2(size_t(sh.E) * sh.H * sh.I * 2);
+    DeviceBuffer x(size_t(max_rows) * std::max(sh.H, sh.I) * 2),
+        y(size_t(max_rows) * std::max(sh.H, 2 * sh.I) * 2);
+    fill_random<<<4096, 256>>>(static_cast<uint16_t*>(w1.ptr), int64_t(w1.bytes / 2), 1);
+    fill_random<<<4096, 256>>>(static_cast<uint16_t*>(w2.ptr), int64_t(w2.bytes / 2), 2);
+    fill_random<<<4096, 256>>>(static_cast<uint16_t*>(x.ptr), int64_t(x.bytes / 2), 3);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    GroupedGemm fc1(GroupedShape{Elem::kBF16, sh.E, 2 * sh.I, sh.H, max_rows}, 0);
+    GroupedGemm fc2(GroupedShape{Elem::kBF16, sh.E, sh.H, sh.I, max_rows}, 0);
+    for (int T : {1, 8, 64}) {
+      std::vector<int> counts(sh.E, 0), perm(sh.E);
+      for (int t = 0; t < T; ++t) {
+        for (int e = 0; e < sh.E; ++e) perm[e] = e;
+        std::shuffle(perm.begin(), perm.end(), rng);
+        for (int j = 0; j < sh.k_top; ++j) ++counts[perm[j]];
+      }
+      std::vector<int32_t> offsets(1, 0);
+      int live = 0;
+      for (int c : counts) {
+        offsets.push_back(offsets.back() + c);
+        live += c > 0;
+      }
+      const DeviceBuffer off(devtest::to_device(offsets));
+      const double hint = double(T) * sh.k_top / sh.E;
+      for (int which = 0; which < 2; ++which) {
+        GroupedGemm& gemm = which == 0 ? fc1 : fc2;
+        const void* w = which == 0 ? w1.ptr : w2.ptr;
+        const double bytes = double(live) * double(gemm.shape().n) * double(gemm.shape().k) * 2;
+        std::vector<std::string> names = gemv_tactics();
+        const std::string pick = gemm.pick_tactic(hint);
+        if (std::find(names.begin(), names.end(), pick) == names.end()) names.push_back(pick);
+        for (const auto& t : names) {
+          std::vector<float> us;
+          for (int rep = 0; rep < 25; ++rep) {
+            cudaMemsetAsync(flush.ptr, rep & 0xff, flush.bytes, stream);
+            cudaEventRecord(e0, stream);
+            const Status s = gemm.run(x.ptr, w, y.ptr, static_cast<const int32_t*>(off.ptr), hint,
+                                      stream, t);
+            ASSERT_TRUE(s.ok()) << s.message();
+            cudaEventRecord(e1, stream);
+            ASSERT_EQ(cudaEventSynchronize(e1), cudaSuccess);
+            float ms = 0;
+            cudaEventElapsedTime(&ms, e0, e1);
+            if (rep >= 3) us.push_back(ms * 1e3f);
+          }
+          std::sort(us.begin(), us.end());
+          const double med = us[us.size() / 2];
+          std::printf("[ timing ] %-14s %4d %-4s %-30s %9.1f %9.1f %6.2f\n", sh.name, T,
+                      which == 0 ? "fc1" : "fc2", (t + (t == pick ? " (pick)" : "")).c_str(),
+                      med, bytes / 4.24e12 * 1e6, bytes / med / 1e6);
+        }
+      }
+    }
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaStreamDestroy(stream);
+}
+
+}  // namespace
+}  // namespace moekit::gemm
