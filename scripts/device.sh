@@ -52,13 +52,13 @@ if want bench; then
 fi
 
 if want sweep; then
-  $bin/bench/moekit_gemm_sweep ${MOEKIT_BENCH_TOKENS:-} >"$OUT/sweep.txt" 2>&1
+  $bin/bench/moekit_gemm_sweep ${MOEKIT_SWEEP_TOKENS:-${MOEKIT_BENCH_TOKENS:-}} >"$OUT/sweep.txt" 2>&1
   echo "sweep: rc=$?" >>"$OUT/sweep.txt"
   cat "$OUT/sweep.txt" >>"$summary"
 fi
 
 if want torch; then
-  python3 bench/torch_moe.py --moekit-json "$OUT/bench.json" ${MOEKIT_BENCH_TOKENS:+--tokens "$MOEKIT_BENCH_TOKENS"} \
+  python3 bench/torch_moe.py --moekit-json "$OUT/bench.json" --json-out "$OUT/torch.json" ${MOEKIT_BENCH_TOKENS:+--tokens "$MOEKIT_BENCH_TOKENS"} \
     >"$OUT/torch.txt" 2>&1 || echo "torch: rc=$?" >>"$OUT/torch.txt"
   cat "$OUT/torch.txt" >>"$summary"
 fi

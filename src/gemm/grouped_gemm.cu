@@ -230,17 +230,17 @@ const GroupedShape& GroupedGemm::shape() const { return state_->shape; }
 
 std::string GroupedGemm::pick_tactic(double rows_per_group_hint) const {
   const double h = std::isfinite(rows_per_group_hint) ? std::max(rows_per_group_hint, 0.0) : 0.0;
-  // Buckets of the average rows per expert, each with fallbacks for builds that keep one tactic
-  // per family. A first guess, to be replaced by measurement (tuning tables per shape): the
-  // token tile should hold about 1.5x the average so that few experts need a second pass over
-  // their weights; past ~40 rows the normal (tokens as M) tiles take over.
+  // Buckets of the average rows per expert, measured on an H200 (bench/gemm_sweep.cu over the
+  // FC1/FC2 shapes of qwen3-30b-a3b, mixtral-8x7b, deepseek-v3 and gpt-oss-120b, random top-k
+  // routing; bench/results/). Each bucket lists fallbacks for builds that keep one tactic per
+  // family. Below ~0.3 rows (most experts empty, the rest one token) the GEMV streams weights
+  // best; up to ~24 rows the swap-AB tile (weights as M, 32 tokens as N) reads each weight once;
+  // around 32 the 64-row ping-pong tile wastes least; past that the 128x256 tile wins.
   static const std::vector<std::pair<double, std::vector<const char*>>> kBuckets = {
-      {4, {"sm90.gemv.n8", "sm90.gemv.n16", "sm90.swapab.128x16x128.c1x1"}},
-      {10, {"sm90.gemv.n16", "sm90.gemv.n8", "sm90.swapab.128x16x128.c1x1"}},
-      {20, {"sm90.swapab.128x32x128.c1x1", "sm90.swapab.128x16x128.c1x1"}},
-      {42, {"sm90.pingpong.64x128x64.c1x1", "sm90.swapab.128x32x128.c1x1",
+      {0.3, {"sm90.gemv.n8", "sm90.swapab.128x16x128.c1x1"}},
+      {24, {"sm90.swapab.128x32x128.c1x1", "sm90.swapab.128x16x128.c1x1"}},
+      {48, {"sm90.pingpong.64x128x64.c1x1", "sm90.swapab.128x32x128.c1x1",
             "sm90.coop.128x128x64.c1x1"}},
-      {2048, {"sm90.coop.128x128x64.c1x1"}},
       {INFINITY, {"sm90.coop.128x256x64.c1x1", "sm90.coop.128x128x64.c1x1"}},
   };
   for (const auto& [limit, names] : kBuckets) {
