@@ -52,24 +52,6 @@ struct CoopT128x256x64 {
   using Mainloop = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
   using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
 };
-// Clusters of two along M: two token tiles of one expert share each weight tile through TMA
-// multicast, halving the weight traffic through L2 on prefill.
-struct CoopT128x256x64C2x1 {
-  static constexpr const char* kName = "sm90.coop.128x256x64.c2x1";
-  static constexpr bool kSwapAB = false;
-  using Tile = cute::Shape<cute::_128, cute::_256, cute::_64>;
-  using Cluster = cute::Shape<cute::_2, cute::_1, cute::_1>;
-  using Mainloop = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
-  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
-};
-struct CoopT256x128x64C2x1 {
-  static constexpr const char* kName = "sm90.coop.256x128x64.c2x1";
-  static constexpr bool kSwapAB = false;
-  using Tile = cute::Shape<cute::_256, cute::_128, cute::_64>;
-  using Cluster = cute::Shape<cute::_2, cute::_1, cute::_1>;
-  using Mainloop = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
-  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
-};
 struct PingpongT64x128x64 {
   static constexpr const char* kName = "sm90.pingpong.64x128x64.c1x1";
   static constexpr bool kSwapAB = false;
@@ -260,8 +242,6 @@ std::vector<TacticEntry> sm90_grouped_tactics() {
   add_tactic<Element, CoopT128x256x64>(v);
   add_tactic<Element, PingpongT64x128x64>(v);
   add_tactic<Element, SwapABT128x32x128>(v);
-  add_tactic<Element, CoopT128x256x64C2x1>(v);
-  add_tactic<Element, CoopT256x128x64C2x1>(v);
 #endif
   return v;
 }
