@@ -20,13 +20,12 @@
 #include <vector>
 
 #include "gemm/grouped_gemm.hpp"
-#include "pipeline/gpu_test_util.hpp"
+#include "support/gpu.hpp"
 
 namespace moekit::gemm {
 namespace {
 
-using devtest::DeviceBuffer;
-using devtest::GpuTest;
+using namespace devtest;  // NOLINT: the shared device-test helpers
 
 uint16_t bits(float v) {
   const __nv_bfloat16 h = __float2bfloat16_rn(v);

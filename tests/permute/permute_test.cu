@@ -10,16 +10,13 @@
 #include <vector>
 
 #include "permute/permute.hpp"
-#include "pipeline/gpu_test_util.hpp"
 #include "routing/routing.hpp"
+#include "support/gpu.hpp"
 
 namespace moekit::permute {
 namespace {
 
-using devtest::DeviceBuffer;
-using devtest::GpuTest;
-using devtest::to_device;
-using devtest::to_host;
+using namespace devtest;  // NOLINT: the shared device-test helpers
 
 // Device buffers of one Config, poisoned.
 struct Workspace {

@@ -10,17 +10,12 @@
 #include <vector>
 
 #include "activation/activation_device.hpp"
-#include "pipeline/gpu_test_util.hpp"
+#include "support/gpu.hpp"
 
 namespace moekit::activation {
 namespace {
 
-using devtest::DeviceBuffer;
-using devtest::from_bits;
-using devtest::GpuTest;
-using devtest::to_bits;
-using devtest::to_device;
-using devtest::to_host;
+using namespace devtest;  // NOLINT: the shared device-test helpers
 
 class ActivationDeviceTest : public GpuTest {};
 

@@ -19,21 +19,16 @@
 
 #include "moekit/presets.hpp"
 #include "moekit/registry.hpp"
-#include "pipeline/gpu_test_util.hpp"
 #include "pipeline/sm90_engine.hpp"
 #include "quant/quant.hpp"
 #include "reference/reference.hpp"
 #include "routing/routing.hpp"
+#include "support/gpu.hpp"
 
 namespace moekit::pipeline {
 namespace {
 
-using devtest::DeviceBuffer;
-using devtest::from_bits;
-using devtest::GpuTest;
-using devtest::to_bits;
-using devtest::to_device;
-using devtest::to_host;
+using namespace devtest;  // NOLINT: the shared device-test helpers
 
 // How the token-expert pairs are chosen.
 enum class Ids {

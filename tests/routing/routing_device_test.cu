@@ -10,17 +10,14 @@
 #include <string>
 #include <vector>
 
-#include "pipeline/gpu_test_util.hpp"
 #include "routing/routing.hpp"
 #include "routing/routing_device.hpp"
+#include "support/gpu.hpp"
 
 namespace moekit::routing {
 namespace {
 
-using devtest::DeviceBuffer;
-using devtest::GpuTest;
-using devtest::to_device;
-using devtest::to_host;
+using namespace devtest;  // NOLINT: the shared device-test helpers
 
 enum class Logits { kNormal, kTies };
 

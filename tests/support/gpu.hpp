@@ -1,5 +1,6 @@
-// Helpers of the device tests of routing, permute, activation, finalize and the sm90 engine:
-// skipping without an sm_90 GPU, device buffers, element conversions, fresh seeds.
+// Helpers of every device test (routing, permute, gemm, activation, finalize, the sm90 engine):
+// skipping without an sm_90 GPU, device buffers, element conversions, random fills, fresh seeds.
+// C++17: the *_test.cu files include it.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -10,6 +11,7 @@
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/numeric.hpp"
@@ -90,6 +92,16 @@ DeviceBuffer to_device(const std::vector<T>& v) {
   return b;
 }
 
+// Overwrites a buffer's first bytes in place (same pointer, as a captured graph needs); waits
+// for it, see poison().
+template <class T>
+void upload(DeviceBuffer& b, const std::vector<T>& v) {
+  if (!v.empty())
+    EXPECT_EQ(cudaMemcpy(b.ptr, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice),
+              cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
 template <class T>
 std::vector<T> to_host(const void* p, std::size_t count) {
   std::vector<T> v(count);
@@ -104,6 +116,13 @@ inline uint16_t to_bits(DType t, float v) {
 }
 inline float from_bits(DType t, uint16_t u) {
   return t == DType::kFloat16 ? numeric::fp16_to_float_hd(u) : numeric::bf16_to_float(u);
+}
+
+// Every element a draw of `dist`, rounded to t's bits. By reference: the caller's draws go on
+// from where these stop.
+template <class Dist, class Rng>
+void fill_bits(std::vector<uint16_t>& v, DType t, Dist& dist, Rng& rng) {
+  for (auto& x : v) x = to_bits(t, dist(rng));
 }
 
 }  // namespace moekit::devtest
