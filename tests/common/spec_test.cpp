@@ -8,20 +8,12 @@
 #include <vector>
 
 #include "moekit/status.hpp"
+#include "support/specs.hpp"
 
 namespace moekit {
 namespace {
 
-MoeSpec qwen3() {
-  MoeSpec s;
-  s.num_experts = 128;
-  s.top_k = 8;
-  s.hidden = 2048;
-  s.intermediate = 768;
-  s.act_dtype = DType::kBFloat16;
-  s.routing.method = RoutingMethod::kTopKSoftmax;
-  return s;
-}
+MoeSpec qwen3() { return test::qwen3_30b_spec(); }
 
 MoeSpec deepseek() {
   MoeSpec s;
@@ -30,11 +22,7 @@ MoeSpec deepseek() {
   s.hidden = 7168;
   s.intermediate = 2048;
   s.weights.format = WeightFormat::kFP8Block128;
-  s.routing.method = RoutingMethod::kDeepSeekV3;
-  s.routing.n_group = 8;
-  s.routing.topk_group = 4;
-  s.routing.correction_bias = true;
-  s.routing.routed_scaling_factor = 2.5f;
+  test::set_deepseek_v3_routing(s, 8, 4);
   return s;
 }
 
@@ -45,10 +33,7 @@ MoeSpec gpt_oss() {
   s.hidden = 2880;
   s.intermediate = 2880;
   s.weights.format = WeightFormat::kMXFP4;
-  s.activation.kind = ActivationKind::kSwiGLUClamped;
-  s.activation.limit = 7.0f;
-  s.activation.alpha = 1.702f;
-  s.activation.beta = 1.0f;
+  test::set_clamped_swiglu(s);
   s.gate_up_layout = GateUpLayout::kInterleaved;
   s.fc1_bias = s.fc2_bias = true;
   return s;

@@ -48,7 +48,7 @@ TEST_F(FinalizeTest, MatchesHostSumInSlotOrder) {
             slot_expert[local[j]] = static_cast<int32_t>(local[j] % L);
           }
           std::vector<uint16_t> y(static_cast<std::size_t>(std::max(rows, 1) * H));
-          for (auto& v : y) v = to_bits(elem, normal(rng));
+          fill_bits(y, elem, normal, rng);
           std::vector<float> b(bias ? L * H : 0);
           for (auto& v : b) v = normal(rng);
 

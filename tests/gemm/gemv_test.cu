@@ -14,12 +14,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "gemm/grouped_gemm.hpp"
+#include "support/gemm_problem.hpp"
 #include "support/gpu.hpp"
 
 namespace moekit::gemm {
@@ -27,17 +27,7 @@ namespace {
 
 using namespace devtest;  // NOLINT: the shared device-test helpers
 
-uint16_t bits(float v) {
-  const __nv_bfloat16 h = __float2bfloat16_rn(v);
-  uint16_t u;
-  std::memcpy(&u, &h, 2);
-  return u;
-}
-float value(uint16_t u) {
-  __nv_bfloat16 h;
-  std::memcpy(&h, &u, 2);
-  return __bfloat162float(h);
-}
+float value(uint16_t u) { return from_bits(DType::kBFloat16, u); }
 
 std::vector<std::string> gemv_tactics() {
   std::vector<std::string> v;
@@ -46,36 +36,18 @@ std::vector<std::string> gemv_tactics() {
   return v;
 }
 
-// A [max_rows, k], W [groups, n, k], and the reference D [rows, n] (double sums).
-struct Problem {
-  int groups = 0;
-  int64_t n = 0, k = 0, rows = 0, max_rows = 0;
-  std::vector<int32_t> offsets;
-  std::vector<uint16_t> a, w;
-  std::vector<float> ref;
-};
+using Problem = GemmProblem;
 
+// bf16 inputs and the reference D [rows, n] (double sums).
 Problem make_problem(int64_t n, int64_t k, const std::vector<int>& counts, std::mt19937& rng) {
-  Problem p;
-  p.groups = static_cast<int>(counts.size());
-  p.n = n;
-  p.k = k;
-  p.offsets.assign(1, 0);
-  for (int c : counts) p.offsets.push_back(p.offsets.back() + c);
-  p.rows = p.offsets.back();
-  p.max_rows = p.rows + 3;
-  std::uniform_real_distribution<float> dist(-1.f, 1.f);
-  p.a.resize(static_cast<std::size_t>(p.max_rows * k));
-  p.w.resize(static_cast<std::size_t>(p.groups * n * k));
-  for (auto& v : p.a) v = bits(dist(rng));
-  for (auto& v : p.w) v = bits(dist(rng));
+  Problem p = make_gemm_inputs(Elem::kBF16, n, k, counts, rng);
   p.ref.assign(static_cast<std::size_t>(p.rows * n), 0.f);
   for (int g = 0; g < p.groups; ++g)
     for (int64_t r = p.offsets[g]; r < p.offsets[g + 1]; ++r)
       for (int64_t i = 0; i < n; ++i) {
         double s = 0;
         for (int64_t kk = 0; kk < k; ++kk)
-          s += double(value(p.a[r * k + kk])) * value(p.w[(g * n + i) * k + kk]);
+          s += double(value(p.a_bits[r * k + kk])) * value(p.w_bits[(g * n + i) * k + kk]);
         p.ref[r * n + i] = float(s);
       }
   return p;
@@ -121,11 +93,11 @@ __global__ void slow_writer(int32_t* off, const int32_t* src_off, int n_off, uin
 class GemvPdl : public GpuTest {};
 
 TEST_F(GemvPdl, WaitsForThePreviousKernel) {
-  std::mt19937 rng(static_cast<unsigned>(devtest::base_seed() ^ 0x6e02));
+  std::mt19937 rng(static_cast<unsigned>(base_seed() ^ 0x6e02));
   const Problem p = make_problem(128, 256, {3, 0, 9, 1}, rng);
-  const DeviceBuffer a_src(devtest::to_device(p.a)), w(devtest::to_device(p.w)),
-      off_src(devtest::to_device(p.offsets));
-  DeviceBuffer a(p.a.size() * 2), off(p.offsets.size() * 4),
+  const DeviceBuffer a_src(to_device(p.a_bits)), w(to_device(p.w_bits)),
+      off_src(to_device(p.offsets));
+  DeviceBuffer a(p.a_bits.size() * 2), off(p.offsets.size() * 4),
       d(static_cast<std::size_t>(p.max_rows * p.n) * 2);
   GroupedGemm gemm(GroupedShape{Elem::kBF16, p.groups, p.n, p.k, p.max_rows}, 0);
   cudaStream_t stream;
@@ -143,7 +115,7 @@ TEST_F(GemvPdl, WaitsForThePreviousKernel) {
       slow_writer<<<1, 256, 0, stream>>>(
           static_cast<int32_t*>(off.ptr), static_cast<const int32_t*>(off_src.ptr),
           static_cast<int>(p.offsets.size()), static_cast<uint4*>(a.ptr),
-          static_cast<const uint4*>(a_src.ptr), static_cast<int64_t>(p.a.size() / 8), 200000);
+          static_cast<const uint4*>(a_src.ptr), static_cast<int64_t>(p.a_bits.size() / 8), 200000);
       const Status s = gemm.run(a.ptr, w.ptr, d.ptr, static_cast<const int32_t*>(off.ptr), 1.0,
                                 stream, t);
       ASSERT_TRUE(s.ok()) << s.message();
@@ -157,7 +129,7 @@ TEST_F(GemvPdl, WaitsForThePreviousKernel) {
         cudaGraphDestroy(g);
       }
       ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-      expect_matches(p, devtest::to_host<uint16_t>(d.ptr, d.bytes / 2));
+      expect_matches(p, to_host<uint16_t>(d.ptr, d.bytes / 2));
     }
   }
   cudaStreamDestroy(stream);
@@ -219,7 +191,7 @@ TEST_F(GemvPdl, DecodeTiming) {
         offsets.push_back(offsets.back() + c);
         live += c > 0;
       }
-      const DeviceBuffer off(devtest::to_device(offsets));
+      const DeviceBuffer off(to_device(offsets));
       const double hint = double(T) * sh.k_top / sh.E;
       for (int which = 0; which < 2; ++which) {
         GroupedGemm& gemm = which == 0 ? fc1 : fc2;

@@ -5,14 +5,11 @@
 // GPU tests skip where there is no sm_90 device; the shape checks run everywhere.
 #include <gtest/gtest.h>
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <random>
 #include <set>
 #include <string>
@@ -21,83 +18,25 @@
 
 #include "gemm/grouped_gemm.hpp"
 #include "moekit/status.hpp"
+#include "support/gemm_problem.hpp"
+#include "support/gpu.hpp"
 
 namespace moekit::gemm {
 namespace {
 
+using namespace devtest;  // NOLINT: the shared device-test helpers
+
 constexpr uint16_t kPoison = 0xffff;  // NaN in bf16 and fp16
-
-// Empty when an sm_90 device is usable, else why not.
-std::string gpu_skip_reason() {
-  int count = 0;
-  const cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess) return std::string("no CUDA device: ") + cudaGetErrorString(err);
-  if (count == 0) return "no CUDA device";
-  int major = 0, minor = 0;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
-  if (major != 9 || minor != 0)
-    return "device 0 is sm_" + std::to_string(major * 10 + minor) + ", the kernels need sm_90a";
-  return {};
-}
-
-uint16_t to_bits(Elem e, float v) {
-  if (e == Elem::kBF16) {
-    const __nv_bfloat16 h = __float2bfloat16_rn(v);
-    uint16_t u;
-    std::memcpy(&u, &h, 2);
-    return u;
-  }
-  const __half h = __float2half_rn(v);
-  uint16_t u;
-  std::memcpy(&u, &h, 2);
-  return u;
-}
-
-float from_bits(Elem e, uint16_t u) {
-  if (e == Elem::kBF16) {
-    __nv_bfloat16 h;
-    std::memcpy(&h, &u, 2);
-    return __bfloat162float(h);
-  }
-  __half h;
-  std::memcpy(&h, &u, 2);
-  return __half2float(h);
-}
 
 const char* elem_name(Elem e) { return e == Elem::kBF16 ? "bf16" : "fp16"; }
 
-struct DeviceBuffer {
-  void* ptr = nullptr;
-  explicit DeviceBuffer(std::size_t bytes) {
-    EXPECT_EQ(cudaMalloc(&ptr, std::max<std::size_t>(bytes, 16)), cudaSuccess);
-  }
-  ~DeviceBuffer() {
-    if (ptr != nullptr) cudaFree(ptr);
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
-
-void upload(void* dst, const void* src, std::size_t bytes) {
-  if (bytes > 0) ASSERT_EQ(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), cudaSuccess);
-}
-
-// One grouped problem on the host: inputs rounded to the element type, and the fp32 reference.
-struct Problem {
-  Elem elem = Elem::kBF16;
-  int groups = 0;
-  int64_t n = 0, k = 0, rows = 0, max_rows = 0;
-  std::vector<int32_t> offsets;
-  std::vector<uint16_t> a_bits, w_bits;
-  std::vector<float> ref;  // [rows, n]
-};
+using Problem = GemmProblem;
 
 // The fp32 reference from the element-rounded inputs.
 void compute_reference(Problem& p) {
   std::vector<float> a(p.a_bits.size()), w(p.w_bits.size());
-  for (std::size_t i = 0; i < a.size(); ++i) a[i] = from_bits(p.elem, p.a_bits[i]);
-  for (std::size_t i = 0; i < w.size(); ++i) w[i] = from_bits(p.elem, p.w_bits[i]);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = from_bits(dtype_of(p.elem), p.a_bits[i]);
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = from_bits(dtype_of(p.elem), p.w_bits[i]);
   const int64_t n = p.n, k = p.k;
   p.ref.assign(static_cast<std::size_t>(p.rows * n), 0.f);
   for (int g = 0; g < p.groups; ++g) {
@@ -115,24 +54,9 @@ void compute_reference(Problem& p) {
   }
 }
 
-// Fresh random inputs in [-1, 1]; `extra_rows` rows past the last group stay allocated, so the
-// test sees stray writes.
 Problem make_problem(Elem elem, int64_t n, int64_t k, const std::vector<int>& counts,
                      std::mt19937& rng, int64_t extra_rows = 3) {
-  Problem p;
-  p.elem = elem;
-  p.groups = static_cast<int>(counts.size());
-  p.n = n;
-  p.k = k;
-  p.offsets.assign(1, 0);
-  for (int c : counts) p.offsets.push_back(p.offsets.back() + c);
-  p.rows = p.offsets.back();
-  p.max_rows = p.rows + extra_rows;
-  std::uniform_real_distribution<float> dist(-1.f, 1.f);
-  p.a_bits.resize(static_cast<std::size_t>(p.max_rows * k));
-  p.w_bits.resize(static_cast<std::size_t>(int64_t(p.groups) * n * k));
-  for (auto& v : p.a_bits) v = to_bits(elem, dist(rng));
-  for (auto& v : p.w_bits) v = to_bits(elem, dist(rng));
+  Problem p = make_gemm_inputs(elem, n, k, counts, rng, extra_rows);
   compute_reference(p);
   return p;
 }
@@ -141,23 +65,11 @@ Problem make_problem(Elem elem, int64_t n, int64_t k, const std::vector<int>& co
 struct DeviceProblem {
   DeviceBuffer a, w, d, offsets;
   explicit DeviceProblem(const Problem& p)
-      : a(p.a_bits.size() * 2),
-        w(p.w_bits.size() * 2),
+      : a(to_device(p.a_bits)),
+        w(to_device(p.w_bits)),
         d(static_cast<std::size_t>(p.max_rows * p.n) * 2),
-        offsets(p.offsets.size() * 4) {
-    upload(a.ptr, p.a_bits.data(), p.a_bits.size() * 2);
-    upload(w.ptr, p.w_bits.data(), p.w_bits.size() * 2);
-    upload(offsets.ptr, p.offsets.data(), p.offsets.size() * 4);
-  }
-  void poison(const Problem& p) {
-    ASSERT_EQ(cudaMemset(d.ptr, 0xff, static_cast<std::size_t>(p.max_rows * p.n) * 2),
-              cudaSuccess);
-  }
-  std::vector<uint16_t> download(const Problem& p) {
-    std::vector<uint16_t> out(static_cast<std::size_t>(p.max_rows * p.n));
-    EXPECT_EQ(cudaMemcpy(out.data(), d.ptr, out.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
-    return out;
-  }
+        offsets(to_device(p.offsets)) {}
+  std::vector<uint16_t> download() const { return to_host<uint16_t>(d.ptr, d.bytes / 2); }
 };
 
 // Relative error per non-empty group below 1e-2, every output written, nothing past the rows.
@@ -167,7 +79,7 @@ void expect_matches(const Problem& p, const std::vector<uint16_t>& out) {
     int64_t unwritten = 0;
     for (int64_t r = p.offsets[g]; r < p.offsets[g + 1]; ++r)
       for (int64_t i = 0; i < p.n; ++i) {
-        const float v = from_bits(p.elem, out[r * p.n + i]);
+        const float v = from_bits(dtype_of(p.elem), out[r * p.n + i]);
         const float ref = p.ref[r * p.n + i];
         if (!std::isfinite(v)) {
           ++unwritten;
@@ -209,14 +121,11 @@ std::vector<Distribution> distributions(std::mt19937& rng) {
 
 using ShapeParam = std::tuple<Elem, int64_t, int64_t>;  // elem, n, k
 
-class GroupedGemmTactics : public ::testing::TestWithParam<ShapeParam> {};
+class GroupedGemmTactics : public GpuTest, public ::testing::WithParamInterface<ShapeParam> {};
 
 TEST_P(GroupedGemmTactics, EveryTacticMatchesCpuReference) {
-  if (const std::string why = gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
   const auto [elem, n, k] = GetParam();
-  const unsigned seed = std::random_device{}();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937 rng(seed);
+  std::mt19937 rng(static_cast<unsigned>(base_seed() ^ 0x6e01));
   const std::vector<std::string> tactics = tactic_names(elem);
   ASSERT_FALSE(tactics.empty());
   cudaStream_t stream;
@@ -228,13 +137,13 @@ TEST_P(GroupedGemmTactics, EveryTacticMatchesCpuReference) {
     GroupedGemm gemm(GroupedShape{elem, p.groups, n, k, p.max_rows}, 0);
     for (const auto& tactic : tactics) {
       SCOPED_TRACE("tactic " + tactic);
-      dp.poison(p);
+      dp.d.poison();
       const Status s = gemm.run(dp.a.ptr, dp.w.ptr, dp.d.ptr,
                                 static_cast<const int32_t*>(dp.offsets.ptr),
                                 double(p.rows) / p.groups, stream, tactic);
       ASSERT_TRUE(s.ok()) << s.message();
       ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-      expect_matches(p, dp.download(p));
+      expect_matches(p, dp.download());
     }
   }
   cudaStreamDestroy(stream);
@@ -256,11 +165,10 @@ INSTANTIATE_TEST_SUITE_P(
 
 // Capture the first run a fresh object ever makes, replay it on new row counts and new
 // activations (same buffers), and compare bit for bit with eager runs of another object.
-TEST(GroupedGemmGraph, ReplayOfFirstCapturedRunEqualsEager) {
-  if (const std::string why = gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
-  const unsigned seed = std::random_device{}();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937 rng(seed);
+class GroupedGemmGraph : public GpuTest {};
+
+TEST_F(GroupedGemmGraph, ReplayOfFirstCapturedRunEqualsEager) {
+  std::mt19937 rng(static_cast<unsigned>(base_seed() ^ 0x6e03));
   const Elem elem = Elem::kBF16;
   const int64_t n = 256, k = 512;
   const Problem first = make_problem(elem, n, k, {5, 0, 40, 1, 0, 70, 2, 0}, rng);
@@ -277,7 +185,7 @@ TEST(GroupedGemmGraph, ReplayOfFirstCapturedRunEqualsEager) {
     cudaStream_t stream;
     ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
     GroupedGemm captured(GroupedShape{elem, first.groups, n, k, first.max_rows}, 0);
-    dp.poison(first);
+    dp.d.poison();
     cudaGraph_t graph = nullptr;
     ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
     const Status s = captured.run(dp.a.ptr, dp.w.ptr, dp.d.ptr,
@@ -288,31 +196,31 @@ TEST(GroupedGemmGraph, ReplayOfFirstCapturedRunEqualsEager) {
     ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
     ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    const std::vector<uint16_t> replay1 = dp.download(first);
+    const std::vector<uint16_t> replay1 = dp.download();
     expect_matches(first, replay1);
 
     GroupedGemm eager(GroupedShape{elem, first.groups, n, k, first.max_rows}, 0);
-    dp.poison(first);
+    dp.d.poison();
     ASSERT_TRUE(eager.run(dp.a.ptr, dp.w.ptr, dp.d.ptr,
                           static_cast<const int32_t*>(dp.offsets.ptr), 8.0, stream, tactic)
                     .ok());
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    EXPECT_TRUE(dp.download(first) == replay1) << "eager differs from the first replay";
+    EXPECT_TRUE(dp.download() == replay1) << "eager differs from the first replay";
 
     // New contents in the same buffers: the graph must read them, not what it saw at capture.
-    upload(dp.a.ptr, second.a_bits.data(), second.a_bits.size() * 2);
-    upload(dp.offsets.ptr, second.offsets.data(), second.offsets.size() * 4);
-    dp.poison(second);
+    upload(dp.a, second.a_bits);
+    upload(dp.offsets, second.offsets);
+    dp.d.poison();
     ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    const std::vector<uint16_t> replay2 = dp.download(second);
+    const std::vector<uint16_t> replay2 = dp.download();
     expect_matches(second, replay2);
-    dp.poison(second);
+    dp.d.poison();
     ASSERT_TRUE(eager.run(dp.a.ptr, dp.w.ptr, dp.d.ptr,
                           static_cast<const int32_t*>(dp.offsets.ptr), 8.0, stream, tactic)
                     .ok());
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    EXPECT_TRUE(dp.download(second) == replay2) << "eager differs from the second replay";
+    EXPECT_TRUE(dp.download() == replay2) << "eager differs from the second replay";
 
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
@@ -320,8 +228,9 @@ TEST(GroupedGemmGraph, ReplayOfFirstCapturedRunEqualsEager) {
   }
 }
 
-TEST(GroupedGemmRun, HeuristicPicksBuiltTacticsAndUnknownNamesAreNotFound) {
-  if (const std::string why = gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+class GroupedGemmRun : public GpuTest {};
+
+TEST_F(GroupedGemmRun, HeuristicPicksBuiltTacticsAndUnknownNamesAreNotFound) {
   for (Elem elem : {Elem::kBF16, Elem::kFP16}) {
     const std::vector<std::string> names = tactic_names(elem);
     GroupedGemm gemm(GroupedShape{elem, 4, 64, 64, 32}, 0);

@@ -16,6 +16,7 @@
 #include "moekit/status.hpp"
 #include "moekit/weights.hpp"
 #include "quant/quant.hpp"
+#include "support/specs.hpp"
 
 namespace moekit {
 namespace {
@@ -68,10 +69,7 @@ MoeSpec small_spec(WeightFormat f, int64_t experts, int64_t hidden, int64_t inte
 
 MoeSpec gpt_oss_spec(WeightFormat f, GateUpLayout layout) {
   MoeSpec s = small_spec(f, 4, 64, 64);
-  s.activation.kind = ActivationKind::kSwiGLUClamped;
-  s.activation.limit = 7.0f;
-  s.activation.alpha = 1.702f;
-  s.activation.beta = 1.0f;
+  test::set_clamped_swiglu(s);
   s.gate_up_layout = layout;
   s.fc1_bias = s.fc2_bias = true;
   return s;
@@ -79,11 +77,7 @@ MoeSpec gpt_oss_spec(WeightFormat f, GateUpLayout layout) {
 
 MoeSpec deepseek_spec() {
   MoeSpec s = small_spec(WeightFormat::kFP8Block128, 8, 256, 256);
-  s.routing.method = RoutingMethod::kDeepSeekV3;
-  s.routing.n_group = 2;
-  s.routing.topk_group = 1;
-  s.routing.correction_bias = true;
-  s.routing.routed_scaling_factor = 2.5f;
+  test::set_deepseek_v3_routing(s, 2, 1);
   return s;
 }
 

@@ -91,7 +91,7 @@ void check_one(const PermuteCase& su, int64_t tokens, Path path, std::mt19937_64
 
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<uint16_t> hidden(static_cast<std::size_t>(tokens * su.hidden));
-  for (auto& h : hidden) h = devtest::to_bits(DType::kBFloat16, normal(rng));
+  fill_bits(hidden, DType::kBFloat16, normal, rng);
   std::vector<int32_t> ids(static_cast<std::size_t>(tokens * k));
   std::vector<float> weights(ids.size());
   std::vector<float> logits;

@@ -54,7 +54,7 @@ TEST_F(ActivationDeviceTest, MatchesHostMath) {
           for (int e = 0; e < 3; ++e)
             for (int32_t r = offsets[e]; r < offsets[e + 1]; ++r) row_expert[r] = e;
           std::vector<uint16_t> in(static_cast<std::size_t>(max_rows * R));
-          for (auto& v : in) v = to_bits(elem, normal(rng));
+          fill_bits(in, elem, normal, rng);
           std::vector<float> b(bias ? 3 * R : 0);
           for (auto& v : b) v = normal(rng);
 

@@ -24,6 +24,7 @@
 #include "reference/reference.hpp"
 #include "routing/routing.hpp"
 #include "support/gpu.hpp"
+#include "support/specs.hpp"
 
 namespace moekit::pipeline {
 namespace {
@@ -47,18 +48,9 @@ MoeSpec small_spec(int64_t E, int64_t k, int64_t H, int64_t I, RoutingMethod m, 
   s.act_dtype = dt;
   s.weights.format = dt == DType::kFloat16 ? WeightFormat::kFP16 : WeightFormat::kBF16;
   s.activation.kind = a;
-  if (a == ActivationKind::kSwiGLUClamped) {
-    s.activation.limit = 7.0f;
-    s.activation.alpha = 1.702f;
-    s.activation.beta = 1.0f;
-  }
+  if (a == ActivationKind::kSwiGLUClamped) test::set_clamped_swiglu(s);
   s.routing.method = m;
-  if (m == RoutingMethod::kDeepSeekV3) {
-    s.routing.n_group = 4;
-    s.routing.topk_group = 2;
-    s.routing.correction_bias = true;
-    s.routing.routed_scaling_factor = 2.5f;
-  }
+  if (m == RoutingMethod::kDeepSeekV3) test::set_deepseek_v3_routing(s, 4, 2);
   s.max_tokens = 4096;
   return s;
 }
@@ -129,10 +121,9 @@ Inputs make_inputs(const Layer& l, int64_t T, Ids mode, std::mt19937_64& rng) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   in.hidden_bits.resize(static_cast<std::size_t>(T * s.hidden));
   in.hidden.resize(in.hidden_bits.size());
-  for (std::size_t i = 0; i < in.hidden.size(); ++i) {
-    in.hidden_bits[i] = to_bits(s.act_dtype, normal(rng));
+  fill_bits(in.hidden_bits, s.act_dtype, normal, rng);
+  for (std::size_t i = 0; i < in.hidden.size(); ++i)
     in.hidden[i] = from_bits(s.act_dtype, in.hidden_bits[i]);
-  }
   in.ids.resize(static_cast<std::size_t>(T * k));
   in.weights.resize(in.ids.size());
   if (mode == Ids::kRouted) {
@@ -193,16 +184,10 @@ struct DeviceRun {
   }
   // Replaces the inputs' contents in place (same pointers, as a captured graph needs).
   void refill(const Inputs& in) {
-    auto put = [](DeviceBuffer& b, const auto& v) {
-      if (!v.empty())
-        ASSERT_EQ(cudaMemcpy(b.ptr, v.data(), v.size() * sizeof(v[0]), cudaMemcpyHostToDevice),
-                  cudaSuccess);
-    };
-    put(hidden, in.hidden_bits);
-    put(logits, in.logits);
-    put(ids, in.device_ids);
-    put(weights, in.device_weights);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    upload(hidden, in.hidden_bits);
+    upload(logits, in.logits);
+    upload(ids, in.device_ids);
+    upload(weights, in.device_weights);
     out.poison();
   }
   std::vector<uint16_t> result() { return to_host<uint16_t>(out.ptr, out.bytes / 2); }

@@ -19,6 +19,7 @@
 #include "moekit/weights.hpp"
 #include "quant/quant.hpp"
 #include "routing/routing.hpp"
+#include "support/specs.hpp"
 
 namespace moekit::reference {
 namespace {
@@ -173,10 +174,7 @@ std::vector<Case> cases() {
   add("mxfp4_gpt_oss", 5e-4, [](MoeSpec& s) {
     s.act_dtype = DType::kBFloat16;
     s.weights.format = WeightFormat::kMXFP4;
-    s.activation.kind = ActivationKind::kSwiGLUClamped;
-    s.activation.limit = 0.3f;  // small enough to bite on these values
-    s.activation.alpha = 1.702f;
-    s.activation.beta = 1.0f;
+    test::set_clamped_swiglu(s, 0.3f);  // a limit small enough to bite on these values
     s.gate_up_layout = GateUpLayout::kInterleaved;
     s.fc1_bias = s.fc2_bias = true;
   });
@@ -186,11 +184,7 @@ std::vector<Case> cases() {
     s.weights.group_size = 64;
     s.weights.zero_points = true;
     s.weights.pre_quant_scale = true;
-    s.routing.method = RoutingMethod::kDeepSeekV3;
-    s.routing.n_group = 4;
-    s.routing.topk_group = 2;
-    s.routing.correction_bias = true;
-    s.routing.routed_scaling_factor = 2.5f;
+    test::set_deepseek_v3_routing(s, 4, 2);
   });
   add("int8_group32_silu", 5e-4, [](MoeSpec& s) {
     s.act_dtype = DType::kBFloat16;
@@ -360,12 +354,7 @@ TEST(ReferenceForward, RefusesBadInput) {
 // a few seconds on 2 cores. Disabled by default (it draws 600M random weights); run with
 // --gtest_also_run_disabled_tests.
 TEST(ReferenceForward, DISABLED_Qwen3ShapeSpeed) {
-  MoeSpec s;
-  s.num_experts = 128;
-  s.top_k = 8;
-  s.hidden = 2048;
-  s.intermediate = 768;
-  s.act_dtype = DType::kBFloat16;
+  const MoeSpec s = test::qwen3_30b_spec();
   const MoeWeights w = quant::make_random_weights(s, 1);
   const Inputs in = make_inputs(s, 64, 1);
   const auto t0 = std::chrono::steady_clock::now();

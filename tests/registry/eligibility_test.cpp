@@ -9,6 +9,7 @@
 
 #include "moekit/registry.hpp"
 #include "registry/registry_fixtures.hpp"
+#include "support/specs.hpp"
 
 namespace moekit::registry::test {
 namespace {
@@ -93,12 +94,7 @@ TEST(Eligibility, CutlassBf16Matrix) {
        [](Environment& e) { e.gpus.clear(); }, S::kFormat},
       // Everything the Hopper engine declares it runs.
       {"clamped swiglu, alpha, beta",
-       [](MoeSpec& s) {
-         s.activation.kind = ActivationKind::kSwiGLUClamped;
-         s.activation.limit = 7.0f;
-         s.activation.alpha = 1.702f;
-         s.activation.beta = 1.0f;
-       },
+       [](MoeSpec& s) { moekit::test::set_clamped_swiglu(s); },
        no_env, std::nullopt},
       {"gelu tanh", [](MoeSpec& s) { s.activation.kind = ActivationKind::kGeGLUTanh; }, no_env,
        std::nullopt},
