@@ -83,14 +83,8 @@ __device__ __forceinline__ uint16_t to_elem(float v) {
   }
 }
 
-// ncu on the H200 (qwen3 FC1, T=1): 122 registers held the n8 kernel to 2 blocks (16 warps) per
-// SM, stalled on memory at 60% of DRAM bandwidth. Three blocks of the n8 kernel keep 1.5x the
-// weight loads in flight for a few spilled bytes.
-template <int NT>
-constexpr int kMinBlocks = NT == 1 ? 3 : 2;
-
 template <bool kBF16, int NT>
-__global__ void __launch_bounds__(kThreads, kMinBlocks<NT>) grouped_gemv_kernel(GemvParams p) {
+__global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p) {
   extern __shared__ int s_active[];  // [groups]: non-empty groups, in order
   __shared__ int s_warp_live[kWarps];
   __shared__ float s_red[kWarps][NT * 4][32];
