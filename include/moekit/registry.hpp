@@ -153,8 +153,10 @@ struct Resolution {
 // "auto" takes the highest-priority eligible implementation, the CPU reference last. A family
 // takes its highest-priority eligible member; if none, the result is not ok (the caller fails),
 // and degraded_from names the most informative rejection of the family (a rejection other than
-// format or GPU generation, else a GPU-generation one, else the first). An unknown request is
-// Error(kNotFound); an invalid spec is Error(kInvalidSpec).
+// format or GPU generation, else a GPU-generation one, else the first). "auto" on a machine with
+// a GPU that ends on a host implementation is degraded too: degraded_from then names the
+// host implementation chosen and the most informative rejection of the device ones. An unknown
+// request is Error(kNotFound); an invalid spec is Error(kInvalidSpec).
 Resolution resolve(const MoeSpec& spec, const Environment& env, const std::string& request);
 
 // Reads back what Resolution::json() wrote (chosen is looked up by id in this build's table).

@@ -71,10 +71,20 @@ Resolution resolve_in(const std::vector<const Implementation*>& table, const Moe
     }
     r.candidates.push_back(std::move(row));
   }
-  // "auto" asks for nothing in particular, so it never degrades; an explicit request that no
-  // member can meet fails, and says why (nothing runs instead: chosen stays empty).
-  if (r.chosen == nullptr && !is_auto)
+  // An explicit request that no member can meet fails, and says why (nothing runs instead:
+  // chosen stays empty). "auto" asks for nothing in particular, except that on a machine with a
+  // GPU, falling back to a host implementation is a degradation worth saying out loud: the user
+  // hears why every device implementation declined instead of silently running on the CPU.
+  if (r.chosen == nullptr && !is_auto) {
     r.degraded_from = Degradation{request, "", most_informative(r.candidates)};
+  } else if (is_auto && r.chosen != nullptr && r.chosen->device() == Device::kHost && !env.gpus.empty()) {
+    std::vector<CandidateReport> device_rows;
+    for (size_t j = 0; j < considered.size(); ++j)
+      if (table[considered[j]]->device() == Device::kCuda && r.candidates[j].rejection)
+        device_rows.push_back(r.candidates[j]);
+    if (!device_rows.empty())
+      r.degraded_from = Degradation{"auto (a GPU is present)", r.chosen->id(), most_informative(device_rows)};
+  }
   return r;
 }
 

@@ -65,9 +65,14 @@ TEST(Resolve, AutoPicksByPriority) {
   EXPECT_EQ(r.chosen->id(), "cuda.sm90.cutlass.fp16");
   r = resolve(small_spec(WeightFormat::kFP32, DType::kFloat32), gpu, "auto");
   EXPECT_EQ(r.chosen->id(), "cpu.reference");
+  // With a GPU present, falling back to the CPU is said out loud, with the device's reason.
+  ASSERT_TRUE(r.degraded_from.has_value());
+  EXPECT_EQ(r.degraded_from->chosen, "cpu.reference");
+  EXPECT_EQ(r.degraded_from->reason.stage, RejectStage::kFormat);
+  EXPECT_NE(r.degraded_from->reason.reason.find("cuda.sm90.cutlass.bf16"), std::string::npos);
   r = resolve(small_spec(), Environment::cpu_only(), "auto");
   EXPECT_EQ(r.chosen->id(), "cpu.reference");
-  EXPECT_FALSE(r.degraded_from.has_value()) << "auto never degrades";
+  EXPECT_FALSE(r.degraded_from.has_value()) << "without a GPU the CPU is no degradation";
   EXPECT_EQ(r.environment_fingerprint, Environment::cpu_only().fingerprint());
 }
 
