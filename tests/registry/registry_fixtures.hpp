@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "moekit/registry.hpp"
+#include "registry/impls/impls.hpp"
 
 namespace moekit::registry::test {
 
@@ -50,18 +51,10 @@ inline Environment h200_env() {
 // Runs everything and needs nothing: rows of a test take away one thing at a time.
 inline Capability permissive_capability() {
   Capability c;
-  c.weight_formats = {WeightFormat::kBF16,        WeightFormat::kFP16,
-                      WeightFormat::kFP32,        WeightFormat::kFP8PerTensor,
-                      WeightFormat::kFP8Block128, WeightFormat::kInt8Group,
-                      WeightFormat::kInt4Group,   WeightFormat::kMXFP4,
-                      WeightFormat::kNVFP4,       WeightFormat::kMXFP8};
-  c.act_dtypes = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
-  c.activations = {
-      ActivationKind::kSwiGLU,   ActivationKind::kSwiGLUClamped, ActivationKind::kGeGLUTanh,
-      ActivationKind::kGeGLUErf, ActivationKind::kSiLU,          ActivationKind::kGeLUTanh,
-      ActivationKind::kGeLUErf,  ActivationKind::kReLU2,         ActivationKind::kIdentity};
-  c.routings = {RoutingMethod::kSoftmaxTopK, RoutingMethod::kTopKSoftmax,
-                RoutingMethod::kDeepSeekV3, RoutingMethod::kLlama4, RoutingMethod::kExternal};
+  c.weight_formats = impls::all_weight_formats();
+  c.act_dtypes = impls::all_act_dtypes();
+  c.activations = impls::all_activations();
+  c.routings = impls::all_routings();
   c.clamp = c.alpha_beta = c.fc1_bias = c.fc2_bias = true;
   return c;
 }

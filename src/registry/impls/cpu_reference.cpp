@@ -11,6 +11,15 @@
 
 namespace moekit::registry::impls {
 
+std::vector<WeightFormat> all_weight_formats() {
+  return {WeightFormat::kBF16,        WeightFormat::kFP16,      WeightFormat::kFP32,
+          WeightFormat::kFP8PerTensor, WeightFormat::kFP8Block128, WeightFormat::kInt8Group,
+          WeightFormat::kInt4Group,   WeightFormat::kMXFP4,     WeightFormat::kNVFP4,
+          WeightFormat::kMXFP8};
+}
+
+std::vector<DType> all_act_dtypes() { return {DType::kFloat32, DType::kBFloat16, DType::kFloat16}; }
+
 std::vector<ActivationKind> all_activations() {
   return {ActivationKind::kSwiGLU,   ActivationKind::kSwiGLUClamped, ActivationKind::kGeGLUTanh,
           ActivationKind::kGeGLUErf, ActivationKind::kSiLU,          ActivationKind::kGeLUTanh,
@@ -26,12 +35,8 @@ namespace {
 
 Capability reference_capability() {
   Capability c;
-  c.weight_formats = {WeightFormat::kBF16,        WeightFormat::kFP16,
-                      WeightFormat::kFP32,        WeightFormat::kFP8PerTensor,
-                      WeightFormat::kFP8Block128, WeightFormat::kInt8Group,
-                      WeightFormat::kInt4Group,   WeightFormat::kMXFP4,
-                      WeightFormat::kNVFP4,       WeightFormat::kMXFP8};
-  c.act_dtypes = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
+  c.weight_formats = all_weight_formats();
+  c.act_dtypes = all_act_dtypes();
   c.activations = all_activations();
   c.routings = all_routings();
   c.clamp = c.alpha_beta = c.fc1_bias = c.fc2_bias = true;

@@ -9,6 +9,8 @@
 namespace moekit::registry::impls {
 
 // What every engine of the library supports today (capability lists shared by the impls).
+std::vector<WeightFormat> all_weight_formats();
+std::vector<DType> all_act_dtypes();
 std::vector<ActivationKind> all_activations();
 std::vector<RoutingMethod> all_routings();
 
