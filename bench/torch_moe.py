@@ -4,7 +4,8 @@
 Two forwards per preset and token count, both BF16, routing included:
   loop     a per-expert Python loop (what a naive engine does),
   grouped  sort-by-expert with torch._grouped_mm (PyTorch's own grouped GEMM).
-Times are medians of triton.testing.do_bench (CUDA events, L2 flushed between reps).
+Times are medians of CUDA-event timings, L2 emptied between reps the way `moekit bench --flush`
+does (default: read 256 MiB, leaving the L2 clean; `write` zeroes 256 MiB as triton's do_bench).
 With --moekit-json, prints the moekit/torch time ratio per row (< 1 means moekit is faster).
 """
 import argparse
@@ -90,14 +91,38 @@ def forward_grouped(L, x, logits):
     return (out.view(x.shape[0], L["k"], -1) * w[..., None]).sum(1).bfloat16()
 
 
+def time_us(fn, flush, budget_s=0.2):
+    """Median microseconds of fn() over reps (at least 5, at most 1000, about budget_s of GPU time)."""
+    if getattr(time_us, "buf", None) is None:
+        time_us.buf = torch.empty(64 << 20, dtype=torch.float32, device="cuda")  # 256 MiB
+    buf = time_us.buf
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    while len(times) < 1000 and (len(times) < 5 or sum(times) < budget_s * 1e6):
+        if flush == "read":
+            buf.sum()  # reads 256 MiB, writes one value
+        elif flush == "write":
+            buf.zero_()
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop) * 1e3)
+    times.sort()
+    return times[len(times) // 2]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--presets", default=",".join(list(PRESETS)[:4]))
     ap.add_argument("--tokens", default="1,8,64,512,4096,16384")
     ap.add_argument("--moekit-json", nargs="*", default=[])
     ap.add_argument("--json-out")
+    ap.add_argument("--flush", choices=["read", "write", "none"], default="read")
     a = ap.parse_args()
-    from triton.testing import do_bench
 
     ours = {}
     for path in a.moekit_json:
@@ -106,7 +131,7 @@ def main():
                 ours[(row["preset"], row["tokens"])] = row["median_us"]
         except (OSError, KeyError, ValueError) as err:
             print(f"cannot read {path}: {err}", file=sys.stderr)
-    print(f"# torch {torch.__version__} on {torch.cuda.get_device_name()}; medians of do_bench, bf16")
+    print(f"# torch {torch.__version__} on {torch.cuda.get_device_name()}; medians of CUDA events, L2 flush: {a.flush}, bf16")
     print(f"{'preset':16} {'T':>6} {'loop us':>10} {'grouped us':>11} {'moekit us':>10} {'m/loop':>7} {'m/grouped':>9}")
     results = []
     for name in a.presets.split(","):
@@ -118,14 +143,14 @@ def main():
             if t <= 4096:  # the two torch forwards agree (sanity of this script)
                 err = (forward_loop(L, x, logits).float() - ref.float()).norm() / ref.float().norm()
                 assert err < 2e-2, f"{name} T={t}: loop vs grouped rel err {err:.3g}"
-            tl = do_bench(lambda: forward_loop(L, x, logits), warmup=25, rep=200, return_mode="median") * 1e3
-            tg = do_bench(lambda: forward_grouped(L, x, logits), warmup=25, rep=200, return_mode="median") * 1e3
+            tl = time_us(lambda: forward_loop(L, x, logits), a.flush)
+            tg = time_us(lambda: forward_grouped(L, x, logits), a.flush)
             m = ours.get((name, t))
             r1 = f"{m / tl:7.2f}" if m else "      -"
             r2 = f"{m / tg:9.2f}" if m else "        -"
             ms = f"{m:10.1f}" if m else "         -"
             print(f"{name:16} {t:6d} {tl:10.1f} {tg:11.1f} {ms} {r1} {r2}", flush=True)
-            results.append(dict(preset=name, tokens=t, loop_us=tl, grouped_us=tg, moekit_us=m))
+            results.append(dict(preset=name, tokens=t, loop_us=tl, grouped_us=tg, moekit_us=m, l2_flush=a.flush))
         del L
         torch.cuda.empty_cache()
     if a.json_out:

@@ -3,7 +3,9 @@
 # carried along: builds every tactic, runs the GPU tests, compute-sanitizer on a small case, and the
 # benchmarks. Logs go to $OUT (at most 8 files come back). Usage:
 #   MOEKIT_COMMIT=<sha> bash scripts/device.sh [build] [test] [sanitize] [bench] [sweep] [torch]   (default: all)
-# Environment: MOEKIT_TEST_FILTER (gtest filter), MOEKIT_BENCH_PRESETS, MOEKIT_BENCH_TOKENS.
+# Environment: MOEKIT_TEST_FILTER (gtest filter), MOEKIT_BENCH_PRESETS, MOEKIT_BENCH_TOKENS,
+# MOEKIT_FLUSH (read|write|none: how bench and torch empty the L2 before each rep; default read),
+# MOEKIT_SWEEP_TOKENS.
 set -uo pipefail
 OUT=${OUT:-/tmp/moekit-out}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -46,7 +48,7 @@ fi
 
 if want bench; then
   $bin/tools/moekit bench --preset "${MOEKIT_BENCH_PRESETS:-qwen3-30b-a3b,mixtral-8x7b,deepseek-v3,gpt-oss-120b}" \
-    ${MOEKIT_BENCH_TOKENS:+--tokens "$MOEKIT_BENCH_TOKENS"} --json "$OUT/bench.json" >"$OUT/bench.txt" 2>&1
+    ${MOEKIT_BENCH_TOKENS:+--tokens "$MOEKIT_BENCH_TOKENS"} --flush "${MOEKIT_FLUSH:-read}" --json "$OUT/bench.json" >"$OUT/bench.txt" 2>&1
   echo "bench: rc=$?" >>"$OUT/bench.txt"
   cat "$OUT/bench.txt" >>"$summary"
 fi
@@ -58,7 +60,7 @@ if want sweep; then
 fi
 
 if want torch; then
-  python3 bench/torch_moe.py --moekit-json "$OUT/bench.json" --json-out "$OUT/torch.json" ${MOEKIT_BENCH_TOKENS:+--tokens "$MOEKIT_BENCH_TOKENS"} \
+  python3 bench/torch_moe.py --moekit-json "$OUT/bench.json" --json-out "$OUT/torch.json" --flush "${MOEKIT_FLUSH:-read}" ${MOEKIT_BENCH_TOKENS:+--tokens "$MOEKIT_BENCH_TOKENS"} \
     >"$OUT/torch.txt" 2>&1 || echo "torch: rc=$?" >>"$OUT/torch.txt"
   cat "$OUT/torch.txt" >>"$summary"
 fi

@@ -152,6 +152,23 @@ MoeWeights fast_random_weights(const MoeSpec& spec, uint64_t seed) {
   return w;
 }
 
+L2Flush parse_l2_flush(const std::string& text) {
+  if (text == "read") return L2Flush::kRead;
+  if (text == "write") return L2Flush::kWrite;
+  if (text == "none") return L2Flush::kNone;
+  throw Error(ErrorCode::kInvalidArgument,
+              "L2 flush '" + text + "' is not one of read, write, none");
+}
+
+const char* to_string(L2Flush f) {
+  switch (f) {
+    case L2Flush::kRead: return "read";
+    case L2Flush::kWrite: return "write";
+    case L2Flush::kNone: return "none";
+  }
+  return "?";
+}
+
 RunResult run_layer(MoeLayer& layer, const HostInputs& in) {
   if (layer.implementation().device() == Device::kCuda) return run_layer_on_device(layer, in);
   const MoeSpec& spec = layer.spec();

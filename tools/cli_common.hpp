@@ -59,7 +59,17 @@ struct Floors {
   std::string gpu_name;
 };
 Floors measure_floors();
+// How the benchmark empties the 60 MiB L2 before each replay, so weights come from HBM:
+//   kRead  reads 256 MiB (the L2 is left holding clean lines, as after an attention layer that
+//          streamed its KV cache and weights);
+//   kWrite writes 256 MiB (the L2 is left full of dirty lines, whose write-back then competes
+//          with the MoE's own reads: up to 60 MiB of extra traffic, a visible share at decode);
+//   kNone  keeps whatever the previous replay left (weights of small layers stay cached).
+enum class L2Flush { kRead, kWrite, kNone };
+// "read", "write" or "none"; Error(kInvalidArgument) names any other value.
+L2Flush parse_l2_flush(const std::string& text);
+const char* to_string(L2Flush f);
 // Times graph replays of layer.forward (L2 flushed before each) and fills median/p10/p90.
-void bench_layer_on_device(MoeLayer& layer, const HostInputs& in, BenchRow& row);
+void bench_layer_on_device(MoeLayer& layer, const HostInputs& in, L2Flush flush, BenchRow& row);
 
 }  // namespace moekit::cli

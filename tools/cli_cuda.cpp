@@ -105,7 +105,46 @@ RunResult run_layer_on_device(MoeLayer& layer, const HostInputs& in) {
   return RunResult{to_float(raw, spec.act_dtype), ms};
 }
 
-void bench_layer_on_device(MoeLayer& layer, const HostInputs& in, BenchRow& row) {
+// Empties the L2 before a timed replay (see L2Flush). The read flush is a cuBLAS GEMV over a
+// 256 MiB matrix: it reads every byte and writes 32 KiB.
+class L2Flusher {
+ public:
+  L2Flusher(L2Flush mode, cudaStream_t stream) : mode_(mode), buffer_(kBytes) {
+    check(cudaMemset(buffer_.ptr, 0, kBytes), "L2 flush buffer");
+    if (mode_ != L2Flush::kRead) return;
+    if (cublasCreate(&handle_) != CUBLAS_STATUS_SUCCESS) throw Error(ErrorCode::kCuda, "cublasCreate failed");
+    if (cublasSetStream(handle_, stream) != CUBLAS_STATUS_SUCCESS)
+      throw Error(ErrorCode::kCuda, "cublasSetStream failed");
+  }
+  ~L2Flusher() {
+    if (handle_ != nullptr) cublasDestroy(handle_);
+  }
+  L2Flusher(const L2Flusher&) = delete;
+  L2Flusher& operator=(const L2Flusher&) = delete;
+
+  void run(int rep, cudaStream_t stream) {
+    if (mode_ == L2Flush::kWrite) {
+      check(cudaMemsetAsync(buffer_.ptr, rep & 0xff, kBytes, stream), "L2 flush");
+    } else if (mode_ == L2Flush::kRead) {
+      const float one = 1.f, zero = 0.f;
+      float* m = static_cast<float*>(buffer_.ptr);
+      // y = M^T x over all but the last 16 columns: x is the first column, y (32 KiB) lies in
+      // the last 16.
+      if (cublasSgemv(handle_, CUBLAS_OP_T, kN, kN - 16, &one, m, kN, m, 1, &zero,
+                      m + std::size_t(kN) * (kN - 16), 1) != CUBLAS_STATUS_SUCCESS)
+        throw Error(ErrorCode::kCuda, "the L2 read flush (cublasSgemv) failed");
+    }
+  }
+
+ private:
+  static constexpr int kN = 8192;  // 8192^2 fp32 = 256 MiB
+  static constexpr std::size_t kBytes = std::size_t(kN) * kN * 4;
+  L2Flush mode_;
+  DeviceBuffer buffer_;
+  cublasHandle_t handle_ = nullptr;
+};
+
+void bench_layer_on_device(MoeLayer& layer, const HostInputs& in, L2Flush flush_mode, BenchRow& row) {
   int device = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
   DeviceInputs d(layer.spec(), in, device);
@@ -121,15 +160,14 @@ void bench_layer_on_device(MoeLayer& layer, const HostInputs& in, BenchRow& row)
   layer.forward(d.args);
   check(cudaStreamEndCapture(stream, &graph), "end capture");
   check(cudaGraphInstantiate(&exec, graph, 0), "graph instantiate");
-  // 256 MiB written between reps evicts the 60 MiB L2, so weights come from HBM as in serving.
-  DeviceBuffer flush(256u << 20);
+  L2Flusher flush(flush_mode, stream);
   cudaEvent_t start, stop;
   check(cudaEventCreate(&start), "cudaEventCreate");
   check(cudaEventCreate(&stop), "cudaEventCreate");
   std::vector<double> us;
   double total = 0;
   for (int rep = 0; rep < 500 && (rep < 30 || total < 1.5e6); ++rep) {
-    check(cudaMemsetAsync(flush.ptr, rep & 0xff, 256u << 20, stream), "L2 flush");
+    flush.run(rep, stream);
     check(cudaEventRecord(start, stream), "cudaEventRecord");
     check(cudaGraphLaunch(exec, stream), "graph launch");
     check(cudaEventRecord(stop, stream), "cudaEventRecord");

@@ -201,8 +201,10 @@ int cmd_resolve(const LayerOpts& lo, bool json) {
   return r.ok() ? 0 : 1;
 }
 
-int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& json_path) {
+int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& flush_text,
+              const std::string& json_path) {
   const std::vector<int64_t> tokens = parse_tokens(tokens_list);
+  const L2Flush flush = parse_l2_flush(flush_text);
   const int64_t max_t = *std::max_element(tokens.begin(), tokens.end());
   std::vector<std::string> presets;
   {
@@ -213,7 +215,10 @@ int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& j
   const Floors floors = measure_floors();
   std::printf("# moekit bench on %s; floors: copy %.2f TB/s (read+write), BF16 GEMM %.0f TFLOP/s (cuBLAS 8192^3)\n",
               floors.gpu_name.c_str(), floors.copy_bytes_per_s / 1e12, floors.gemm_flops_per_s / 1e12);
-  std::printf("# median of graph replays, L2 flushed before each; routing included; random routing\n");
+  std::printf("# median of graph replays, L2 flush before each: %s; routing included; random routing\n",
+              flush == L2Flush::kRead    ? "256 MiB read (L2 left clean)"
+              : flush == L2Flush::kWrite ? "256 MiB written (L2 left dirty)"
+                                         : "none");
   std::printf("%-16s %6s %10s %9s %9s %6s %8s %6s %8s %6s %10s  %s\n", "preset", "T", "median_us", "p10", "p90",
               "hit", "GB/s", "%bw", "TFLOP/s", "%gemm", "floor_us", "implementation");
   nlohmann::json rows = nlohmann::json::array();
@@ -246,7 +251,7 @@ int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& j
       row.experts_hit = static_cast<int64_t>(hit.size());
       row.bytes = row.experts_hit * expert_bytes + 2.0 * t * spec.hidden * es + 4.0 * t * spec.num_experts;
       row.flops = 2.0 * t * spec.top_k * (lp.fc1_rows * lp.hidden + lp.hidden * lp.intermediate);
-      bench_layer_on_device(*layer, in, row);
+      bench_layer_on_device(*layer, in, flush, row);
       const double s = row.median_us * 1e-6;
       const double floor_us = std::max(row.bytes / floors.copy_bytes_per_s, row.flops / floors.gemm_flops_per_s) * 1e6;
       std::printf("%-16s %6lld %10.1f %9.1f %9.1f %6lld %8.0f %5.0f%% %8.1f %5.0f%% %10.1f  %s\n", name.c_str(),
@@ -257,7 +262,7 @@ int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& j
       rows.push_back({{"preset", name}, {"tokens", t}, {"median_us", row.median_us}, {"p10_us", row.p10_us},
                       {"p90_us", row.p90_us}, {"reps", row.reps}, {"experts_hit", row.experts_hit},
                       {"bytes", row.bytes}, {"flops", row.flops}, {"floor_us", floor_us},
-                      {"implementation", layer->resolution().chosen->id()}});
+                      {"implementation", layer->resolution().chosen->id()}, {"l2_flush", to_string(flush)}});
     }
   }
   if (!json_path.empty()) {
@@ -303,11 +308,15 @@ int main(int argc, char** argv) {
 
   LayerOpts bench_lo;
   bench_lo.preset = "qwen3-30b-a3b,mixtral-8x7b,deepseek-v3,gpt-oss-120b";
-  std::string tokens = "1,8,64,512,4096,16384", json_path;
+  std::string tokens = "1,8,64,512,4096,16384", json_path, flush = "read";
   auto* bench = app.add_subcommand("bench", "time full forwards (CUDA graph replays) of presets on the GPU");
   bench_lo.add_to(bench);
   bench->add_option("--tokens", tokens, "comma-separated token counts")->capture_default_str();
   bench->add_option("--json", json_path, "also write the rows to this JSON file");
+  bench->add_option("--flush", flush,
+                    "how L2 is emptied before each replay: read (256 MiB read, L2 left clean), "
+                    "write (256 MiB written, L2 left dirty), none")
+      ->capture_default_str();
 
   try {
     app.parse(argc, argv);
@@ -319,7 +328,7 @@ int main(int argc, char** argv) {
     if (*presets) return cmd_presets();
     if (*run) return cmd_run(run_lo, ro);
     if (*res) return cmd_resolve(res_lo, json);
-    if (*bench) return cmd_bench(bench_lo, tokens, json_path);
+    if (*bench) return cmd_bench(bench_lo, tokens, flush, json_path);
   } catch (const moekit::Error& e) {
     std::fprintf(stderr, "moekit: error: %s\n", e.what());
     return 1;

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cute/tensor.hpp"
@@ -35,49 +36,57 @@
 
 namespace moekit::gemm::detail {
 
-// Tactic configurations: schedule, tile, cluster. The name is the stable identity.
-struct CoopT128x128x64 {
-  static constexpr const char* kName = "sm90.coop.128x128x64.c1x1";
-  static constexpr bool kSwapAB = false;
-  using Tile = cute::Shape<cute::_128, cute::_128, cute::_64>;
-  using Cluster = cute::Shape<cute::_1, cute::_1, cute::_1>;
-  using Mainloop = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
-  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
-};
-struct CoopT128x256x64 {
-  static constexpr const char* kName = "sm90.coop.128x256x64.c1x1";
-  static constexpr bool kSwapAB = false;
-  using Tile = cute::Shape<cute::_128, cute::_256, cute::_64>;
-  using Cluster = cute::Shape<cute::_1, cute::_1, cute::_1>;
-  using Mainloop = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
-  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
-};
-struct PingpongT64x128x64 {
-  static constexpr const char* kName = "sm90.pingpong.64x128x64.c1x1";
-  static constexpr bool kSwapAB = false;
-  using Tile = cute::Shape<cute::_64, cute::_128, cute::_64>;
-  using Cluster = cute::Shape<cute::_1, cute::_1, cute::_1>;
-  using Mainloop = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
-  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
-};
-struct SwapABT128x16x128 {
-  static constexpr const char* kName = "sm90.swapab.128x16x128.c1x1";
-  static constexpr bool kSwapAB = true;
-  using Tile = cute::Shape<cute::_128, cute::_16, cute::_128>;
-  using Cluster = cute::Shape<cute::_1, cute::_1, cute::_1>;
-  using Mainloop = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
-  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
-};
-struct SwapABT128x32x128 {
-  static constexpr const char* kName = "sm90.swapab.128x32x128.c1x1";
-  static constexpr bool kSwapAB = true;
-  using Tile = cute::Shape<cute::_128, cute::_32, cute::_128>;
-  using Cluster = cute::Shape<cute::_1, cute::_1, cute::_1>;
-  using Mainloop = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
-  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+enum class Sched { kCoop, kPingpong };
+
+// Order in which the persistent grouped scheduler walks an expert's output tiles. AlongM
+// (CUTLASS's default for grouped problems): consecutive CTAs take consecutive M tiles of one N
+// column, so they share a weight tile; AlongN: they share an activation tile.
+enum class Raster { kAlongM, kAlongN };
+
+// The compile-time part of a tactic: one kernel instantiation per (Element, KernelCfg).
+template <int M, int N, int K, Sched S, bool SwapAB, int CM, int CN>
+struct KernelCfg {
+  static constexpr bool kSwapAB = SwapAB;
+  using Tile = cute::Shape<cute::Int<M>, cute::Int<N>, cute::Int<K>>;
+  using Cluster = cute::Shape<cute::Int<CM>, cute::Int<CN>, cute::_1>;
+  using Mainloop = std::conditional_t<S == Sched::kCoop,
+                                      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative,
+                                      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong>;
+  using Epilogue = std::conditional_t<S == Sched::kCoop,
+                                      cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
+                                      cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong>;
 };
 
-template <class Element, class Cfg>
+// A tactic: a kernel plus its runtime scheduler settings. The name, built from the parameters,
+// is the stable identity: "sm90.<coop|pingpong|swapab>.<M>x<N>x<K>.c<CM>x<CN>", then ".rn" when
+// rasterising along N and ".s<S>" for a swizzle above 1. Tactics that differ only in
+// Raster/Swizzle share one kernel instantiation.
+template <int M, int N, int K, Sched S, bool SwapAB = false, Raster R = Raster::kAlongM,
+          int Swizzle = 1, int CM = 1, int CN = 1>
+struct TacticCfg {
+  // "swapab" names the cooperative schedule; a swap-AB ping-pong would need its own word.
+  static_assert(!SwapAB || S == Sched::kCoop, "no name for a swap-AB ping-pong tactic");
+  // CUTLASS 4.2's grouped scheduler linearises all groups' tiles into a (tiles, 1) grid before
+  // choosing the swizzle, so any max_swizzle_size resolves to 1 (tile_scheduler_params.h,
+  // get_log_swizzle_size(x, 1, ...)); a ".s4" tactic would be a duplicate under another name.
+  static_assert(Swizzle == 1, "the CUTLASS 4.2 grouped tile scheduler ignores the swizzle");
+  using Kernel = KernelCfg<M, N, K, S, SwapAB, CM, CN>;
+  static constexpr bool kSwapAB = SwapAB;
+  static constexpr Raster kRaster = R;
+  static constexpr int kSwizzle = Swizzle;
+
+  static std::string name() {
+    const char* sched = SwapAB ? "swapab" : (S == Sched::kCoop ? "coop" : "pingpong");
+    std::string n = std::string("sm90.") + sched + "." + std::to_string(M) + "x" +
+                    std::to_string(N) + "x" + std::to_string(K) + ".c" + std::to_string(CM) +
+                    "x" + std::to_string(CN);
+    if (R == Raster::kAlongN) n += ".rn";
+    if (Swizzle > 1) n += ".s" + std::to_string(Swizzle);
+    return n;
+  }
+};
+
+template <class Element, class Cfg>  // Cfg: a KernelCfg
 struct Sm90GroupedKernel {
   using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
   // Both operands are K-major in both modes; only who is A and the layout of D change.
@@ -116,7 +125,7 @@ inline std::string cutlass_error(cutlass::Status s) { return cutlassGetStatusStr
 
 template <class Element, class Cfg>
 class Sm90GroupedTactic final : public Tactic {
-  using K = Sm90GroupedKernel<Element, Cfg>;
+  using K = Sm90GroupedKernel<Element, typename Cfg::Kernel>;
 
  public:
   ~Sm90GroupedTactic() override {
@@ -125,7 +134,7 @@ class Sm90GroupedTactic final : public Tactic {
   }
 
   Status init(const TacticContext& ctx) override {
-    const std::string what = std::string("tactic ") + Cfg::kName + " (groups " +
+    const std::string what = "tactic " + Cfg::name() + " (groups " +
                              std::to_string(ctx.shape.groups) + ", n " +
                              std::to_string(ctx.shape.n) + ", k " + std::to_string(ctx.shape.k) + ")";
     const int groups = ctx.shape.groups;
@@ -182,6 +191,11 @@ class Sm90GroupedTactic final : public Tactic {
     args.epilogue.ptr_D = reinterpret_cast<typename K::Gemm::ElementD**>(ctx.arrays.ptr_d);
     args.epilogue.dD = d_sd;
     args.hw_info = hw;
+    // Runtime scheduler settings: they land in Params, which run() reads for the grid too.
+    args.scheduler.raster_order = Cfg::kRaster == Raster::kAlongN
+                                      ? K::Kernel::TileScheduler::RasterOrderOptions::AlongN
+                                      : K::Kernel::TileScheduler::RasterOrderOptions::AlongM;
+    args.scheduler.max_swizzle_size = Cfg::kSwizzle;
 
     cutlass::Status st = gemm_.can_implement(args);
     if (st != cutlass::Status::kSuccess)
@@ -223,7 +237,7 @@ class Sm90GroupedTactic final : public Tactic {
 template <class Element, class Cfg>
 void add_tactic(std::vector<TacticEntry>& v) {
   TacticEntry e;
-  e.name = Cfg::kName;
+  e.name = Cfg::name();
   e.kind = Cfg::kSwapAB ? TacticKind::kCutlassSwapAB : TacticKind::kCutlass;
   e.make = []() -> std::unique_ptr<Tactic> {
     return std::make_unique<Sm90GroupedTactic<Element, Cfg>>();
@@ -235,13 +249,19 @@ void add_tactic(std::vector<TacticEntry>& v) {
 // (prefill, swap-AB) so CI compiles fast.
 template <class Element>
 std::vector<TacticEntry> sm90_grouped_tactics() {
+  using S = Sched;
   std::vector<TacticEntry> v;
-  add_tactic<Element, CoopT128x128x64>(v);
-  add_tactic<Element, SwapABT128x16x128>(v);
+  add_tactic<Element, TacticCfg<128, 128, 64, S::kCoop>>(v);
+  add_tactic<Element, TacticCfg<128, 16, 128, S::kCoop, true>>(v);
 #if !defined(MOEKIT_ONE_TACTIC)
-  add_tactic<Element, CoopT128x256x64>(v);
-  add_tactic<Element, PingpongT64x128x64>(v);
-  add_tactic<Element, SwapABT128x32x128>(v);
+  add_tactic<Element, TacticCfg<128, 256, 64, S::kCoop>>(v);
+  add_tactic<Element, TacticCfg<64, 128, 64, S::kPingpong>>(v);
+  add_tactic<Element, TacticCfg<128, 32, 128, S::kCoop, true>>(v);
+  // Prefill candidates. 192 divides 2880 and 5760 (gpt-oss), so no ragged last N tile.
+  add_tactic<Element, TacticCfg<128, 192, 64, S::kCoop>>(v);
+  // Same kernels as above, rasterised along N (no new instantiation).
+  add_tactic<Element, TacticCfg<128, 256, 64, S::kCoop, false, Raster::kAlongN>>(v);
+  add_tactic<Element, TacticCfg<128, 192, 64, S::kCoop, false, Raster::kAlongN>>(v);
 #endif
   return v;
 }

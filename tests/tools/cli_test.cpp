@@ -75,13 +75,15 @@ TEST(Cli, RunPrintsImplementationAndChecksum) {
 TEST(Cli, ErrorsAreOneLineAndNonZero) {
   for (const char* args : {"run --preset no-such-model", "run --preset qwen3-30b-a3b --tp-size 7 --experts 8",
                            "run --preset qwen3-30b-a3b --weights-format fp9", "resolve --preset qwen3-30b-a3b --backend nonsense",
-                           "run --preset qwen3-30b-a3b --input /nonexistent/file.safetensors"}) {
+                           "run --preset qwen3-30b-a3b --input /nonexistent/file.safetensors",
+                           "bench --preset qwen3-30b-a3b --flush sideways"}) {
     Ran r = moekit(args);
     EXPECT_EQ(r.code, 1) << args << "\n" << r.out << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
     EXPECT_EQ(r.err.rfind("moekit: error: ", 0), 0u) << r.err;
   }
   EXPECT_NE(moekit("run --preset no-such-model").err.find("no-such-model"), std::string::npos);
+  EXPECT_NE(moekit("bench --flush sideways").err.find("sideways"), std::string::npos);
   EXPECT_EQ(moekit("run --tokens 0").code, 2);  // command-line error
   EXPECT_EQ(moekit("frobnicate").code, 2);
 }
