@@ -499,7 +499,8 @@ TEST(Sm90EngineLimits, RefusesFormatsOtherThanBf16AndFp16) {
   }
 }
 
-// The small case compute-sanitizer runs (memcheck, racecheck): routed and caller ids, a bad id.
+// The small cases compute-sanitizer runs (memcheck, racecheck): routed and caller ids, a bad id,
+// and decode on 64 experts (GEMV, FC2 weight prefetch).
 class Sm90EngineSanitizer : public GpuTest {};
 
 TEST_F(Sm90EngineSanitizer, SmallCase) {
@@ -513,6 +514,12 @@ TEST_F(Sm90EngineSanitizer, SmallCase) {
   MoeSpec e = s;
   e.routing.method = RoutingMethod::kExternal;
   check_bad_ids(e, 64, rng);
+  // Decode on many experts: GEMV FC1 with the FC2 weight prefetch into L2.
+  MoeSpec d = small_spec(64, 2, 256, 128, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU);
+  d.max_tokens = 4;
+  Layer dl = make_layer(d, rng());
+  check_forward(dl, 1, Ids::kRouted, rng);
+  check_forward(dl, 3, Ids::kRouted, rng);
 }
 
 }  // namespace
