@@ -47,18 +47,12 @@ struct GemvParams {
   int kw, rw, row_tiles;
 };
 
-// Weights are read once: keep them out of L1, and first in line for eviction from L2 (so they
-// do not displace what pipeline/weight_prefetch.hpp pulled in for the next GEMM).
-__device__ __forceinline__ uint64_t evict_first_policy() {
-  uint64_t policy;
-  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
-__device__ __forceinline__ uint4 load_stream(const uint16_t* p, uint64_t policy) {
+// Weights are read once: keep them out of L1.
+__device__ __forceinline__ uint4 load_stream(const uint16_t* p) {
   uint4 v;
-  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p), "l"(policy));
+      : "l"(p));
   return v;
 }
 
@@ -113,7 +107,6 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
     __syncthreads();
   }
 
-  const uint64_t policy = evict_first_policy();
   const int rw = warp / p.kw, kw = warp % p.kw;
   const int q = lane & 3, r = lane >> 2;
   const int64_t n = p.n, k = p.k;
@@ -144,8 +137,8 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
           const int64_t kk = kb + u * 32 + q * 8;
           const bool kin = kk < k;  // k % 8 == 0: a 16-byte chunk is wholly in or out
           const uint4 zero = make_uint4(0, 0, 0, 0);
-          wa[u] = (ok0 && kin) ? load_stream(w0 + kk, policy) : zero;
-          wb[u] = (ok1 && kin) ? load_stream(w1 + kk, policy) : zero;
+          wa[u] = (ok0 && kin) ? load_stream(w0 + kk) : zero;
+          wb[u] = (ok1 && kin) ? load_stream(w1 + kk) : zero;
 #pragma unroll
           for (int j = 0; j < NT; ++j) {
             const int t = c0 + j * 8 + r;

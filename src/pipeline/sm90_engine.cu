@@ -16,7 +16,6 @@
 #include "gemm/grouped_gemm.hpp"
 #include "permute/permute.hpp"
 #include "pipeline/sm90_engine.hpp"
-#include "pipeline/weight_prefetch.hpp"
 #include "routing/routing_device.hpp"
 
 namespace moekit::pipeline {
@@ -123,7 +122,6 @@ class Sm90Engine final : public Engine {
   permute::Buffers pbuf_;
   activation::DeviceActivation act_;
   finalize::DeviceFinalize fin_;
-  WeightPrefetch fc2_prefetch_;  // FC2 weights into L2 while a GEMV runs FC1 (decode)
   void* fc1_out_ = nullptr;   // [P, fc1_rows]
   void* act_out_ = nullptr;   // [P, I]
   void* fc2_out_ = nullptr;   // [P, H], shares the gathered input's memory (dead after FC1)
@@ -276,17 +274,7 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
   fc2_ = std::make_unique<gemm::GroupedGemm>(
       gemm::GroupedShape{ge, static_cast<int>(L), H, I, P}, device_);
 
-  int l2_bytes = 0, sms = 0;
-  check_cuda(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device_), "querying the L2 size");
-  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_), "querying the SM count");
-  fc2_prefetch_.weights = w2_;
-  fc2_prefetch_.groups = static_cast<int>(L);
-  fc2_prefetch_.expert_bytes = H * I * es;
-  fc2_prefetch_.budget_bytes = l2_bytes / 2;  // FC1's streamed lines and the activations share the rest
-  fc2_prefetch_.blocks = sms;
-
   // Load every kernel forward() may launch, so its first call can be captured in a graph.
-  throw_if_error(prepare_weight_prefetch());
   throw_if_error(permute::prepare(pcfg_));
   throw_if_error(activation::prepare_device(act_));
   throw_if_error(finalize::prepare(fin_));
@@ -330,9 +318,6 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   // Rows per expert if routing were uniform: only a hint for the GEMM's tactic.
   const double hint = static_cast<double>(T) * k / static_cast<double>(lp_.num_experts_global);
   const int64_t rows = T * std::min<int64_t>(k, lp_.num_experts);
-  // A GEMV FC1 (short weight streams) leaves DRAM bandwidth idle: fill it with FC2's weights.
-  if (fc1_->pick_tactic(hint).rfind("sm90.gemv.", 0) == 0)
-    throw_if_error(prefetch_weights_l2(fc2_prefetch_, pbuf_.offsets, stream));
   throw_if_error(fc1_->run(pbuf_.permuted, w1_, fc1_out_, pbuf_.offsets, hint, stream));
   throw_if_error(activation::run_device(act_, fc1_out_, act_out_, pbuf_.row_expert, pbuf_.offsets,
                                         rows, stream));

@@ -500,7 +500,7 @@ TEST(Sm90EngineLimits, RefusesFormatsOtherThanBf16AndFp16) {
 }
 
 // The small cases compute-sanitizer runs (memcheck, racecheck): routed and caller ids, a bad id,
-// and decode on 64 experts (GEMV, FC2 weight prefetch).
+// and decode on 64 experts (the GEMV path).
 class Sm90EngineSanitizer : public GpuTest {};
 
 TEST_F(Sm90EngineSanitizer, SmallCase) {
