@@ -38,14 +38,16 @@ namespace moekit::gemm::detail {
 
 enum class Sched { kCoop, kPingpong };
 
-// Order in which the persistent grouped scheduler walks an expert's output tiles. AlongM
-// (CUTLASS's default for grouped problems): consecutive CTAs take consecutive M tiles of one N
-// column, so they share a weight tile; AlongN: they share an activation tile.
-enum class Raster { kAlongM, kAlongN };
-
-// The compile-time part of a tactic: one kernel instantiation per (Element, KernelCfg).
-template <int M, int N, int K, Sched S, bool SwapAB, int CM, int CN>
-struct KernelCfg {
+// A tactic's configuration: schedule, tile, cluster; one kernel instantiation per (Element,
+// TacticCfg). The name, built from the parameters, is the stable identity:
+// "sm90.<coop|pingpong|swapab>.<M>x<N>x<K>.c<CM>x<CN>". The grouped scheduler runs with
+// CUTLASS's defaults (raster along M; its swizzle is always 1 for grouped problems, because it
+// linearises every group's tiles first). Rasterising along N was measured: faster on one shape
+// only (bench/results/2026-11-30-h200-c161bed.md).
+template <int M, int N, int K, Sched S, bool SwapAB = false, int CM = 1, int CN = 1>
+struct TacticCfg {
+  // "swapab" names the cooperative schedule; a swap-AB ping-pong would need its own word.
+  static_assert(!SwapAB || S == Sched::kCoop, "no name for a swap-AB ping-pong tactic");
   static constexpr bool kSwapAB = SwapAB;
   using Tile = cute::Shape<cute::Int<M>, cute::Int<N>, cute::Int<K>>;
   using Cluster = cute::Shape<cute::Int<CM>, cute::Int<CN>, cute::_1>;
@@ -55,38 +57,15 @@ struct KernelCfg {
   using Epilogue = std::conditional_t<S == Sched::kCoop,
                                       cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
                                       cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong>;
-};
-
-// A tactic: a kernel plus its runtime scheduler settings. The name, built from the parameters,
-// is the stable identity: "sm90.<coop|pingpong|swapab>.<M>x<N>x<K>.c<CM>x<CN>", then ".rn" when
-// rasterising along N and ".s<S>" for a swizzle above 1. Tactics that differ only in
-// Raster/Swizzle share one kernel instantiation.
-template <int M, int N, int K, Sched S, bool SwapAB = false, Raster R = Raster::kAlongM,
-          int Swizzle = 1, int CM = 1, int CN = 1>
-struct TacticCfg {
-  // "swapab" names the cooperative schedule; a swap-AB ping-pong would need its own word.
-  static_assert(!SwapAB || S == Sched::kCoop, "no name for a swap-AB ping-pong tactic");
-  // CUTLASS 4.2's grouped scheduler linearises all groups' tiles into a (tiles, 1) grid before
-  // choosing the swizzle, so any max_swizzle_size resolves to 1 (tile_scheduler_params.h,
-  // get_log_swizzle_size(x, 1, ...)); a ".s4" tactic would be a duplicate under another name.
-  static_assert(Swizzle == 1, "the CUTLASS 4.2 grouped tile scheduler ignores the swizzle");
-  using Kernel = KernelCfg<M, N, K, S, SwapAB, CM, CN>;
-  static constexpr bool kSwapAB = SwapAB;
-  static constexpr Raster kRaster = R;
-  static constexpr int kSwizzle = Swizzle;
 
   static std::string name() {
     const char* sched = SwapAB ? "swapab" : (S == Sched::kCoop ? "coop" : "pingpong");
-    std::string n = std::string("sm90.") + sched + "." + std::to_string(M) + "x" +
-                    std::to_string(N) + "x" + std::to_string(K) + ".c" + std::to_string(CM) +
-                    "x" + std::to_string(CN);
-    if (R == Raster::kAlongN) n += ".rn";
-    if (Swizzle > 1) n += ".s" + std::to_string(Swizzle);
-    return n;
+    return std::string("sm90.") + sched + "." + std::to_string(M) + "x" + std::to_string(N) +
+           "x" + std::to_string(K) + ".c" + std::to_string(CM) + "x" + std::to_string(CN);
   }
 };
 
-template <class Element, class Cfg>  // Cfg: a KernelCfg
+template <class Element, class Cfg>
 struct Sm90GroupedKernel {
   using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
   // Both operands are K-major in both modes; only who is A and the layout of D change.
@@ -125,7 +104,7 @@ inline std::string cutlass_error(cutlass::Status s) { return cutlassGetStatusStr
 
 template <class Element, class Cfg>
 class Sm90GroupedTactic final : public Tactic {
-  using K = Sm90GroupedKernel<Element, typename Cfg::Kernel>;
+  using K = Sm90GroupedKernel<Element, Cfg>;
 
  public:
   ~Sm90GroupedTactic() override {
@@ -191,11 +170,6 @@ class Sm90GroupedTactic final : public Tactic {
     args.epilogue.ptr_D = reinterpret_cast<typename K::Gemm::ElementD**>(ctx.arrays.ptr_d);
     args.epilogue.dD = d_sd;
     args.hw_info = hw;
-    // Runtime scheduler settings: they land in Params, which run() reads for the grid too.
-    args.scheduler.raster_order = Cfg::kRaster == Raster::kAlongN
-                                      ? K::Kernel::TileScheduler::RasterOrderOptions::AlongN
-                                      : K::Kernel::TileScheduler::RasterOrderOptions::AlongM;
-    args.scheduler.max_swizzle_size = Cfg::kSwizzle;
 
     cutlass::Status st = gemm_.can_implement(args);
     if (st != cutlass::Status::kSuccess)
@@ -259,8 +233,6 @@ std::vector<TacticEntry> sm90_grouped_tactics() {
   add_tactic<Element, TacticCfg<128, 32, 128, S::kCoop, true>>(v);
   // 192 divides gpt-oss's 5760: its FC1 runs 8% faster than on 128x256 (bench/results/).
   add_tactic<Element, TacticCfg<128, 192, 64, S::kCoop>>(v);
-  // Rasterising along N (TacticCfg<..., Raster::kAlongN>, no new instantiation) was measured
-  // too: faster on one shape (qwen3 FC2 at T=4096), slower on the rest, so not listed.
 #endif
   return v;
 }
