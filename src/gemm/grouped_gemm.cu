@@ -239,12 +239,9 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint) const {
   //    e.g. qwen3 FC1 at T=1: 21.7 vs 27.5 us), the swap-AB TMA pipeline on longer streams
   //    (deepseek FC1 at T=1, 470 MB: 126 vs 139 us; T=8: 753 vs 834 us).
   //  - Up to ~24 rows the swap-AB tile (weights as M, 32 tokens as N) reads each weight once;
-  //    around 32 the 64-row ping-pong tile wastes least; past that the 128x256 tile wins, or
-  //    128x192 where it tiles a wide N exactly and 256 does not (gpt-oss FC1, n = 5760:
-  //    3514 vs 3837 us at T=16384; on its FC2, n = 2880, 128x256 stays ahead).
+  //    around 32 the 64-row ping-pong tile wastes least; past that the 128x256 tile wins.
   const double live = sh.groups * (1.0 - std::exp(-h));  // expected non-empty experts
   const double stream_bytes = live * static_cast<double>(sh.n) * sh.k * kElemBytes;
-  const bool wide_192 = sh.n % 256 != 0 && sh.n % 192 == 0 && sh.n >= 4096;
   std::vector<const char*> names;
   if (h <= 0.3 && stream_bytes <= 256e6)
     names = {"sm90.gemv.n8", "sm90.swapab.128x16x128.c1x1"};
@@ -254,9 +251,6 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint) const {
     names = {"sm90.swapab.128x32x128.c1x1", "sm90.swapab.128x16x128.c1x1"};
   else if (h <= 48)
     names = {"sm90.pingpong.64x128x64.c1x1", "sm90.swapab.128x32x128.c1x1",
-             "sm90.coop.128x128x64.c1x1"};
-  else if (wide_192)
-    names = {"sm90.coop.128x192x64.c1x1", "sm90.coop.128x256x64.c1x1",
              "sm90.coop.128x128x64.c1x1"};
   else
     names = {"sm90.coop.128x256x64.c1x1", "sm90.coop.128x128x64.c1x1"};

@@ -231,8 +231,8 @@ std::vector<TacticEntry> sm90_grouped_tactics() {
   add_tactic<Element, TacticCfg<128, 256, 64, S::kCoop>>(v);
   add_tactic<Element, TacticCfg<64, 128, 64, S::kPingpong>>(v);
   add_tactic<Element, TacticCfg<128, 32, 128, S::kCoop, true>>(v);
-  // 192 divides gpt-oss's 5760: its FC1 runs 8% faster than on 128x256 (bench/results/).
-  add_tactic<Element, TacticCfg<128, 192, 64, S::kCoop>>(v);
+  // A 128x192 tile (it divides gpt-oss's 5760) won gpt-oss FC1 in isolation but lost 1-2% of
+  // the full forward in an A/B in one process (bench/results/2026-11-30-h200-c161bed.md).
 #endif
   return v;
 }
