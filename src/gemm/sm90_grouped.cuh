@@ -43,7 +43,7 @@ enum class Sched { kCoop, kPingpong };
 // "sm90.<coop|pingpong|swapab>.<M>x<N>x<K>.c<CM>x<CN>". The grouped scheduler runs with
 // CUTLASS's defaults (raster along M; its swizzle is always 1 for grouped problems, because it
 // linearises every group's tiles first). Rasterising along N was measured: faster on one shape
-// only (bench/results/2026-11-30-h200-c161bed.md).
+// only (bench/results/2026-11-30-h200-8641c10.md).
 template <int M, int N, int K, Sched S, bool SwapAB = false, int CM = 1, int CN = 1>
 struct TacticCfg {
   // "swapab" names the cooperative schedule; a swap-AB ping-pong would need its own word.
@@ -232,7 +232,7 @@ std::vector<TacticEntry> sm90_grouped_tactics() {
   add_tactic<Element, TacticCfg<64, 128, 64, S::kPingpong>>(v);
   add_tactic<Element, TacticCfg<128, 32, 128, S::kCoop, true>>(v);
   // A 128x192 tile (it divides gpt-oss's 5760) won gpt-oss FC1 in isolation but lost 1-2% of
-  // the full forward in an A/B in one process (bench/results/2026-11-30-h200-c161bed.md).
+  // the full forward in an A/B in one process (bench/results/2026-11-30-h200-8641c10.md).
 #endif
   return v;
 }
