@@ -109,7 +109,7 @@ RunResult run_layer_on_device(MoeLayer& layer, const HostInputs& in) {
 // 256 MiB matrix: it reads every byte and writes 32 KiB.
 class L2Flusher {
  public:
-  L2Flusher(L2Flush mode, cudaStream_t stream) : mode_(mode), buffer_(kBytes) {
+  L2Flusher(L2Flush mode, cudaStream_t stream) : mode_(mode), stream_(stream), buffer_(kBytes) {
     check(cudaMemset(buffer_.ptr, 0, kBytes), "L2 flush buffer");
     if (mode_ != L2Flush::kRead) return;
     if (cublasCreate(&handle_) != CUBLAS_STATUS_SUCCESS) throw Error(ErrorCode::kCuda, "cublasCreate failed");
@@ -122,9 +122,9 @@ class L2Flusher {
   L2Flusher(const L2Flusher&) = delete;
   L2Flusher& operator=(const L2Flusher&) = delete;
 
-  void run(int rep, cudaStream_t stream) {
+  void run(int rep) {
     if (mode_ == L2Flush::kWrite) {
-      check(cudaMemsetAsync(buffer_.ptr, rep & 0xff, kBytes, stream), "L2 flush");
+      check(cudaMemsetAsync(buffer_.ptr, rep & 0xff, kBytes, stream_), "L2 flush");
     } else if (mode_ == L2Flush::kRead) {
       const float one = 1.f, zero = 0.f;
       float* m = static_cast<float*>(buffer_.ptr);
@@ -140,6 +140,7 @@ class L2Flusher {
   static constexpr int kN = 8192;  // 8192^2 fp32 = 256 MiB
   static constexpr std::size_t kBytes = std::size_t(kN) * kN * 4;
   L2Flush mode_;
+  cudaStream_t stream_;
   DeviceBuffer buffer_;
   cublasHandle_t handle_ = nullptr;
 };
@@ -167,7 +168,7 @@ void bench_layer_on_device(MoeLayer& layer, const HostInputs& in, L2Flush flush_
   std::vector<double> us;
   double total = 0;
   for (int rep = 0; rep < 500 && (rep < 30 || total < 1.5e6); ++rep) {
-    flush.run(rep, stream);
+    flush.run(rep);
     check(cudaEventRecord(start, stream), "cudaEventRecord");
     check(cudaGraphLaunch(exec, stream), "graph launch");
     check(cudaEventRecord(stop, stream), "cudaEventRecord");

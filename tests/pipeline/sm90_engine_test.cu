@@ -514,7 +514,7 @@ TEST_F(Sm90EngineSanitizer, SmallCase) {
   MoeSpec e = s;
   e.routing.method = RoutingMethod::kExternal;
   check_bad_ids(e, 64, rng);
-  // Decode on many experts: GEMV FC1 with the FC2 weight prefetch into L2.
+  // Decode on many experts: both GEMMs take the GEMV.
   MoeSpec d = small_spec(64, 2, 256, 128, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU);
   d.max_tokens = 4;
   Layer dl = make_layer(d, rng());
