@@ -14,7 +14,7 @@ using pipeline::add8;
 using pipeline::pack8;
 using pipeline::unpack8;
 
-enum Mode : int { kPlain = 0, kHalves = 1, kInterleaved = 2 };
+enum Mode : int { kPlain = 0, kGated = 1 };
 
 struct Args {
   Params p;
@@ -26,7 +26,6 @@ struct Args {
   int64_t in_vecs;     // vectors per input row
   int64_t out_vecs;    // vectors per output row
   int64_t fc1_rows;
-  int64_t intermediate;
 };
 
 template <class T, int kMode>
@@ -48,29 +47,13 @@ __global__ void __launch_bounds__(256) activation_kernel(Args a) {
 #pragma unroll
       for (int i = 0; i < 8; ++i) y[i] = apply_plain(a.p, y[i]);
     } else {
+      // Blocked order: vector 2v holds the gates of outputs [8v, 8v + 8), vector 2v + 1 their ups.
       float g[8], u[8];
-      if (kMode == kHalves) {  // gate columns [0, I), up columns [I, 2I)
-        unpack8<T>(in[v], g);
-        unpack8<T>(in[a.out_vecs + v], u);
-        if (bias) {
-          add8(bias + 8 * v, g);
-          add8(bias + a.intermediate + 8 * v, u);
-        }
-      } else {  // column 2i is gate i, 2i + 1 is up i
-        float lo[8], hi[8];
-        unpack8<T>(in[2 * v], lo);
-        unpack8<T>(in[2 * v + 1], hi);
-        if (bias) {
-          add8(bias + 16 * v, lo);
-          add8(bias + 16 * v + 8, hi);
-        }
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          g[i] = lo[2 * i];
-          u[i] = lo[2 * i + 1];
-          g[4 + i] = hi[2 * i];
-          u[4 + i] = hi[2 * i + 1];
-        }
+      unpack8<T>(in[2 * v], g);
+      unpack8<T>(in[2 * v + 1], u);
+      if (bias) {
+        add8(bias + 16 * v, g);
+        add8(bias + 16 * v + 8, u);
       }
 #pragma unroll
       for (int i = 0; i < 8; ++i) y[i] = apply_gated(a.p, g[i], u[i]);
@@ -82,22 +65,13 @@ __global__ void __launch_bounds__(256) activation_kernel(Args a) {
 using KernelFn = void (*)(Args);
 
 template <class T>
-KernelFn pick_for(int mode) {
-  switch (mode) {
-    case kPlain: return activation_kernel<T, kPlain>;
-    case kHalves: return activation_kernel<T, kHalves>;
-    default: return activation_kernel<T, kInterleaved>;
-  }
-}
-
-int mode_of(const DeviceActivation& a) {
-  if (!is_gated(a.params.kind)) return kPlain;
-  return a.layout == GateUpLayout::kInterleaved ? kInterleaved : kHalves;
+KernelFn pick_for(bool gated) {
+  return gated ? activation_kernel<T, kGated> : activation_kernel<T, kPlain>;
 }
 
 KernelFn pick(const DeviceActivation& a) {
-  return a.elem == DType::kFloat16 ? pick_for<__half>(mode_of(a))
-                                   : pick_for<__nv_bfloat16>(mode_of(a));
+  const bool gated = is_gated(a.params.kind);
+  return a.elem == DType::kFloat16 ? pick_for<__half>(gated) : pick_for<__nv_bfloat16>(gated);
 }
 
 Status check(const DeviceActivation& a) {
@@ -137,7 +111,6 @@ Status run_device(const DeviceActivation& a, const void* fc1_out, void* out,
   k.row_expert = row_expert;
   k.rows_end = offsets + a.local_experts;
   k.fc1_rows = a.fc1_rows();
-  k.intermediate = a.intermediate;
   k.in_vecs = k.fc1_rows / 8;
   k.out_vecs = a.intermediate / 8;
   const int64_t work = max_rows * k.out_vecs;

@@ -1,6 +1,9 @@
 // The activation between FC1 and FC2 on the device: FC1 output [rows, fc1_rows] plus the FC1
 // bias, then the (gated) activation of activation_math.hpp, rounded to the element type, into
 // [rows, intermediate]. Only the rows the permutation filled (offsets[L]) are touched.
+// Gated kinds read FC1 rows (and bias) in the engine's blocked order, whatever the checkpoint's
+// GateUpLayout (activation_math.hpp: blocked_gate_row / blocked_up_row; gate_up_order.hpp
+// reorders at upload).
 // C++17, no CUDA device code: host code and CUDA translation units include this.
 #pragma once
 #include <cstdint>
@@ -16,10 +19,10 @@ namespace moekit::activation {
 struct DeviceActivation {
   DType elem = DType::kBFloat16;            // kBFloat16 or kFloat16 (input and output)
   Params params;                            // kind, clamp, alpha, beta
-  GateUpLayout layout = GateUpLayout::kHalves;  // gated kinds only
   int64_t intermediate = 0;                 // output columns (local I), a multiple of 8
   int64_t fc1_rows() const { return is_gated(params.kind) ? 2 * intermediate : intermediate; }
-  const float* fc1_bias = nullptr;          // device [local experts, fc1_rows], null = none
+  const float* fc1_bias = nullptr;          // device [local experts, fc1_rows], null = none;
+                                            // blocked order for gated kinds, like the rows
   int local_experts = 0;
 };
 

@@ -23,6 +23,15 @@ struct Params {
 
 MOEKIT_HD bool is_gated(Kind k) { return static_cast<int>(k) <= 4; }
 
+// The sm90 engine's FC1 row order for gated kinds, whatever the checkpoint's GateUpLayout:
+// blocks of 16 rows, the 8 gate rows of outputs [8b, 8b + 8) followed by their 8 up rows. One
+// 16-byte vector then holds 8 gates and the next one their ups (activation kernel), and a
+// wgmma accumulator fragment holds each gate and its up in the same thread, 8 columns (or 8
+// rows, swap-AB) apart (the fused FC1 epilogue). Needs intermediate % 8 == 0.
+constexpr int kGateUpBlock = 8;
+MOEKIT_HD long long blocked_gate_row(long long j) { return (j / kGateUpBlock) * 2 * kGateUpBlock + j % kGateUpBlock; }
+MOEKIT_HD long long blocked_up_row(long long j) { return blocked_gate_row(j) + kGateUpBlock; }
+
 MOEKIT_HD float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 MOEKIT_HD float silu(float x) { return x * sigmoid(x); }
 // Both GELUs are written without 1 + tanh / 1 + erf, which cancel for negative x: there host

@@ -13,6 +13,7 @@
 
 #include "gemm/grouped_gemm.hpp"
 #include "gemm/tactic.hpp"
+#include "pipeline/pdl.cuh"
 
 namespace moekit::gemm {
 namespace detail {
@@ -40,6 +41,7 @@ struct ProblemParams {
   int groups;
   int n, k;
   bool swap_ab;
+  int64_t d_ld;  // elements per output row: n, or n / 2 behind the fused activation
   const char* a;
   const char* b;
   char* d;
@@ -48,6 +50,7 @@ struct ProblemParams {
 
 // One thread per group: the CUTLASS problem shape, operand and output pointers of group g.
 __global__ void write_problems_kernel(ProblemParams p) {
+  pipeline::pdl_wait();  // the offsets come from the kernel before
   const int g = blockIdx.x * blockDim.x + threadIdx.x;
   if (g >= p.groups) return;
   const int64_t row0 = p.row_offsets[g];
@@ -67,7 +70,7 @@ __global__ void write_problems_kernel(ProblemParams p) {
     p.arrays.ptr_b[g] = w;
   }
   s[2] = p.k;
-  p.arrays.ptr_d[g] = p.d + row0 * p.n * kElemBytes;
+  p.arrays.ptr_d[g] = p.d + row0 * p.d_ld * kElemBytes;
 }
 
 std::vector<TacticEntry> all_tactics(Elem elem) {
@@ -139,9 +142,11 @@ struct GroupedGemm::State {
   struct Slot {
     std::string name;
     TacticKind kind;
+    bool applies_activation;
     std::unique_ptr<Tactic> tactic;
   };
   GroupedShape shape;
+  std::optional<EpilogueActivation> act;
   int device = 0;
   int sm_count = 0;
   void* arrays_mem = nullptr;
@@ -163,13 +168,24 @@ struct GroupedGemm::State {
 
 std::vector<std::string> tactic_names(Elem elem) {
   std::vector<std::string> names;
-  for (const auto& e : all_tactics(elem)) names.push_back(e.name);
+  for (const auto& e : all_tactics(elem))
+    if (!e.applies_activation) names.push_back(e.name);
   return names;
 }
 
-GroupedGemm::GroupedGemm(const GroupedShape& shape, int device) : state_(std::make_unique<State>()) {
+GroupedGemm::GroupedGemm(const GroupedShape& shape, int device,
+                         const std::optional<EpilogueActivation>& act)
+    : state_(std::make_unique<State>()) {
   throw_if_error(validate(shape));
   const std::string what = shape_text(shape);
+  if (act && !activation::is_gated(act->params.kind))
+    throw Error(ErrorCode::kInvalidArgument,
+                what + ": the epilogue activation (kind " +
+                    std::to_string(static_cast<int>(act->params.kind)) + ") is not a gated one");
+  if (act && shape.n % 16 != 0)
+    throw Error(ErrorCode::kUnsupported, what + ": a fused gated activation needs n (" +
+                                             std::to_string(shape.n) +
+                                             ") to be a multiple of 16");
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) throw Error(detail::cuda_status(err, "cudaGetDeviceCount", what));
@@ -194,6 +210,7 @@ GroupedGemm::GroupedGemm(const GroupedShape& shape, int device) : state_(std::ma
 
   State& st = *state_;
   st.shape = shape;
+  st.act = act;
   st.device = device;
   const std::size_t g = static_cast<std::size_t>(shape.groups);
   const std::size_t shapes_bytes = (3 * sizeof(int32_t) * g + 15) / 16 * 16;
@@ -214,17 +231,24 @@ GroupedGemm::GroupedGemm(const GroupedShape& shape, int device) : state_(std::ma
   err = cudaFuncGetAttributes(&attr, write_problems_kernel);
   if (err != cudaSuccess) throw Error(detail::cuda_status(err, "cudaFuncGetAttributes", what));
 
-  TacticContext ctx{shape, st.arrays, device, st.sm_count};
+  TacticContext ctx{shape, st.act ? &*st.act : nullptr, st.arrays, device, st.sm_count};
   for (auto& e : all_tactics(shape.elem)) {
+    // The GEMV always stores; a CUTLASS tactic comes in the variant `act` asks for.
+    if (e.kind != TacticKind::kGemv && e.applies_activation != st.act.has_value()) continue;
     std::unique_ptr<Tactic> t = e.make();
     throw_if_error(t->init(ctx));
-    st.slots.push_back({e.name, e.kind, std::move(t)});
+    st.slots.push_back({e.name, e.kind, e.applies_activation, std::move(t)});
   }
   err = cudaDeviceSynchronize();  // the init copies are done before the first run
   if (err != cudaSuccess) throw Error(detail::cuda_status(err, "cudaDeviceSynchronize", what));
 }
 
 GroupedGemm::~GroupedGemm() = default;
+
+bool GroupedGemm::applies_activation(const std::string& tactic) const {
+  const State::Slot* slot = state_->find(tactic);
+  return slot != nullptr && slot->applies_activation;
+}
 
 const GroupedShape& GroupedGemm::shape() const { return state_->shape; }
 
@@ -289,13 +313,14 @@ Status GroupedGemm::run(const void* a, const void* b, void* d, const int32_t* ro
     p.n = static_cast<int>(st.shape.n);
     p.k = static_cast<int>(st.shape.k);
     p.swap_ab = slot->kind == TacticKind::kCutlassSwapAB;
+    p.d_ld = slot->applies_activation ? st.shape.n / 2 : st.shape.n;
     p.a = static_cast<const char*>(a);
     p.b = static_cast<const char*>(b);
     p.d = static_cast<char*>(d);
     p.arrays = st.arrays;
     constexpr int kBlock = 128;
-    write_problems_kernel<<<(st.shape.groups + kBlock - 1) / kBlock, kBlock, 0, stream>>>(p);
-    const cudaError_t err = cudaGetLastError();
+    const cudaError_t err = pipeline::launch_pdl(
+        write_problems_kernel, (st.shape.groups + kBlock - 1) / kBlock, kBlock, 0, stream, p);
     if (err != cudaSuccess)
       return detail::cuda_status(err, "write_problems_kernel launch", shape_text(st.shape));
   }

@@ -5,11 +5,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <cuda_runtime_api.h>
 
+#include "activation/activation_math.hpp"
 #include "moekit/status.hpp"
 
 namespace moekit::gemm {
@@ -27,6 +29,14 @@ struct GroupedShape {
   int64_t max_rows = 0;  // upper bound of row_offsets[groups]
 };
 
+// FC1's bias and gated activation applied in the GEMM's epilogue, on the fp32 accumulators,
+// instead of storing FC1's output: D becomes [rows, n / 2]. B's rows (and the bias) must be in
+// activation_math.hpp's blocked gate/up order; n a multiple of 16.
+struct EpilogueActivation {
+  activation::Params params;    // a gated kind
+  const float* bias = nullptr;  // device [groups, n], or null
+};
+
 // A named tactic (schedule, tile, cluster), e.g. "sm90.coop.128x128x64.c1x1",
 // "sm90.swapab.128x16x128.c1x1", "sm90.gemv.n8". Never numbered.
 std::vector<std::string> tactic_names(Elem elem);
@@ -37,7 +47,10 @@ class GroupedGemm {
   // CUTLASS workspaces for each tactic it may run). Throws Error: kInvalidArgument or
   // kUnsupported (shape; checked before any CUDA call), kUnsupported (not sm_90), kCuda.
   // Ends with a device synchronize (one-time copies done): build it outside any graph capture.
-  GroupedGemm(const GroupedShape& shape, int device);
+  // With `act`, every CUTLASS tactic runs the fused-activation epilogue; the GEMV still stores
+  // FC1's output (see applies_activation).
+  GroupedGemm(const GroupedShape& shape, int device,
+              const std::optional<EpilogueActivation>& act = std::nullopt);
   ~GroupedGemm();
   GroupedGemm(const GroupedGemm&) = delete;
   GroupedGemm& operator=(const GroupedGemm&) = delete;
@@ -45,6 +58,10 @@ class GroupedGemm {
   // The tactic the heuristic picks for `tokens_hint` rows per group on average (host-known:
   // tokens * top_k / experts), and the one `run` will use when `tactic` is empty.
   std::string pick_tactic(double rows_per_group_hint) const;
+
+  // Whether `tactic` applies the EpilogueActivation given at construction: then `d` of run() is
+  // [rows, n / 2] and holds the activation; otherwise it is [rows, n], FC1's raw output.
+  bool applies_activation(const std::string& tactic) const;
 
   // Enqueues on `stream`: a tiny kernel that writes per-group shapes and pointers from
   // row_offsets (int32 [groups + 1], device), then the GEMM. Correct for any row distribution

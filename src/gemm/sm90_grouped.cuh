@@ -32,6 +32,7 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/util/packed_stride.hpp"
 
+#include "gemm/sm90_act_epilogue.cuh"
 #include "gemm/tactic.hpp"
 
 namespace moekit::gemm::detail {
@@ -65,7 +66,9 @@ struct TacticCfg {
   }
 };
 
-template <class Element, class Cfg>
+// kAct: FC1's epilogue applies bias and gated activation (sm90_act_epilogue.cuh) and stores
+// [rows, n / 2]; otherwise D = accumulators through CUTLASS's TMA-store epilogue.
+template <class Element, class Cfg, bool kAct>
 struct Sm90GroupedKernel {
   using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
   // Both operands are K-major in both modes; only who is A and the layout of D change.
@@ -76,11 +79,13 @@ struct Sm90GroupedKernel {
   static constexpr int kAlign = 128 / cutlass::sizeof_bits<Element>::value;  // 16-byte TMA rows
 
   // C is void: D = 1 * acc, nothing is read back.
-  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+  using StoreEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Cfg::Tile,
       typename Cfg::Cluster, cutlass::epilogue::collective::EpilogueTileAuto, float, float, void,
       LayoutD*, kAlign, Element, LayoutD*, kAlign, typename Cfg::Epilogue,
       cutlass::epilogue::fusion::LinearCombination<Element, float>>::CollectiveOp;
+  using CollectiveEpilogue =
+      std::conditional_t<kAct, Sm90ActEpilogue<Element, Cfg::kSwapAB>, StoreEpilogue>;
 
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA*, kAlign, Element,
@@ -102,9 +107,9 @@ struct Sm90GroupedKernel {
 
 inline std::string cutlass_error(cutlass::Status s) { return cutlassGetStatusString(s); }
 
-template <class Element, class Cfg>
+template <class Element, class Cfg, bool kAct>
 class Sm90GroupedTactic final : public Tactic {
-  using K = Sm90GroupedKernel<Element, Cfg>;
+  using K = Sm90GroupedKernel<Element, Cfg, kAct>;
 
  public:
   ~Sm90GroupedTactic() override {
@@ -113,7 +118,7 @@ class Sm90GroupedTactic final : public Tactic {
   }
 
   Status init(const TacticContext& ctx) override {
-    const std::string what = "tactic " + Cfg::name() + " (groups " +
+    const std::string what = "tactic " + Cfg::name() + (kAct ? " with activation" : "") + " (groups " +
                              std::to_string(ctx.shape.groups) + ", n " +
                              std::to_string(ctx.shape.n) + ", k " + std::to_string(ctx.shape.k) + ")";
     const int groups = ctx.shape.groups;
@@ -163,12 +168,22 @@ class Sm90GroupedTactic final : public Tactic {
     args.mainloop.dA = d_sa;
     args.mainloop.ptr_B = reinterpret_cast<const typename K::Gemm::ElementB**>(ctx.arrays.ptr_b);
     args.mainloop.dB = d_sb;
-    args.epilogue.thread.alpha = 1.0f;
-    args.epilogue.thread.beta = 0.0f;
-    args.epilogue.ptr_C = nullptr;
-    args.epilogue.dC = nullptr;
-    args.epilogue.ptr_D = reinterpret_cast<typename K::Gemm::ElementD**>(ctx.arrays.ptr_d);
-    args.epilogue.dD = d_sd;
+    if constexpr (kAct) {
+      if (ctx.act == nullptr)
+        return Status(ErrorCode::kInternal, what + ": built without an activation to apply");
+      args.epilogue.ptr_out = reinterpret_cast<typename K::Gemm::ElementD**>(ctx.arrays.ptr_d);
+      args.epilogue.bias = ctx.act->bias;
+      args.epilogue.bias_ld = n;
+      args.epilogue.out_ld = n / 2;
+      args.epilogue.act = ctx.act->params;
+    } else {
+      args.epilogue.thread.alpha = 1.0f;
+      args.epilogue.thread.beta = 0.0f;
+      args.epilogue.ptr_C = nullptr;
+      args.epilogue.dC = nullptr;
+      args.epilogue.ptr_D = reinterpret_cast<typename K::Gemm::ElementD**>(ctx.arrays.ptr_d);
+      args.epilogue.dD = d_sd;
+    }
     args.hw_info = hw;
 
     cutlass::Status st = gemm_.can_implement(args);
@@ -208,13 +223,19 @@ class Sm90GroupedTactic final : public Tactic {
   std::string name_;
 };
 
+// Adds the tactic's two kernels: storing D, and FC1's fused activation (same name).
 template <class Element, class Cfg>
 void add_tactic(std::vector<TacticEntry>& v) {
   TacticEntry e;
   e.name = Cfg::name();
   e.kind = Cfg::kSwapAB ? TacticKind::kCutlassSwapAB : TacticKind::kCutlass;
   e.make = []() -> std::unique_ptr<Tactic> {
-    return std::make_unique<Sm90GroupedTactic<Element, Cfg>>();
+    return std::make_unique<Sm90GroupedTactic<Element, Cfg, false>>();
+  };
+  v.push_back(e);
+  e.applies_activation = true;
+  e.make = []() -> std::unique_ptr<Tactic> {
+    return std::make_unique<Sm90GroupedTactic<Element, Cfg, true>>();
   };
   v.push_back(std::move(e));
 }

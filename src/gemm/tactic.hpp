@@ -34,6 +34,7 @@ struct DeviceArrays {
 
 struct TacticContext {
   GroupedShape shape;
+  const EpilogueActivation* act = nullptr;  // set for the activation variants
   DeviceArrays arrays;
   int device = 0;
   int sm_count = 0;
@@ -61,6 +62,7 @@ class Tactic {
 struct TacticEntry {
   std::string name;
   TacticKind kind = TacticKind::kCutlass;
+  bool applies_activation = false;  // FC1's fused bias + activation, output [rows, n / 2]
   std::unique_ptr<Tactic> (*make)() = nullptr;
 };
 

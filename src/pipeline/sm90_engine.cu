@@ -1,17 +1,22 @@
 // The Hopper BF16/FP16 engine (sm90_engine.hpp): weights uploaded once, one workspace sized
 // from max_tokens, and a forward that only enqueues kernels on the caller's stream:
-//   permute (route + count + scan + permute + gather) -> FC1 -> activation -> FC2 -> finalize.
+//   permute (route + count + scan + permute + gather) -> FC1 -> activation -> FC2 -> finalize,
+// where the CUTLASS FC1 tactics apply bias and gated activation in their epilogue (the GEMV,
+// for decode, leaves it to the activation kernel). FC1's rows are uploaded in the blocked
+// gate/up order both expect (activation_math.hpp).
 // No allocation, host sync or device-to-host copy in forward(): it can be graph-captured, also
 // on the first call (every kernel is loaded and configured here, at construction).
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <cuda_runtime.h>
 
 #include "activation/activation_device.hpp"
+#include "activation/gate_up_order.hpp"
 #include "finalize/finalize.hpp"
 #include "gemm/grouped_gemm.hpp"
 #include "permute/permute.hpp"
@@ -202,9 +207,28 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
   auto upload = [](void* dst, const void* src, std::size_t bytes, const char* what) {
     if (bytes) check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), std::string("uploading ") + what);
   };
-  upload(w1, weights.fc1.values.data(), w1_bytes, "fc1 weights");
+  const bool gated = activation::is_gated(static_cast<activation::Kind>(spec.activation.kind));
+  if (gated) {  // one expert at a time into the blocked order, so the host copy stays small
+    const std::vector<int64_t> rows = activation::blocked_fc1_source_rows(spec.gate_up_layout, I);
+    const int64_t expert_bytes = lp_.fc1_rows * H * es;
+    std::vector<uint8_t> staged(static_cast<std::size_t>(expert_bytes));
+    for (int64_t e = 0; e < L; ++e) {
+      activation::gather_rows(rows, weights.fc1.values.data() + e * expert_bytes, staged.data(),
+                              H * es);
+      upload(w1 + e * expert_bytes, staged.data(), expert_bytes, "fc1 weights");
+    }
+    if (fc1_bias) {
+      std::vector<float> bias(static_cast<std::size_t>(L * lp_.fc1_rows));
+      for (int64_t e = 0; e < L; ++e)
+        activation::gather_rows(rows, weights.fc1_bias.data() + e * lp_.fc1_rows,
+                                bias.data() + e * lp_.fc1_rows, sizeof(float));
+      upload(b1, bias.data(), sizeof(float) * bias.size(), "fc1 bias");
+    }
+  } else {
+    upload(w1, weights.fc1.values.data(), w1_bytes, "fc1 weights");
+    if (fc1_bias) upload(b1, weights.fc1_bias.data(), sizeof(float) * L * lp_.fc1_rows, "fc1 bias");
+  }
   upload(w2, weights.fc2.values.data(), w2_bytes, "fc2 weights");
-  if (fc1_bias) upload(b1, weights.fc1_bias.data(), sizeof(float) * L * lp_.fc1_rows, "fc1 bias");
   if (fc2_bias) upload(b2, weights.fc2_bias.data(), sizeof(float) * L * H, "fc2 bias");
   if (routing_bias) upload(rb, weights.routing_bias.data(), sizeof(float) * E, "routing bias");
   w1_ = w1;
@@ -225,7 +249,6 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
   act_.params.limit = ap.limit.value_or(INFINITY);
   act_.params.alpha = ap.alpha_or_default();
   act_.params.beta = ap.beta_or_default();
-  act_.layout = spec.gate_up_layout;
   act_.intermediate = I;
   act_.fc1_bias = fc1_bias ? b1 : nullptr;
   act_.local_experts = static_cast<int>(L);
@@ -269,8 +292,10 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
              "clearing the device error word");
 
   const gemm::Elem ge = bf16 ? gemm::Elem::kBF16 : gemm::Elem::kFP16;
+  std::optional<gemm::EpilogueActivation> fc1_act;
+  if (gated) fc1_act = gemm::EpilogueActivation{act_.params, act_.fc1_bias};
   fc1_ = std::make_unique<gemm::GroupedGemm>(
-      gemm::GroupedShape{ge, static_cast<int>(L), lp_.fc1_rows, H, P}, device_);
+      gemm::GroupedShape{ge, static_cast<int>(L), lp_.fc1_rows, H, P}, device_, fc1_act);
   fc2_ = std::make_unique<gemm::GroupedGemm>(
       gemm::GroupedShape{ge, static_cast<int>(L), H, I, P}, device_);
 
@@ -318,9 +343,16 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   // Rows per expert if routing were uniform: only a hint for the GEMM's tactic.
   const double hint = static_cast<double>(T) * k / static_cast<double>(lp_.num_experts_global);
   const int64_t rows = T * std::min<int64_t>(k, lp_.num_experts);
-  throw_if_error(fc1_->run(pbuf_.permuted, w1_, fc1_out_, pbuf_.offsets, hint, stream));
-  throw_if_error(activation::run_device(act_, fc1_out_, act_out_, pbuf_.row_expert, pbuf_.offsets,
-                                        rows, stream));
+  const std::string fc1_tactic = fc1_->pick_tactic(hint);
+  if (fc1_->applies_activation(fc1_tactic)) {
+    throw_if_error(
+        fc1_->run(pbuf_.permuted, w1_, act_out_, pbuf_.offsets, hint, stream, fc1_tactic));
+  } else {
+    throw_if_error(
+        fc1_->run(pbuf_.permuted, w1_, fc1_out_, pbuf_.offsets, hint, stream, fc1_tactic));
+    throw_if_error(activation::run_device(act_, fc1_out_, act_out_, pbuf_.row_expert,
+                                          pbuf_.offsets, rows, stream));
+  }
   throw_if_error(fc2_->run(act_out_, w2_, fc2_out_, pbuf_.offsets, hint, stream));
   throw_if_error(finalize::run(fin_, T, fc2_out_, pbuf_.slot_row, pbuf_.topk_weights,
                                pbuf_.slot_expert, args.output.data, stream));

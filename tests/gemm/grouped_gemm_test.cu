@@ -1,7 +1,8 @@
 // Every grouped GEMM tactic against a CPU fp32 GEMM on fresh random data, outputs poisoned
 // (NaN bits) before each run: uneven groups with empty ones, all rows in one group, decode-like
-// single rows, no rows at all; shapes of real presets and small ones with ragged tails; CUDA
-// graph capture of the very first run, replayed on new contents, equals eager.
+// single rows, no rows at all; shapes of real presets and small ones with ragged tails; the
+// fused FC1 activation epilogue; CUDA graph capture of the very first run, replayed on new
+// contents, equals eager.
 // GPU tests skip where there is no sm_90 device; the shape checks run everywhere.
 #include <gtest/gtest.h>
 
@@ -14,6 +15,7 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "gemm/grouped_gemm.hpp"
@@ -163,6 +165,81 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(std::get<2>(info.param));
     });
 
+// FC1 with the fused epilogue: bias + gated activation on the accumulators, output [rows, n/2],
+// against activation_math.hpp applied to the fp32 reference (rows in the blocked gate/up
+// order). Every kind, with and without bias; ragged n (13 x 16) and k tails; the GEMV, which
+// does not fuse, still stores FC1's raw output.
+class GroupedGemmActivation : public GpuTest {};
+
+TEST_F(GroupedGemmActivation, EveryTacticAppliesBiasAndGatedActivation) {
+  std::mt19937 rng(static_cast<unsigned>(base_seed() ^ 0x6e05));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  struct KindCase {
+    activation::Kind kind;
+    float limit = INFINITY, alpha = 1.0f, beta = 0.0f;
+  };
+  const std::vector<KindCase> kinds = {{activation::Kind::kSwiGLU},
+                                       {activation::Kind::kSwiGLUClamped, 1.5f, 1.702f, 1.0f},
+                                       {activation::Kind::kGeGLUTanh},
+                                       {activation::Kind::kGeGLUErf}};
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  for (Elem elem : {Elem::kBF16, Elem::kFP16})
+    for (const auto& [n, k] : std::vector<std::pair<int64_t, int64_t>>{{1536, 2048}, {208, 40}})
+      for (const auto& dist : distributions(rng)) {
+        if (dist.counts.size() == 4) continue;  // all_empty: covered by the store test
+        SCOPED_TRACE(std::string(elem_name(elem)) + " n " + std::to_string(n) + " k " +
+                     std::to_string(k) + " distribution " + dist.name);
+        const Problem p = make_problem(elem, n, k, dist.counts, rng);
+        DeviceProblem dp(p);
+        const int64_t half = n / 2;
+        for (const KindCase& kc : kinds)
+          for (bool with_bias : {false, true}) {
+            SCOPED_TRACE("kind " + std::to_string(int(kc.kind)) + (with_bias ? " bias" : ""));
+            std::vector<float> bias(with_bias ? p.groups * n : 0);
+            for (auto& b : bias) b = normal(rng);
+            DeviceBuffer d_bias = to_device(bias);
+            EpilogueActivation act;
+            act.params.kind = kc.kind;
+            act.params.limit = kc.limit;
+            act.params.alpha = kc.alpha;
+            act.params.beta = kc.beta;
+            act.bias = with_bias ? d_bias.as<float>() : nullptr;
+            GroupedGemm gemm(GroupedShape{elem, p.groups, n, k, p.max_rows}, 0, act);
+            Problem want = p;  // [rows, n / 2] from the fp32 reference
+            want.n = half;
+            want.ref.assign(static_cast<std::size_t>(p.rows * half), 0.f);
+            for (int g = 0; g < p.groups; ++g)
+              for (int64_t r = p.offsets[g]; r < p.offsets[g + 1]; ++r)
+                for (int64_t j = 0; j < half; ++j) {
+                  const int64_t gr = activation::blocked_gate_row(j);
+                  const int64_t ur = activation::blocked_up_row(j);
+                  const float gate = p.ref[r * n + gr] + (with_bias ? bias[g * n + gr] : 0.f);
+                  const float up = p.ref[r * n + ur] + (with_bias ? bias[g * n + ur] : 0.f);
+                  want.ref[r * half + j] = activation::apply_gated(act.params, gate, up);
+                }
+            for (const auto& tactic : tactic_names(elem)) {
+              SCOPED_TRACE("tactic " + tactic);
+              dp.d.poison();
+              const Status s = gemm.run(dp.a.ptr, dp.w.ptr, dp.d.ptr,
+                                        static_cast<const int32_t*>(dp.offsets.ptr),
+                                        double(p.rows) / p.groups, stream, tactic);
+              ASSERT_TRUE(s.ok()) << s.message();
+              ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+              std::vector<uint16_t> out = dp.download();
+              if (!gemm.applies_activation(tactic)) {
+                EXPECT_EQ(tactic.rfind("sm90.gemv.", 0), 0u) << "only the GEMV stores";
+                if (!with_bias) expect_matches(p, out);
+                continue;
+              }
+              out.resize(static_cast<std::size_t>(p.max_rows * half));
+              expect_matches(want, out);
+            }
+          }
+      }
+  cudaStreamDestroy(stream);
+}
+
 // Capture the first run a fresh object ever makes, replay it on new row counts and new
 // activations (same buffers), and compare bit for bit with eager runs of another object.
 class GroupedGemmGraph : public GpuTest {};
@@ -285,6 +362,26 @@ TEST(GroupedGemmShape, BadShapesAreRefusedWithTheValue) {
       EXPECT_EQ(e.code(), c.code) << e.what();
       EXPECT_NE(std::string(e.what()).find(c.value), std::string::npos) << e.what();
     }
+  }
+}
+
+TEST(GroupedGemmShape, BadEpilogueActivationIsRefusedWithTheValue) {
+  EpilogueActivation plain;
+  plain.params.kind = activation::Kind::kSiLU;
+  try {
+    GroupedGemm g(GroupedShape{Elem::kBF16, 8, 1536, 2048, 64}, 0, plain);
+    ADD_FAILURE() << "accepted a non-gated epilogue activation";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+    EXPECT_NE(std::string(e.what()).find("5"), std::string::npos) << e.what();
+  }
+  EpilogueActivation swiglu;
+  try {
+    GroupedGemm g(GroupedShape{Elem::kBF16, 8, 1000, 2048, 64}, 0, swiglu);
+    ADD_FAILURE() << "accepted n = 1000 for a fused gated activation";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("1000"), std::string::npos) << e.what();
   }
 }
 
