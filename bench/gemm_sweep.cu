@@ -1,11 +1,14 @@
 // Times every built grouped-GEMM tactic on the FC1 and FC2 shapes of real presets at the token
 // counts of serving, with random top-k routing: the data behind GroupedGemm::pick_tactic.
+// "fc1+act" rows time FC1 with the fused SwiGLU epilogue (the engine's FC1 for gated kinds;
+// gpt-oss: clamped, with bias); the GEMV row there still stores, as in the engine.
 // Usage: moekit_gemm_sweep [tokens,...]   (prints one table; GPU only)
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -69,19 +72,34 @@ int main(int argc, char** argv) {
   void* flush;
   check(cudaMalloc(&flush, 256u << 20), "cudaMalloc");
   std::printf("# grouped GEMM tactic sweep, bf16, median us of >= 15 runs, L2 flushed before each\n");
-  std::printf("%-14s %-4s %6s %7s", "preset", "gemm", "T", "rows/e");
+  std::printf("%-14s %-7s %6s %7s", "preset", "gemm", "T", "rows/e");
   for (const auto& t : tactics) std::printf(" %14s", t.substr(5).c_str());
   std::printf("  best\n");
   std::mt19937 rng(1);
   for (const Preset& p : kPresets) {
-    for (int which = 0; which < 2; ++which) {
+    for (int which = 0; which < 3; ++which) {  // fc1, fc1+act, fc2
+      const bool fc1 = which < 2;
       GroupedShape s;
       s.elem = Elem::kBF16;
       s.groups = p.experts;
-      s.n = which == 0 ? 2 * p.intermediate : p.hidden;
-      s.k = which == 0 ? p.hidden : p.intermediate;
+      s.n = fc1 ? 2 * p.intermediate : p.hidden;
+      s.k = fc1 ? p.hidden : p.intermediate;
       s.max_rows = int64_t(max_t) * p.top_k;
-      GroupedGemm gemm(s, 0);
+      float* bias = nullptr;
+      std::optional<moekit::gemm::EpilogueActivation> act;
+      if (which == 1) {
+        act.emplace();
+        if (std::string(p.name) == "gpt-oss-120b") {
+          act->params.kind = moekit::activation::Kind::kSwiGLUClamped;
+          act->params.limit = 7.0f;
+          act->params.alpha = 1.702f;
+          act->params.beta = 1.0f;
+          check(cudaMalloc(&bias, s.groups * s.n * 4), "cudaMalloc bias");
+          check(cudaMemset(bias, 0, s.groups * s.n * 4), "cudaMemset bias");
+          act->bias = bias;
+        }
+      }
+      GroupedGemm gemm(s, 0, act);
       uint16_t *a, *b, *d;
       const size_t b_elems = size_t(s.groups) * s.n * s.k;
       check(cudaMalloc(&a, s.max_rows * s.k * 2), "cudaMalloc A");
@@ -105,7 +123,7 @@ int main(int argc, char** argv) {
         for (int e = 0; e < p.experts; ++e) off[e + 1] = off[e] + count[e];
         check(cudaMemcpy(offsets, off.data(), off.size() * 4, cudaMemcpyHostToDevice), "copy offsets");
         const double hint = double(t) * p.top_k / p.experts;
-        std::printf("%-14s %-4s %6d %7.1f", p.name, which == 0 ? "fc1" : "fc2", t, hint);
+        std::printf("%-14s %-7s %6d %7.1f", p.name, which == 0 ? "fc1" : which == 1 ? "fc1+act" : "fc2", t, hint);
         double best = 1e30;
         std::string best_name;
         for (const auto& name : tactics) {
@@ -134,7 +152,7 @@ int main(int argc, char** argv) {
         std::printf("  %s (heuristic: %s)\n", best_name.c_str(), gemm.pick_tactic(hint).c_str());
         std::fflush(stdout);
       }
-      cudaFree(a); cudaFree(b); cudaFree(d); cudaFree(offsets);
+      cudaFree(a); cudaFree(b); cudaFree(d); cudaFree(offsets); cudaFree(bias);
     }
   }
   return 0;

@@ -48,9 +48,17 @@ struct ProblemParams {
   DeviceArrays arrays;
 };
 
-// One thread per group: the CUTLASS problem shape, operand and output pointers of group g.
-__global__ void write_problems_kernel(ProblemParams p) {
+// The GEMMs whose arrays one launch writes (FC1's and FC2's share row_offsets).
+struct ProblemBatch {
+  ProblemParams jobs[GroupedGemm::kMaxCallsPerWrite];
+  int count;
+};
+
+// One thread per group and GEMM (blockIdx.y): the CUTLASS problem shape, operand and output
+// pointers of group g.
+__global__ void write_problems_kernel(ProblemBatch batch) {
   pipeline::pdl_wait();  // the offsets come from the kernel before
+  const ProblemParams& p = batch.jobs[blockIdx.y];
   const int g = blockIdx.x * blockDim.x + threadIdx.x;
   if (g >= p.groups) return;
   const int64_t row0 = p.row_offsets[g];
@@ -138,13 +146,14 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 
 }  // namespace
 
+struct GroupedGemm::Slot {
+  std::string name;
+  TacticKind kind;
+  bool applies_activation;
+  std::unique_ptr<Tactic> tactic;
+};
+
 struct GroupedGemm::State {
-  struct Slot {
-    std::string name;
-    TacticKind kind;
-    bool applies_activation;
-    std::unique_ptr<Tactic> tactic;
-  };
   GroupedShape shape;
   std::optional<EpilogueActivation> act;
   int device = 0;
@@ -246,7 +255,7 @@ GroupedGemm::GroupedGemm(const GroupedShape& shape, int device,
 GroupedGemm::~GroupedGemm() = default;
 
 bool GroupedGemm::applies_activation(const std::string& tactic) const {
-  const State::Slot* slot = state_->find(tactic);
+  const Slot* slot = state_->find(tactic);
   return slot != nullptr && slot->applies_activation;
 }
 
@@ -276,6 +285,9 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint) const {
   else if (h <= 48)
     names = {"sm90.pingpong.64x128x64.c1x1", "sm90.swapab.128x32x128.c1x1",
              "sm90.coop.128x128x64.c1x1"};
+  else if (state_->act)  // the fused activation's epilogue overlaps the other warp group's MMAs
+    names = {"sm90.pingpong.128x128x64.c1x1", "sm90.coop.128x256x64.c1x1",
+             "sm90.coop.128x128x64.c1x1"};
   else
     names = {"sm90.coop.128x256x64.c1x1", "sm90.coop.128x128x64.c1x1"};
   for (const char* n : names)
@@ -283,49 +295,94 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint) const {
   return "sm90.coop.128x128x64.c1x1";  // built in every configuration
 }
 
-Status GroupedGemm::run(const void* a, const void* b, void* d, const int32_t* row_offsets,
-                        double rows_per_group_hint, cudaStream_t stream,
-                        const std::string& tactic) {
+Status GroupedGemm::check_call(const GemmCall& c, const int32_t* row_offsets,
+                               const Slot** slot_out, bool* skip) const {
   const State& st = *state_;
-  const std::string name = tactic.empty() ? pick_tactic(rows_per_group_hint) : tactic;
-  const State::Slot* slot = st.find(name);
+  const Slot* slot = st.find(c.tactic);
   if (slot == nullptr) {
     std::string known;
     for (const auto& s : st.slots) known += (known.empty() ? "" : ", ") + s.name;
-    return Status(ErrorCode::kNotFound, "grouped GEMM tactic '" + name + "' is not built for " +
-                                            elem_name(st.shape.elem) + " (built: " + known + ")");
+    return Status(ErrorCode::kNotFound, "grouped GEMM tactic '" + c.tactic +
+                                            "' is not built for " + elem_name(st.shape.elem) +
+                                            " (built: " + known + ")");
   }
-  if (b == nullptr || row_offsets == nullptr)
+  *slot_out = slot;
+  *skip = false;
+  if (c.b == nullptr || row_offsets == nullptr)
     return Status(ErrorCode::kInvalidArgument,
                   shape_text(st.shape) + ": weights and row_offsets must not be null");
-  if (st.shape.max_rows == 0) return {};  // every group is empty by contract
-  if (a == nullptr || d == nullptr)
+  if (st.shape.max_rows == 0) {  // every group is empty by contract
+    *skip = true;
+    return {};
+  }
+  if (c.a == nullptr || c.d == nullptr)
     return Status(ErrorCode::kInvalidArgument,
                   shape_text(st.shape) + ": activations and output must not be null");
-  if (!aligned16(a) || !aligned16(b) || !aligned16(d))
+  if (!aligned16(c.a) || !aligned16(c.b) || !aligned16(c.d))
     return Status(ErrorCode::kInvalidArgument,
                   shape_text(st.shape) + ": activations, weights and output must be 16-byte aligned");
+  return {};
+}
 
-  if (slot->kind != TacticKind::kGemv) {
-    ProblemParams p;
+Status GroupedGemm::write_problems(const GemmCall* calls, int count, const int32_t* row_offsets,
+                                   cudaStream_t stream) {
+  if (count < 0 || count > kMaxCallsPerWrite)
+    return Status(ErrorCode::kInvalidArgument, "write_problems takes 0 to " +
+                                                   std::to_string(kMaxCallsPerWrite) +
+                                                   " calls, not " + std::to_string(count));
+  ProblemBatch batch{};
+  int groups = 0;
+  for (int i = 0; i < count; ++i) {
+    const GemmCall& c = calls[i];
+    if (c.gemm == nullptr)
+      return Status(ErrorCode::kInvalidArgument, "write_problems: call " + std::to_string(i) +
+                                                     " names no GEMM");
+    const Slot* slot = nullptr;
+    bool skip = false;
+    Status s = c.gemm->check_call(c, row_offsets, &slot, &skip);
+    if (!s.ok()) return s;
+    if (skip || slot->kind == TacticKind::kGemv) continue;  // the GEMV reads row_offsets itself
+    const State& st = *c.gemm->state_;
+    ProblemParams& p = batch.jobs[batch.count++];
     p.row_offsets = row_offsets;
     p.groups = st.shape.groups;
     p.n = static_cast<int>(st.shape.n);
     p.k = static_cast<int>(st.shape.k);
     p.swap_ab = slot->kind == TacticKind::kCutlassSwapAB;
     p.d_ld = slot->applies_activation ? st.shape.n / 2 : st.shape.n;
-    p.a = static_cast<const char*>(a);
-    p.b = static_cast<const char*>(b);
-    p.d = static_cast<char*>(d);
+    p.a = static_cast<const char*>(c.a);
+    p.b = static_cast<const char*>(c.b);
+    p.d = static_cast<char*>(c.d);
     p.arrays = st.arrays;
-    constexpr int kBlock = 128;
-    const cudaError_t err = pipeline::launch_pdl(
-        write_problems_kernel, (st.shape.groups + kBlock - 1) / kBlock, kBlock, 0, stream, p);
-    if (err != cudaSuccess)
-      return detail::cuda_status(err, "write_problems_kernel launch", shape_text(st.shape));
+    groups = std::max(groups, st.shape.groups);
   }
-  RunArgs args{a, b, d, row_offsets, stream};
+  if (batch.count == 0) return {};
+  constexpr int kBlock = 128;
+  const dim3 grid((groups + kBlock - 1) / kBlock, batch.count);
+  const cudaError_t err =
+      pipeline::launch_pdl(write_problems_kernel, grid, kBlock, 0, stream, batch);
+  if (err != cudaSuccess)
+    return detail::cuda_status(err, "write_problems_kernel launch",
+                               shape_text(calls[0].gemm->state_->shape));
+  return {};
+}
+
+Status GroupedGemm::launch(const GemmCall& call, const int32_t* row_offsets,
+                           cudaStream_t stream) {
+  const Slot* slot = nullptr;
+  bool skip = false;
+  Status s = check_call(call, row_offsets, &slot, &skip);
+  if (!s.ok() || skip) return s;
+  RunArgs args{call.a, call.b, call.d, row_offsets, stream};
   return slot->tactic->run(args);
+}
+
+Status GroupedGemm::run(const void* a, const void* b, void* d, const int32_t* row_offsets,
+                        double rows_per_group_hint, cudaStream_t stream,
+                        const std::string& tactic) {
+  const GemmCall call{this, a, b, d, tactic.empty() ? pick_tactic(rows_per_group_hint) : tactic};
+  Status s = write_problems(&call, 1, row_offsets, stream);
+  return s.ok() ? launch(call, row_offsets, stream) : s;
 }
 
 std::size_t GroupedGemm::workspace_bytes() const {

@@ -73,13 +73,33 @@ class GroupedGemm {
   Status run(const void* a, const void* b, void* d, const int32_t* row_offsets,
              double rows_per_group_hint, cudaStream_t stream, const std::string& tactic = {});
 
+  // run() in two steps, so that GEMMs reading the same row_offsets (a layer's FC1 and FC2) get
+  // their per-group arrays from one small kernel: write_problems() for up to kMaxCallsPerWrite
+  // calls, then launch() for each, in stream order. A call's tactic must be resolved
+  // (pick_tactic). Same contract and errors as run(); `calls` may be on different objects.
+  struct GemmCall {
+    GroupedGemm* gemm = nullptr;
+    const void* a = nullptr;
+    const void* b = nullptr;
+    void* d = nullptr;
+    std::string tactic;
+  };
+  static constexpr int kMaxCallsPerWrite = 2;
+  static Status write_problems(const GemmCall* calls, int count, const int32_t* row_offsets,
+                               cudaStream_t stream);
+  Status launch(const GemmCall& call, const int32_t* row_offsets, cudaStream_t stream);
+
   // Device bytes this object allocated (per-group arrays, CUTLASS workspaces, strides).
   std::size_t workspace_bytes() const;
 
   const GroupedShape& shape() const;
 
  private:
+  struct Slot;
   struct State;
+  // Resolves the call's tactic and checks its operands; *skip: nothing to run (max_rows 0).
+  Status check_call(const GemmCall& c, const int32_t* row_offsets, const Slot** slot,
+                    bool* skip) const;
   std::unique_ptr<State> state_;
 };
 

@@ -343,17 +343,20 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   // Rows per expert if routing were uniform: only a hint for the GEMM's tactic.
   const double hint = static_cast<double>(T) * k / static_cast<double>(lp_.num_experts_global);
   const int64_t rows = T * std::min<int64_t>(k, lp_.num_experts);
+  // FC1 writes the activation itself unless its tactic is the GEMV; both GEMMs' per-group arrays
+  // come from one kernel (they share the offsets).
+  using Call = gemm::GroupedGemm::GemmCall;
   const std::string fc1_tactic = fc1_->pick_tactic(hint);
-  if (fc1_->applies_activation(fc1_tactic)) {
-    throw_if_error(
-        fc1_->run(pbuf_.permuted, w1_, act_out_, pbuf_.offsets, hint, stream, fc1_tactic));
-  } else {
-    throw_if_error(
-        fc1_->run(pbuf_.permuted, w1_, fc1_out_, pbuf_.offsets, hint, stream, fc1_tactic));
+  const bool fused = fc1_->applies_activation(fc1_tactic);
+  const Call calls[2] = {
+      Call{fc1_.get(), pbuf_.permuted, w1_, fused ? act_out_ : fc1_out_, fc1_tactic},
+      Call{fc2_.get(), act_out_, w2_, fc2_out_, fc2_->pick_tactic(hint)}};
+  throw_if_error(gemm::GroupedGemm::write_problems(calls, 2, pbuf_.offsets, stream));
+  throw_if_error(fc1_->launch(calls[0], pbuf_.offsets, stream));
+  if (!fused)
     throw_if_error(activation::run_device(act_, fc1_out_, act_out_, pbuf_.row_expert,
                                           pbuf_.offsets, rows, stream));
-  }
-  throw_if_error(fc2_->run(act_out_, w2_, fc2_out_, pbuf_.offsets, hint, stream));
+  throw_if_error(fc2_->launch(calls[1], pbuf_.offsets, stream));
   throw_if_error(finalize::run(fin_, T, fc2_out_, pbuf_.slot_row, pbuf_.topk_weights,
                                pbuf_.slot_expert, args.output.data, stream));
 }

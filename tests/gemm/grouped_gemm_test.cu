@@ -305,6 +305,36 @@ TEST_F(GroupedGemmGraph, ReplayOfFirstCapturedRunEqualsEager) {
   }
 }
 
+// FC1 and FC2 of a layer: one write_problems() for both, then launch() each; on two objects
+// with different shapes, every tactic pair the heuristic may pick at these hints.
+class GroupedGemmTwoCalls : public GpuTest {};
+
+TEST_F(GroupedGemmTwoCalls, OneProblemWriteServesBothGemms) {
+  std::mt19937 rng(static_cast<unsigned>(base_seed() ^ 0x6e07));
+  const Elem elem = Elem::kBF16;
+  const std::vector<int> counts = {37, 0, 1, 130, 0, 9, 17};
+  const Problem p1 = make_problem(elem, 256, 128, counts, rng);
+  const Problem p2 = make_problem(elem, 128, 256, counts, rng);
+  DeviceProblem d1(p1), d2(p2);
+  GroupedGemm g1(GroupedShape{elem, p1.groups, p1.n, p1.k, p1.max_rows}, 0);
+  GroupedGemm g2(GroupedShape{elem, p2.groups, p2.n, p2.k, p2.max_rows}, 0);
+  for (double hint : {0.1, 5.0, 40.0, 100.0}) {
+    SCOPED_TRACE("hint " + std::to_string(hint));
+    using Call = GroupedGemm::GemmCall;
+    const Call calls[2] = {Call{&g1, d1.a.ptr, d1.w.ptr, d1.d.ptr, g1.pick_tactic(hint)},
+                           Call{&g2, d2.a.ptr, d2.w.ptr, d2.d.ptr, g2.pick_tactic(hint)}};
+    d1.d.poison();
+    d2.d.poison();
+    const auto* offsets = static_cast<const int32_t*>(d1.offsets.ptr);
+    ASSERT_TRUE(GroupedGemm::write_problems(calls, 2, offsets, nullptr).ok());
+    ASSERT_TRUE(g1.launch(calls[0], offsets, nullptr).ok());
+    ASSERT_TRUE(g2.launch(calls[1], offsets, nullptr).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    expect_matches(p1, d1.download());
+    expect_matches(p2, d2.download());
+  }
+}
+
 class GroupedGemmRun : public GpuTest {};
 
 TEST_F(GroupedGemmRun, HeuristicPicksBuiltTacticsAndUnknownNamesAreNotFound) {
@@ -383,6 +413,16 @@ TEST(GroupedGemmShape, BadEpilogueActivationIsRefusedWithTheValue) {
     EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
     EXPECT_NE(std::string(e.what()).find("1000"), std::string::npos) << e.what();
   }
+}
+
+TEST(GroupedGemmShape, WriteProblemsRefusesBadCallLists) {
+  GroupedGemm::GemmCall calls[3];
+  const Status too_many = GroupedGemm::write_problems(calls, 3, nullptr, nullptr);
+  EXPECT_EQ(too_many.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(too_many.message().find("3"), std::string::npos) << too_many.message();
+  const Status no_gemm = GroupedGemm::write_problems(calls, 1, nullptr, nullptr);
+  EXPECT_EQ(no_gemm.code(), ErrorCode::kInvalidArgument);
+  EXPECT_TRUE(GroupedGemm::write_problems(calls, 0, nullptr, nullptr).ok());
 }
 
 TEST(GroupedGemmShape, TacticNamesAreUniqueAndNamed) {
