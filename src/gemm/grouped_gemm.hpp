@@ -47,8 +47,8 @@ class GroupedGemm {
   // CUTLASS workspaces for each tactic it may run). Throws Error: kInvalidArgument or
   // kUnsupported (shape; checked before any CUDA call), kUnsupported (not sm_90), kCuda.
   // Ends with a device synchronize (one-time copies done): build it outside any graph capture.
-  // With `act`, every CUTLASS tactic runs the fused-activation epilogue; the GEMV still stores
-  // FC1's output (see applies_activation).
+  // With `act`, every CUTLASS tactic is also built with the fused-activation epilogue, named
+  // "<tactic>+act" (see applies_activation); the GEMV only stores FC1's output.
   GroupedGemm(const GroupedShape& shape, int device,
               const std::optional<EpilogueActivation>& act = std::nullopt);
   ~GroupedGemm();
@@ -58,6 +58,9 @@ class GroupedGemm {
   // The tactic the heuristic picks for `tokens_hint` rows per group on average (host-known:
   // tokens * top_k / experts), and the one `run` will use when `tactic` is empty.
   std::string pick_tactic(double rows_per_group_hint) const;
+
+  // Every tactic this object built: tactic_names() plus the "+act" kernels.
+  std::vector<std::string> tactics() const;
 
   // Whether `tactic` applies the EpilogueActivation given at construction: then `d` of run() is
   // [rows, n / 2] and holds the activation; otherwise it is [rows, n], FC1's raw output.

@@ -12,7 +12,13 @@
 //    outputs, stored as one 4-byte word;
 //  - swap-AB tactics (features along M): the gate at row r (r % 16 < 8) and its up at r + 8 are
 //    entries (i, 0, v) and (i, 1, v); i picks one of two tokens.
-// No shared memory: the mainloop's stages get all of it.
+// Stores: cooperative tactics (both warp groups on one tile, nothing to overlap the epilogue
+// with) stage the tile's outputs in 32 KB of shared memory, XOR-swizzled per 16 bytes so the
+// fragment writes are bank-conflict free, and write them back as coalesced 16-byte rows: the
+// direct 4-byte stores of the fragment layout (8 rows x 16 bytes per warp store) made FC1 at
+// T=16384 slower than FC1 plus the separate activation pass (bench/results). The 128x256
+// tile's main loop keeps its 4 stages. Ping-pong and swap-AB tactics (decode, small tiles)
+// store from registers.
 #pragma once
 #include <cstdint>
 
@@ -27,8 +33,13 @@
 
 namespace moekit::gemm::detail {
 
-template <class Element, bool kSwapAB>
+template <class Element, bool kSwapAB, int kTileM, int kTileN, bool kStaged>
 class Sm90ActEpilogueOp {
+  static_assert(!kStaged || !kSwapAB, "only normal tactics stage their outputs");
+  static constexpr int kOutCols = kTileN / 2;  // outputs per tile row
+  static constexpr int kChunks = kOutCols / 8;  // 16-byte chunks per staged row
+  static_assert(!kStaged || kChunks % 8 == 0, "the swizzle spans 8 chunks");
+
  public:
   using EpilogueSchedule = cutlass::epilogue::PtrArrayNoSmemWarpSpecialized;
   using DispatchPolicy = EpilogueSchedule;
@@ -48,7 +59,9 @@ class Sm90ActEpilogueOp {
   using GmemTiledCopyC = void;
   using GmemTiledCopyD = void;
 
-  struct SharedStorage {};
+  struct SharedStorage {
+    alignas(128) uint4 staged[kStaged ? kTileM * kChunks : 1];
+  };
   using TensorMapStorage = SharedStorage;
 
   struct Arguments {
@@ -88,7 +101,7 @@ class Sm90ActEpilogueOp {
   CUTLASS_DEVICE void operator()(ProblemShapeMNKL problem_shape_mnkl, BlockShapeMNK blk_shape_mnk,
                                  BlockCoordMNKL blk_coord_mnkl,
                                  cute::Tensor<FrgEngine, FrgLayout> const& acc, TiledMma tiled_mma,
-                                 ResidueMNK, int thread_idx, char*) {
+                                 ResidueMNK, int thread_idx, char* smem) {
     using namespace cute;
     static_assert(is_static<FrgLayout>::value, "accumulator layout must be static");
     static_assert(decltype(size<0, 0>(FrgLayout{}))::value == 2 &&
@@ -103,9 +116,34 @@ class Sm90ActEpilogueOp {
     const int group = get<3>(blk_coord_mnkl);
     t.out = params_.ptr_out[group];
     t.bias = params_.bias != nullptr ? params_.bias + int64_t(group) * params_.bias_ld : nullptr;
+    t.staged = reinterpret_cast<SharedStorage*>(smem)->staged;
     auto thr_mma = tiled_mma.get_thread_slice(thread_idx);
     // Tile-local (m, n) of every accumulator entry.
     Tensor crd = thr_mma.partition_C(make_identity_tensor(take<0, 2>(blk_shape_mnk)));
+    if constexpr (kStaged) {
+      static_assert(decltype(size(tiled_mma))::value == 256, "staging assumes two warp groups");
+      // Both warp groups' threads; the previous tile's write-back has read `staged`.
+      cutlass::arch::NamedBarrier barrier(256, 0);
+      barrier.arrive_and_wait();
+      store_kind(acc, crd, t);
+      barrier.arrive_and_wait();
+      write_back(t, thread_idx);
+    } else {
+      store_kind(acc, crd, t);
+    }
+  }
+
+ private:
+  struct Tile {
+    int m_end, n_end;  // the group's problem M and N
+    int m0, n0;        // the tile's origin
+    Element* out;
+    const float* bias;
+    uint4* staged;     // kStaged: [kTileM][kChunks], chunk c of row m at c ^ (m % 8)
+  };
+
+  template <class Acc, class Crd>
+  CUTLASS_DEVICE void store_kind(Acc const& acc, Crd const& crd, Tile const& t) const {
     using activation::Kind;
     // One loop per kind, so the activation's switch folds away inside it.
     switch (params_.act.kind) {
@@ -116,13 +154,18 @@ class Sm90ActEpilogueOp {
     }
   }
 
- private:
-  struct Tile {
-    int m_end, n_end;  // the group's problem M and N
-    int m0, n0;        // the tile's origin
-    Element* out;
-    const float* bias;
-  };
+  // Staged tile -> global: each thread 16 bytes per step, a warp two whole 256-byte rows.
+  CUTLASS_DEVICE void write_back(Tile const& t, int thread_idx) const {
+    const int out_end = t.n_end / 2, out0 = t.n0 / 2;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = thread_idx; i < kTileM * kChunks; i += 256) {
+      const int m = i / kChunks, c = i % kChunks;
+      const int row = t.m0 + m, col = out0 + c * 8;
+      if (row < t.m_end && col < out_end)
+        *reinterpret_cast<uint4*>(t.out + row * params_.out_ld + col) =
+            t.staged[m * kChunks + (c ^ (m & 7))];
+    }
+  }
 
   CUTLASS_DEVICE static uint32_t bits(float y) { return Element(y).raw(); }
 
@@ -152,10 +195,18 @@ class Sm90ActEpilogueOp {
                 const float2 bu = *reinterpret_cast<const float2*>(t.bias + col + 8);
                 g0 += bg.x, g1 += bg.y, u0 += bu.x, u1 += bu.y;
               }
-              const int64_t out_col = (col >> 4) * 8 + (col & 7);
-              *reinterpret_cast<uint32_t*>(t.out + row * ld + out_col) =
-                  bits(activation::apply_gated(p, g0, u0)) |
-                  bits(activation::apply_gated(p, g1, u1)) << 16;
+              const uint32_t pair = bits(activation::apply_gated(p, g0, u0)) |
+                                    bits(activation::apply_gated(p, g1, u1)) << 16;
+              if constexpr (kStaged) {  // shared memory: conflict-free, see write_back
+                const int m = get<0>(c), oc = (get<1>(c) >> 4) * 8 + (get<1>(c) & 7);
+                const int chunk = (oc >> 3) ^ (m & 7);
+                const uint32_t addr = cute::cast_smem_ptr_to_uint(t.staged + m * kChunks + chunk) +
+                                      (oc & 7) * 2;
+                asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(pair));
+              } else {
+                const int64_t out_col = (col >> 4) * 8 + (col & 7);
+                *reinterpret_cast<uint32_t*>(t.out + row * ld + out_col) = pair;
+              }
             }
           }
         } else {
@@ -184,9 +235,8 @@ class Sm90ActEpilogueOp {
 };
 
 // What the kernel takes as its collective epilogue.
-template <class Element, bool kSwapAB>
-using Sm90ActEpilogue =
-    cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<
-        Sm90ActEpilogueOp<Element, kSwapAB>>;
+template <class Element, bool kSwapAB, int kTileM, int kTileN, bool kStaged>
+using Sm90ActEpilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<
+    Sm90ActEpilogueOp<Element, kSwapAB, kTileM, kTileN, kStaged>>;
 
 }  // namespace moekit::gemm::detail

@@ -50,6 +50,8 @@ struct TacticCfg {
   // "swapab" names the cooperative schedule; a swap-AB ping-pong would need its own word.
   static_assert(!SwapAB || S == Sched::kCoop, "no name for a swap-AB ping-pong tactic");
   static constexpr bool kSwapAB = SwapAB;
+  static constexpr int kTileM = M, kTileN = N;
+  static constexpr Sched kSched = S;
   using Tile = cute::Shape<cute::Int<M>, cute::Int<N>, cute::Int<K>>;
   using Cluster = cute::Shape<cute::Int<CM>, cute::Int<CN>, cute::_1>;
   using Mainloop = std::conditional_t<S == Sched::kCoop,
@@ -84,8 +86,9 @@ struct Sm90GroupedKernel {
       typename Cfg::Cluster, cutlass::epilogue::collective::EpilogueTileAuto, float, float, void,
       LayoutD*, kAlign, Element, LayoutD*, kAlign, typename Cfg::Epilogue,
       cutlass::epilogue::fusion::LinearCombination<Element, float>>::CollectiveOp;
-  using CollectiveEpilogue =
-      std::conditional_t<kAct, Sm90ActEpilogue<Element, Cfg::kSwapAB>, StoreEpilogue>;
+  using ActEpilogue = Sm90ActEpilogue<Element, Cfg::kSwapAB, Cfg::kTileM, Cfg::kTileN,
+                                      Cfg::kSched == Sched::kCoop && !Cfg::kSwapAB>;
+  using CollectiveEpilogue = std::conditional_t<kAct, ActEpilogue, StoreEpilogue>;
 
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA*, kAlign, Element,
@@ -223,7 +226,7 @@ class Sm90GroupedTactic final : public Tactic {
   std::string name_;
 };
 
-// Adds the tactic's two kernels: storing D, and FC1's fused activation (same name).
+// Adds the tactic's two kernels: storing D, and FC1's fused activation ("<name>+act").
 template <class Element, class Cfg>
 void add_tactic(std::vector<TacticEntry>& v) {
   TacticEntry e;
@@ -233,6 +236,7 @@ void add_tactic(std::vector<TacticEntry>& v) {
     return std::make_unique<Sm90GroupedTactic<Element, Cfg, false>>();
   };
   v.push_back(e);
+  e.name += "+act";
   e.applies_activation = true;
   e.make = []() -> std::unique_ptr<Tactic> {
     return std::make_unique<Sm90GroupedTactic<Element, Cfg, true>>();
@@ -252,9 +256,9 @@ std::vector<TacticEntry> sm90_grouped_tactics() {
   add_tactic<Element, TacticCfg<128, 256, 64, S::kCoop>>(v);
   add_tactic<Element, TacticCfg<64, 128, 64, S::kPingpong>>(v);
   add_tactic<Element, TacticCfg<128, 32, 128, S::kCoop, true>>(v);
-  // Ping-pong overlaps one warp group's epilogue with the other's main loop: candidates for
-  // FC1 with the fused activation, whose epilogue does more than store.
-  add_tactic<Element, TacticCfg<128, 128, 64, S::kPingpong>>(v);
+  // Ping-pong overlaps one warp group's epilogue with the other's main loop: a candidate for
+  // FC1 with the fused activation, whose epilogue does more than store. (128x128 ping-pong
+  // never won a row of the sweep: dropped.)
   add_tactic<Element, TacticCfg<64, 256, 64, S::kPingpong>>(v);
   // A 128x192 tile (it divides gpt-oss's 5760) won gpt-oss FC1 in isolation but lost 1-2% of
   // the full forward in an A/B in one process (bench/results/2026-11-30-h200-8641c10.md).

@@ -167,8 +167,9 @@ INSTANTIATE_TEST_SUITE_P(
 
 // FC1 with the fused epilogue: bias + gated activation on the accumulators, output [rows, n/2],
 // against activation_math.hpp applied to the fp32 reference (rows in the blocked gate/up
-// order). Every kind, with and without bias; ragged n (13 x 16) and k tails; the GEMV, which
-// does not fuse, still stores FC1's raw output.
+// order). Every kind, with and without bias; ragged n (13 x 16) and k tails; every "+act"
+// kernel (the staged write-back of the cooperative tiles and the direct stores of the others),
+// and the store kernels of the same object still store FC1's raw output.
 class GroupedGemmActivation : public GpuTest {};
 
 TEST_F(GroupedGemmActivation, EveryTacticAppliesBiasAndGatedActivation) {
@@ -218,7 +219,8 @@ TEST_F(GroupedGemmActivation, EveryTacticAppliesBiasAndGatedActivation) {
                   const float up = p.ref[r * n + ur] + (with_bias ? bias[g * n + ur] : 0.f);
                   want.ref[r * half + j] = activation::apply_gated(act.params, gate, up);
                 }
-            for (const auto& tactic : tactic_names(elem)) {
+            int fused = 0;
+            for (const auto& tactic : gemm.tactics()) {
               SCOPED_TRACE("tactic " + tactic);
               dp.d.poison();
               const Status s = gemm.run(dp.a.ptr, dp.w.ptr, dp.d.ptr,
@@ -227,14 +229,20 @@ TEST_F(GroupedGemmActivation, EveryTacticAppliesBiasAndGatedActivation) {
               ASSERT_TRUE(s.ok()) << s.message();
               ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
               std::vector<uint16_t> out = dp.download();
-              if (!gemm.applies_activation(tactic)) {
-                EXPECT_EQ(tactic.rfind("sm90.gemv.", 0), 0u) << "only the GEMV stores";
+              const bool act_name = tactic.size() > 4 && tactic.substr(tactic.size() - 4) == "+act";
+              EXPECT_EQ(gemm.applies_activation(tactic), act_name);
+              if (!gemm.applies_activation(tactic)) {  // stores FC1's raw output
                 if (!with_bias) expect_matches(p, out);
                 continue;
               }
+              ++fused;
               out.resize(static_cast<std::size_t>(p.max_rows * half));
               expect_matches(want, out);
             }
+            const auto names = tactic_names(elem);
+            EXPECT_EQ(fused, std::count_if(names.begin(), names.end(), [](const std::string& t) {
+                        return t.rfind("sm90.gemv.", 0) != 0;
+                      })) << "every CUTLASS tactic has a +act kernel";
           }
       }
   cudaStreamDestroy(stream);
