@@ -234,9 +234,37 @@ class Sm90ActEpilogueOp {
   Params params_;
 };
 
+// CUTLASS's adapter for register epilogues, with its tensor-map storage emptied: it reuses the
+// op's SharedStorage for that, which would allocate the staging buffer twice (the 128x256 tile
+// then exceeds the 227 KB of shared memory). The four members that take that storage are
+// redeclared for the empty type; like the adapter's, they do nothing.
+template <class Op>
+class Sm90ActAdapter : public cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<Op> {
+  using Base = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<Op>;
+
+ public:
+  struct TensorMapStorage {};
+  using Base::Base;
+
+  CUTLASS_DEVICE auto load_init(typename Op::Params const&, TensorMapStorage&, int32_t, int32_t) {
+    return cute::make_tuple(nullptr);
+  }
+  CUTLASS_DEVICE auto store_init(typename Op::Params const&, TensorMapStorage&, int32_t, int32_t,
+                                 int32_t) {
+    return cute::make_tuple(nullptr);
+  }
+  template <bool IsLoad, class ProblemShapeMNKL>
+  CUTLASS_DEVICE void tensormaps_perform_update(TensorMapStorage&, typename Op::Params const&,
+                                                cute::TmaDescriptor const*, ProblemShapeMNKL,
+                                                int32_t, int32_t) {}
+  template <bool IsLoad>
+  CUTLASS_DEVICE void tensormaps_cp_fence_release(TensorMapStorage&, cute::TmaDescriptor const*,
+                                                  int32_t) {}
+};
+
 // What the kernel takes as its collective epilogue.
 template <class Element, bool kSwapAB, int kTileM, int kTileN, bool kStaged>
-using Sm90ActEpilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<
-    Sm90ActEpilogueOp<Element, kSwapAB, kTileM, kTileN, kStaged>>;
+using Sm90ActEpilogue =
+    Sm90ActAdapter<Sm90ActEpilogueOp<Element, kSwapAB, kTileM, kTileN, kStaged>>;
 
 }  // namespace moekit::gemm::detail

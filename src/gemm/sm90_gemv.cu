@@ -13,6 +13,10 @@
 // from row_offsets itself, so experts with no rows cost nothing. An expert with more than 8*NT
 // rows is handled in chunks (correct for any distribution, re-reading its weights from L2).
 //
+// The "+act" kernels apply FC1's bias and gated activation in the final reduction: with the
+// blocked gate/up row order (activation_math.hpp) a warp's 16 rows are 8 gates and their ups, so
+// one thread sums a gate and its up and writes one activation of [rows, n / 2].
+//
 // Launched with programmatic dependent launch (pipeline/pdl.cuh): the kernel waits for the
 // previous one before its first read, so only its launch overlaps that kernel's tail, and it
 // lets the next kernel launch as soon as it has passed that wait.
@@ -25,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "activation/activation_math.hpp"
 #include "gemm/tactic.hpp"
 #include "pipeline/pdl.cuh"
 
@@ -41,10 +46,12 @@ constexpr int kSub = NT >= 4 ? 2 : 4;
 struct GemvParams {
   const uint16_t* a;  // [rows, k]
   const uint16_t* w;  // [groups, n, k]
-  uint16_t* d;        // [rows, n]
+  uint16_t* d;        // [rows, n], or [rows, n / 2] for "+act"
   const int32_t* row_offsets;
   int groups, n, k;
   int kw, rw, row_tiles;
+  activation::Params act;  // "+act" only
+  const float* bias;       // "+act" only: [groups, n] or null
 };
 
 // Weights are read once: keep them out of L1.
@@ -83,7 +90,7 @@ __device__ __forceinline__ uint16_t to_elem(float v) {
   }
 }
 
-template <bool kBF16, int NT>
+template <bool kBF16, int NT, bool kAct>
 __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p) {
   extern __shared__ int s_active[];  // [groups]: non-empty groups, in order
   __shared__ int s_warp_live[kWarps];
@@ -162,6 +169,31 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
 #pragma unroll
         for (int i = 0; i < 4; ++i) s_red[warp][j * 4 + i][lane] = acc[j][i];
       __syncthreads();
+      if constexpr (kAct) {
+        // mma C fragment entries i and i + 2 (rows l/4 and l/4 + 8): a gate and its up.
+        const int64_t half = n / 2;
+        for (int idx = tid; idx < p.rw * NT * 2 * 32; idx += kThreads) {
+          const int l = idx & 31, ji = (idx >> 5) % (NT * 2), wr = (idx >> 5) / (NT * 2);
+          const int i = ji & 1, j = ji >> 1;
+          float gate = 0.f, up = 0.f;
+          for (int x2 = 0; x2 < p.kw; ++x2) {
+            gate += s_red[wr * p.kw + x2][j * 4 + i][l];
+            up += s_red[wr * p.kw + x2][j * 4 + i + 2][l];
+          }
+          const int gate_row = tile_row0 + wr * 16 + (l >> 2);
+          const int tok = c0 + j * 8 + (l & 3) * 2 + i;
+          if (gate_row < n && tok < mg) {
+            if (p.bias != nullptr) {
+              gate += p.bias[int64_t(g) * n + gate_row];
+              up += p.bias[int64_t(g) * n + gate_row + 8];
+            }
+            p.d[int64_t(m0 + tok) * half + (gate_row >> 4) * 8 + (gate_row & 7)] =
+                to_elem<kBF16>(activation::apply_gated(p.act, gate, up));
+          }
+        }
+        __syncthreads();
+        continue;
+      }
       for (int idx = tid; idx < p.rw * NT * 4 * 32; idx += kThreads) {
         const int l = idx & 31, ji = (idx >> 5) % (NT * 4), wr = (idx >> 5) / (NT * 4);
         float s = 0.f;
@@ -177,14 +209,21 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
   }
 }
 
-template <bool kBF16, int NT>
+template <bool kBF16, int NT, bool kAct>
 class GemvTactic final : public Tactic {
  public:
   Status init(const TacticContext& ctx) override {
-    const std::string what = "tactic sm90.gemv.n" + std::to_string(8 * NT) + " (groups " +
+    const std::string what = "tactic sm90.gemv.n" + std::to_string(8 * NT) +
+                             (kAct ? "+act" : "") + " (groups " +
                              std::to_string(ctx.shape.groups) + ", n " +
                              std::to_string(ctx.shape.n) + ", k " + std::to_string(ctx.shape.k) + ")";
     what_ = what;
+    if (kAct) {
+      if (ctx.act == nullptr)
+        return Status(ErrorCode::kInternal, what + ": built without an activation to apply");
+      p_.act = ctx.act->params;
+      p_.bias = ctx.act->bias;
+    }
     p_.groups = ctx.shape.groups;
     p_.n = static_cast<int>(ctx.shape.n);
     p_.k = static_cast<int>(ctx.shape.k);
@@ -198,7 +237,7 @@ class GemvTactic final : public Tactic {
     const int64_t rows_per_tile = 16 * p_.rw;
     p_.row_tiles = static_cast<int>((ctx.shape.n + rows_per_tile - 1) / rows_per_tile);
 
-    auto kernel = grouped_gemv_kernel<kBF16, NT>;
+    auto kernel = grouped_gemv_kernel<kBF16, NT, kAct>;
     smem_ = sizeof(int) * static_cast<size_t>(ctx.shape.groups);
     cudaFuncAttributes attr{};
     cudaError_t err = cudaFuncGetAttributes(&attr, kernel);  // also loads the kernel now
@@ -233,7 +272,7 @@ class GemvTactic final : public Tactic {
     p.w = static_cast<const uint16_t*>(a.b);
     p.d = static_cast<uint16_t*>(a.d);
     p.row_offsets = a.row_offsets;
-    const cudaError_t err = pipeline::launch_pdl(grouped_gemv_kernel<kBF16, NT>, grid_, kThreads,
+    const cudaError_t err = pipeline::launch_pdl(grouped_gemv_kernel<kBF16, NT, kAct>, grid_, kThreads,
                                                  smem_, a.stream, p);
     if (err != cudaSuccess) return cuda_status(err, "kernel launch", what_);
     return {};
@@ -248,12 +287,21 @@ class GemvTactic final : public Tactic {
   std::string what_;
 };
 
+// The storing kernel and the "+act" one.
 template <bool kBF16, int NT>
 void add_gemv(std::vector<TacticEntry>& v) {
   TacticEntry e;
   e.name = "sm90.gemv.n" + std::to_string(8 * NT);
   e.kind = TacticKind::kGemv;
-  e.make = []() -> std::unique_ptr<Tactic> { return std::make_unique<GemvTactic<kBF16, NT>>(); };
+  e.make = []() -> std::unique_ptr<Tactic> {
+    return std::make_unique<GemvTactic<kBF16, NT, false>>();
+  };
+  v.push_back(e);
+  e.name += "+act";
+  e.applies_activation = true;
+  e.make = []() -> std::unique_ptr<Tactic> {
+    return std::make_unique<GemvTactic<kBF16, NT, true>>();
+  };
   v.push_back(std::move(e));
 }
 

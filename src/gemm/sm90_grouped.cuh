@@ -100,6 +100,8 @@ struct Sm90GroupedKernel {
   using Kernel =
       cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  // sm_90's opt-in shared memory per block; initialize() would fail at run time above it.
+  static_assert(sizeof(typename Kernel::SharedStorage) <= 232448, "shared memory over 227 KB");
 
   using StrideA = typename Kernel::InternalStrideA;
   using StrideB = typename Kernel::InternalStrideB;

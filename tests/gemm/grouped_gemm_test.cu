@@ -168,8 +168,8 @@ INSTANTIATE_TEST_SUITE_P(
 // FC1 with the fused epilogue: bias + gated activation on the accumulators, output [rows, n/2],
 // against activation_math.hpp applied to the fp32 reference (rows in the blocked gate/up
 // order). Every kind, with and without bias; ragged n (13 x 16) and k tails; every "+act"
-// kernel (the staged write-back of the cooperative tiles and the direct stores of the others),
-// and the store kernels of the same object still store FC1's raw output.
+// kernel (the staged write-back of the cooperative tiles, the direct stores of the others, the
+// GEMV's reduction), and the store kernels of the same object still store FC1's raw output.
 class GroupedGemmActivation : public GpuTest {};
 
 TEST_F(GroupedGemmActivation, EveryTacticAppliesBiasAndGatedActivation) {
@@ -239,10 +239,8 @@ TEST_F(GroupedGemmActivation, EveryTacticAppliesBiasAndGatedActivation) {
               out.resize(static_cast<std::size_t>(p.max_rows * half));
               expect_matches(want, out);
             }
-            const auto names = tactic_names(elem);
-            EXPECT_EQ(fused, std::count_if(names.begin(), names.end(), [](const std::string& t) {
-                        return t.rfind("sm90.gemv.", 0) != 0;
-                      })) << "every CUTLASS tactic has a +act kernel";
+            EXPECT_EQ(fused, static_cast<int>(tactic_names(elem).size()))
+                << "every tactic has a +act kernel";
           }
       }
   cudaStreamDestroy(stream);
