@@ -258,10 +258,9 @@ std::vector<TacticEntry> sm90_grouped_tactics() {
   add_tactic<Element, TacticCfg<128, 256, 64, S::kCoop>>(v);
   add_tactic<Element, TacticCfg<64, 128, 64, S::kPingpong>>(v);
   add_tactic<Element, TacticCfg<128, 32, 128, S::kCoop, true>>(v);
-  // Ping-pong overlaps one warp group's epilogue with the other's main loop: a candidate for
-  // FC1 with the fused activation, whose epilogue does more than store. (128x128 ping-pong
-  // never won a row of the sweep: dropped.)
-  add_tactic<Element, TacticCfg<64, 256, 64, S::kPingpong>>(v);
+  // Ping-pong 128x128 and 64x256 (one warp group's epilogue overlapping the other's main loop)
+  // were measured for FC1 with the fused activation: slower than coop 128x256 at T=16384 on
+  // every preset, mixed at T=4096 (bench/results/2026-11-30-h200-73da6b5.md); not built.
   // A 128x192 tile (it divides gpt-oss's 5760) won gpt-oss FC1 in isolation but lost 1-2% of
   // the full forward in an A/B in one process (bench/results/2026-11-30-h200-8641c10.md).
 #endif
