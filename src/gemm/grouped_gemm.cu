@@ -299,7 +299,8 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint) const {
       return std::string(n) + "+act";
     if (state_->find(n) != nullptr) return n;
   }
-  return "sm90.coop.128x128x64.c1x1";  // built in every configuration
+  // Built in every configuration.
+  return state_->act ? "sm90.coop.128x128x64.c1x1+act" : "sm90.coop.128x128x64.c1x1";
 }
 
 Status GroupedGemm::check_call(const GemmCall& c, const int32_t* row_offsets,
