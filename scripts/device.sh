@@ -3,6 +3,8 @@
 # carried along: builds every tactic, runs the GPU tests, compute-sanitizer on a small case, and the
 # benchmarks. Logs go to $OUT (at most 8 files come back). Usage:
 #   MOEKIT_COMMIT=<sha> bash scripts/device.sh [build] [test] [sanitize] [bench] [sweep] [torch]   (default: all)
+# The summary's first line also prints scripts/tree-id.sh: run that here on a commit to check the
+# label (the device's copy of .git is not current).
 # Environment: MOEKIT_TEST_FILTER (gtest filter), MOEKIT_BENCH_PRESETS, MOEKIT_BENCH_TOKENS,
 # MOEKIT_FLUSH (read|write|none: how bench and torch empty the L2 before each rep; default read),
 # MOEKIT_SWEEP_TOKENS.
@@ -15,7 +17,7 @@ want() { [[ " ${steps[*]} " == *" $1 "* ]]; }
 bin=build/device
 summary="$OUT/summary.txt"
 {
-  echo "commit ${MOEKIT_COMMIT:-unknown}  date $(date -u +%FT%TZ)"
+  echo "commit ${MOEKIT_COMMIT:-unknown}  tree $(bash scripts/tree-id.sh)  date $(date -u +%FT%TZ)"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader
   nvcc --version | tail -1
 } >"$summary" 2>&1

@@ -1,9 +1,9 @@
 // The Hopper BF16/FP16 engine (sm90_engine.hpp): weights uploaded once, one workspace sized
 // from max_tokens, and a forward that only enqueues kernels on the caller's stream:
-//   permute (route + count + scan + permute + gather) -> FC1 -> activation -> FC2 -> finalize,
-// where the CUTLASS FC1 tactics apply bias and gated activation in their epilogue (the GEMV,
-// for decode, leaves it to the activation kernel). FC1's rows are uploaded in the blocked
-// gate/up order both expect (activation_math.hpp).
+//   permute (route + count + scan + permute + gather) -> FC1 + activation -> FC2 -> finalize.
+// For gated kinds FC1's "+act" kernels (CUTLASS epilogue, GEMV reduction) apply the bias and
+// activation; FC1's rows are uploaded in the blocked gate/up order they expect
+// (activation_math.hpp). Non-gated kinds store FC1's output and run the activation kernel.
 // No allocation, host sync or device-to-host copy in forward(): it can be graph-captured, also
 // on the first call (every kernel is loaded and configured here, at construction).
 #include <algorithm>
