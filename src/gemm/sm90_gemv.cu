@@ -287,22 +287,12 @@ class GemvTactic final : public Tactic {
   std::string what_;
 };
 
-// The storing kernel and the "+act" one.
 template <bool kBF16, int NT>
 void add_gemv(std::vector<TacticEntry>& v) {
-  TacticEntry e;
-  e.name = "sm90.gemv.n" + std::to_string(8 * NT);
-  e.kind = TacticKind::kGemv;
-  e.make = []() -> std::unique_ptr<Tactic> {
-    return std::make_unique<GemvTactic<kBF16, NT, false>>();
-  };
-  v.push_back(e);
-  e.name += "+act";
-  e.applies_activation = true;
-  e.make = []() -> std::unique_ptr<Tactic> {
-    return std::make_unique<GemvTactic<kBF16, NT, true>>();
-  };
-  v.push_back(std::move(e));
+  add_store_and_act(
+      v, "sm90.gemv.n" + std::to_string(8 * NT), TacticKind::kGemv,
+      []() -> std::unique_ptr<Tactic> { return std::make_unique<GemvTactic<kBF16, NT, false>>(); },
+      []() -> std::unique_ptr<Tactic> { return std::make_unique<GemvTactic<kBF16, NT, true>>(); });
 }
 
 template <bool kBF16>

@@ -228,22 +228,16 @@ class Sm90GroupedTactic final : public Tactic {
   std::string name_;
 };
 
-// Adds the tactic's two kernels: storing D, and FC1's fused activation ("<name>+act").
 template <class Element, class Cfg>
 void add_tactic(std::vector<TacticEntry>& v) {
-  TacticEntry e;
-  e.name = Cfg::name();
-  e.kind = Cfg::kSwapAB ? TacticKind::kCutlassSwapAB : TacticKind::kCutlass;
-  e.make = []() -> std::unique_ptr<Tactic> {
-    return std::make_unique<Sm90GroupedTactic<Element, Cfg, false>>();
-  };
-  v.push_back(e);
-  e.name += "+act";
-  e.applies_activation = true;
-  e.make = []() -> std::unique_ptr<Tactic> {
-    return std::make_unique<Sm90GroupedTactic<Element, Cfg, true>>();
-  };
-  v.push_back(std::move(e));
+  add_store_and_act(
+      v, Cfg::name(), Cfg::kSwapAB ? TacticKind::kCutlassSwapAB : TacticKind::kCutlass,
+      []() -> std::unique_ptr<Tactic> {
+        return std::make_unique<Sm90GroupedTactic<Element, Cfg, false>>();
+      },
+      []() -> std::unique_ptr<Tactic> {
+        return std::make_unique<Sm90GroupedTactic<Element, Cfg, true>>();
+      });
 }
 
 // The tactic list, shared by every element pair. MOEKIT_ONE_TACTIC keeps one per family

@@ -66,6 +66,15 @@ struct TacticEntry {
   std::unique_ptr<Tactic> (*make)() = nullptr;
 };
 
+// Adds a tactic's two entries: the kernel that stores D under `name`, and FC1's fused-activation
+// kernel under "<name>+act" (GroupedGemm builds it only when given an EpilogueActivation).
+inline void add_store_and_act(std::vector<TacticEntry>& v, const std::string& name, TacticKind kind,
+                              std::unique_ptr<Tactic> (*make_store)(),
+                              std::unique_ptr<Tactic> (*make_act)()) {
+  v.push_back(TacticEntry{name, kind, false, make_store});
+  v.push_back(TacticEntry{name + "+act", kind, true, make_act});
+}
+
 // One list per translation unit.
 std::vector<TacticEntry> sm90_bf16_bf16_tactics();
 std::vector<TacticEntry> sm90_fp16_fp16_tactics();

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "gemm/grouped_gemm.hpp"
+#include "gemm/tactic.hpp"
 #include "moekit/status.hpp"
 #include "support/gemm_problem.hpp"
 #include "support/gpu.hpp"
@@ -100,6 +101,19 @@ void expect_matches(const Problem& p, const std::vector<uint16_t>& out) {
   EXPECT_EQ(stray, 0) << "outputs written past row " << p.rows;
 }
 
+// Poisons the output, runs `tactic`, waits, and returns the output (empty after a failure,
+// which is reported).
+std::vector<uint16_t> run_poisoned(GroupedGemm& gemm, DeviceProblem& dp, const Problem& p,
+                                   const std::string& tactic, cudaStream_t stream) {
+  dp.d.poison();
+  const Status s = gemm.run(dp.a.ptr, dp.w.ptr, dp.d.ptr,
+                            static_cast<const int32_t*>(dp.offsets.ptr),
+                            double(p.rows) / p.groups, stream, tactic);
+  EXPECT_TRUE(s.ok()) << s.message();
+  if (!s.ok() || cudaStreamSynchronize(stream) != cudaSuccess) return {};
+  return dp.download();
+}
+
 struct Distribution {
   const char* name;
   std::vector<int> counts;
@@ -139,13 +153,9 @@ TEST_P(GroupedGemmTactics, EveryTacticMatchesCpuReference) {
     GroupedGemm gemm(GroupedShape{elem, p.groups, n, k, p.max_rows}, 0);
     for (const auto& tactic : tactics) {
       SCOPED_TRACE("tactic " + tactic);
-      dp.d.poison();
-      const Status s = gemm.run(dp.a.ptr, dp.w.ptr, dp.d.ptr,
-                                static_cast<const int32_t*>(dp.offsets.ptr),
-                                double(p.rows) / p.groups, stream, tactic);
-      ASSERT_TRUE(s.ok()) << s.message();
-      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-      expect_matches(p, dp.download());
+      const std::vector<uint16_t> out = run_poisoned(gemm, dp, p, tactic, stream);
+      ASSERT_FALSE(out.empty());
+      expect_matches(p, out);
     }
   }
   cudaStreamDestroy(stream);
@@ -222,13 +232,8 @@ TEST_F(GroupedGemmActivation, EveryTacticAppliesBiasAndGatedActivation) {
             int fused = 0;
             for (const auto& tactic : gemm.tactics()) {
               SCOPED_TRACE("tactic " + tactic);
-              dp.d.poison();
-              const Status s = gemm.run(dp.a.ptr, dp.w.ptr, dp.d.ptr,
-                                        static_cast<const int32_t*>(dp.offsets.ptr),
-                                        double(p.rows) / p.groups, stream, tactic);
-              ASSERT_TRUE(s.ok()) << s.message();
-              ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-              std::vector<uint16_t> out = dp.download();
+              std::vector<uint16_t> out = run_poisoned(gemm, dp, p, tactic, stream);
+              ASSERT_FALSE(out.empty());
               const bool act_name = tactic.size() > 4 && tactic.substr(tactic.size() - 4) == "+act";
               EXPECT_EQ(gemm.applies_activation(tactic), act_name);
               if (!gemm.applies_activation(tactic)) {  // stores FC1's raw output
@@ -429,6 +434,30 @@ TEST(GroupedGemmShape, WriteProblemsRefusesBadCallLists) {
   const Status no_gemm = GroupedGemm::write_problems(calls, 1, nullptr, nullptr);
   EXPECT_EQ(no_gemm.code(), ErrorCode::kInvalidArgument);
   EXPECT_TRUE(GroupedGemm::write_problems(calls, 0, nullptr, nullptr).ok());
+}
+
+// Host-only: the registration pairs every kernel with its "+act" kernel, same kind.
+TEST(GroupedGemmShape, EveryTacticHasAnActivationKernel) {
+  for (Elem elem : {Elem::kBF16, Elem::kFP16}) {
+    std::vector<detail::TacticEntry> all = detail::sm90_gemv_tactics(elem);
+    for (auto& e : elem == Elem::kBF16 ? detail::sm90_bf16_bf16_tactics()
+                                       : detail::sm90_fp16_fp16_tactics())
+      all.push_back(std::move(e));
+    int stores = 0;
+    for (const auto& e : all) {
+      if (e.applies_activation) continue;
+      ++stores;
+      const auto act = std::find_if(all.begin(), all.end(), [&](const detail::TacticEntry& x) {
+        return x.name == e.name + "+act";
+      });
+      ASSERT_NE(act, all.end()) << e.name;
+      EXPECT_TRUE(act->applies_activation) << act->name;
+      EXPECT_EQ(act->kind, e.kind) << act->name;
+      EXPECT_NE(act->make, nullptr);
+    }
+    EXPECT_EQ(2 * stores, static_cast<int>(all.size()));
+    EXPECT_EQ(stores, static_cast<int>(tactic_names(elem).size()));
+  }
 }
 
 TEST(GroupedGemmShape, TacticNamesAreUniqueAndNamed) {
