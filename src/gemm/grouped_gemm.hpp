@@ -38,7 +38,8 @@ struct EpilogueActivation {
 };
 
 // A named tactic (schedule, tile, cluster), e.g. "sm90.coop.128x128x64.c1x1",
-// "sm90.swapab.128x16x128.c1x1", "sm90.gemv.n8". Never numbered.
+// "sm90.swapab.128x16x128.c1x1", "sm90.gemv.n8". Never numbered. The kernels that store D; each
+// also exists as "<name>+act" on a GroupedGemm given an EpilogueActivation.
 std::vector<std::string> tactic_names(Elem elem);
 
 class GroupedGemm {
@@ -47,8 +48,8 @@ class GroupedGemm {
   // CUTLASS workspaces for each tactic it may run). Throws Error: kInvalidArgument or
   // kUnsupported (shape; checked before any CUDA call), kUnsupported (not sm_90), kCuda.
   // Ends with a device synchronize (one-time copies done): build it outside any graph capture.
-  // With `act`, every CUTLASS tactic is also built with the fused-activation epilogue, named
-  // "<tactic>+act" (see applies_activation); the GEMV only stores FC1's output.
+  // With `act`, every tactic is also built as a kernel that applies it, named "<tactic>+act"
+  // (see applies_activation); pick_tactic then prefers those.
   GroupedGemm(const GroupedShape& shape, int device,
               const std::optional<EpilogueActivation>& act = std::nullopt);
   ~GroupedGemm();
