@@ -345,8 +345,8 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   // Rows per expert if routing were uniform: only a hint for the GEMM's tactic.
   const double hint = static_cast<double>(T) * k / static_cast<double>(lp_.num_experts_global);
   const int64_t rows = T * std::min<int64_t>(k, lp_.num_experts);
-  // FC1 writes the activation itself unless its tactic is the GEMV; both GEMMs' per-group arrays
-  // come from one kernel (they share the offsets).
+  // For gated kinds FC1's "+act" kernel writes the activation itself; both GEMMs' per-group
+  // arrays come from one kernel (they share the offsets).
   using Call = gemm::GroupedGemm::GemmCall;
   const std::string fc1_tactic = fc1_->pick_tactic(hint);
   const bool fused = fc1_->applies_activation(fc1_tactic);
