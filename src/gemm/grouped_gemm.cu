@@ -83,6 +83,7 @@ __global__ void write_problems_kernel(ProblemBatch batch) {
 
 std::vector<TacticEntry> all_tactics(Elem elem) {
   std::vector<TacticEntry> v = detail::sm90_gemv_tactics(elem);
+  for (auto& e : detail::sm90_gemv_bulk_tactics(elem)) v.push_back(std::move(e));
   std::vector<TacticEntry> c = elem == Elem::kBF16 ? detail::sm90_bf16_bf16_tactics()
                                                    : detail::sm90_fp16_fp16_tactics();
   for (auto& e : c) v.push_back(std::move(e));
@@ -281,7 +282,9 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint) const {
   const double live = sh.groups * (1.0 - std::exp(-h));  // expected non-empty experts
   const double stream_bytes = live * static_cast<double>(sh.n) * sh.k * kElemBytes;
   std::vector<const char*> names;
-  if (h <= 0.3 && stream_bytes <= 256e6)
+  if (h <= 2.5)
+    names = {"sm90.gemv.bulk", "sm90.gemv.n8", "sm90.swapab.128x16x128.c1x1"};
+  else if (h <= 0.3 && stream_bytes <= 256e6)
     names = {"sm90.gemv.n8", "sm90.swapab.128x16x128.c1x1"};
   else if (h <= 0.3)
     names = {"sm90.swapab.128x16x128.c1x1"};
@@ -381,7 +384,7 @@ Status GroupedGemm::launch(const GemmCall& call, const int32_t* row_offsets,
   bool skip = false;
   Status s = check_call(call, row_offsets, &slot, &skip);
   if (!s.ok() || skip) return s;
-  RunArgs args{call.a, call.b, call.d, row_offsets, stream};
+  RunArgs args{call.a, call.b, call.d, row_offsets, stream, call.offsets_ready};
   return slot->tactic->run(args);
 }
 

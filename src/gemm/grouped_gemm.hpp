@@ -87,6 +87,10 @@ class GroupedGemm {
     const void* b = nullptr;
     void* d = nullptr;
     std::string tactic;
+    // row_offsets were written before the previous kernel on the stream started (FC2 right
+    // after FC1): a decode kernel may then read them, and stream its weights, before it waits
+    // for that kernel (pipeline/pdl.cuh).
+    bool offsets_ready = false;
   };
   static constexpr int kMaxCallsPerWrite = 2;
   static Status write_problems(const GemmCall* calls, int count, const int32_t* row_offsets,

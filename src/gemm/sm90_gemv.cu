@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "activation/activation_math.hpp"
+#include "gemm/live_groups.cuh"
 #include "gemm/tactic.hpp"
 #include "pipeline/pdl.cuh"
 
@@ -99,20 +100,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
   pipeline::pdl_wait();  // row_offsets and the activations come from earlier kernels
   pipeline::pdl_launch_dependents();
 
-  // Compact the non-empty groups (every block does it: a few hundred cached ints).
-  int live_count = 0;
-  for (int g0 = 0; g0 < p.groups; g0 += kThreads) {
-    const int g = g0 + tid;
-    const bool live = g < p.groups && p.row_offsets[g + 1] > p.row_offsets[g];
-    const unsigned ballot = __ballot_sync(0xffffffffu, live);
-    if (lane == 0) s_warp_live[warp] = __popc(ballot);
-    __syncthreads();
-    int before = live_count;
-    for (int w = 0; w < warp; ++w) before += s_warp_live[w];
-    if (live) s_active[before + __popc(ballot & ((1u << lane) - 1u))] = g;
-    for (int w = 0; w < kWarps; ++w) live_count += s_warp_live[w];
-    __syncthreads();
-  }
+  const int live_count = compact_live_groups<kWarps>(p.row_offsets, p.groups, s_active, s_warp_live);
 
   const int rw = warp / p.kw, kw = warp % p.kw;
   const int q = lane & 3, r = lane >> 2;

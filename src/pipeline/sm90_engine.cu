@@ -356,7 +356,7 @@ void Sm90Engine::forward(const ForwardArgs& args) {
                                           "holds its raw output");
   const Call calls[2] = {
       Call{fc1_.get(), pbuf_.permuted, w1_, fused ? act_out_ : fc1_out_, fc1_tactic},
-      Call{fc2_.get(), act_out_, w2_, fc2_out_, fc2_->pick_tactic(hint)}};
+      Call{fc2_.get(), act_out_, w2_, fc2_out_, fc2_->pick_tactic(hint), true}};
   throw_if_error(gemm::GroupedGemm::write_problems(calls, 2, pbuf_.offsets, stream));
   throw_if_error(fc1_->launch(calls[0], pbuf_.offsets, stream));
   if (!fused)
