@@ -39,10 +39,12 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-// 32-wide k blocks per warp step: 2 * kSub 16-byte weight loads in flight per lane. Fewer for
-// the widest token tile, whose activation fragments take the registers.
+// 32-wide k blocks per warp step (KS): 2 * KS 16-byte weight loads in flight per lane. Fewer
+// for the widest token tile, whose activation fragments take the registers; 8 for the deep
+// single-fragment variant, which keeps twice the bytes in flight for long decode streams.
+constexpr int sub_steps(int nt) { return nt >= 4 ? 2 : 4; }
 template <int NT>
-constexpr int kSub = NT >= 4 ? 2 : 4;
+constexpr int kSub = sub_steps(NT);
 
 struct GemvParams {
   const uint16_t* a;  // [rows, k]
@@ -51,6 +53,7 @@ struct GemvParams {
   const int32_t* row_offsets;
   int groups, n, k;
   int kw, rw, row_tiles;
+  int offsets_ready;       // row_offsets settled before the previous kernel started
   activation::Params act;  // "+act" only
   const float* bias;       // "+act" only: [groups, n] or null
 };
@@ -91,16 +94,30 @@ __device__ __forceinline__ uint16_t to_elem(float v) {
   }
 }
 
-template <bool kBF16, int NT, bool kAct>
+template <bool kBF16, int NT, bool kAct, int KS>
 __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p) {
   extern __shared__ int s_active[];  // [groups]: non-empty groups, in order
   __shared__ int s_warp_live[kWarps];
   __shared__ float s_red[kWarps][NT * 4][32];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  pipeline::pdl_wait();  // row_offsets and the activations come from earlier kernels
-  pipeline::pdl_launch_dependents();
-
+  if (!p.offsets_ready) pipeline::pdl_wait();  // row_offsets come from the kernel before
   const int live_count = compact_live_groups<kWarps>(p.row_offsets, p.groups, s_active, s_warp_live);
+  if (p.offsets_ready) {
+    // While the previous kernel finishes, pull this block's first weight rows (contiguous) into
+    // L2, so its first loads after the wait do not start from DRAM.
+    const int64_t first = blockIdx.x;
+    if (first < int64_t(live_count) * p.row_tiles) {
+      const int g = s_active[first / p.row_tiles];
+      const int64_t row0 = int64_t(first % p.row_tiles) * 16 * p.rw;
+      const int64_t rows = min(int64_t(16) * p.rw, int64_t(p.n) - row0);
+      const char* base = reinterpret_cast<const char*>(p.w + (int64_t(g) * p.n + row0) * p.k);
+      const int64_t bytes = rows * p.k * 2;
+      for (int64_t off = int64_t(tid) * 128; off < bytes; off += int64_t(kThreads) * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(base + off));
+    }
+    pipeline::pdl_wait();  // the activations come from the kernel before
+  }
+  pipeline::pdl_launch_dependents();
 
   const int rw = warp / p.kw, kw = warp % p.kw;
   const int q = lane & 3, r = lane >> 2;
@@ -124,7 +141,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[j][i] = 0.f;
 
-      constexpr int kS = kSub<NT>;
+      constexpr int kS = KS;
       for (int64_t kb = int64_t(kw) * 32 * kS; kb < k; kb += int64_t(p.kw) * 32 * kS) {
         uint4 wa[kS], wb[kS], x[NT][kS];
 #pragma unroll
@@ -197,12 +214,18 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
   }
 }
 
-template <bool kBF16, int NT, bool kAct>
+// "sm90.gemv.n8"; the deep variant names its k step: "sm90.gemv.n8.k256".
+std::string gemv_name(int nt, int ks) {
+  std::string name = "sm90.gemv.n" + std::to_string(8 * nt);
+  if (ks != sub_steps(nt)) name += ".k" + std::to_string(32 * ks);
+  return name;
+}
+
+template <bool kBF16, int NT, bool kAct, int KS>
 class GemvTactic final : public Tactic {
  public:
   Status init(const TacticContext& ctx) override {
-    const std::string what = "tactic sm90.gemv.n" + std::to_string(8 * NT) +
-                             (kAct ? "+act" : "") + " (groups " +
+    const std::string what = "tactic " + gemv_name(NT, KS) + (kAct ? "+act" : "") + " (groups " +
                              std::to_string(ctx.shape.groups) + ", n " +
                              std::to_string(ctx.shape.n) + ", k " + std::to_string(ctx.shape.k) + ")";
     what_ = what;
@@ -217,7 +240,7 @@ class GemvTactic final : public Tactic {
     p_.k = static_cast<int>(ctx.shape.k);
     // Split k over as many warps as it has warp steps (a power of two up to 8); the rest of the
     // block's warps take further 16-row slices.
-    constexpr int64_t kStepK = 32 * kSub<NT>;
+    constexpr int64_t kStepK = 32 * KS;
     const int64_t steps = (ctx.shape.k + kStepK - 1) / kStepK;
     p_.kw = 1;
     while (p_.kw * 2 <= kWarps && p_.kw * 2 <= steps) p_.kw *= 2;
@@ -225,7 +248,7 @@ class GemvTactic final : public Tactic {
     const int64_t rows_per_tile = 16 * p_.rw;
     p_.row_tiles = static_cast<int>((ctx.shape.n + rows_per_tile - 1) / rows_per_tile);
 
-    auto kernel = grouped_gemv_kernel<kBF16, NT, kAct>;
+    auto kernel = grouped_gemv_kernel<kBF16, NT, kAct, KS>;
     smem_ = sizeof(int) * static_cast<size_t>(ctx.shape.groups);
     cudaFuncAttributes attr{};
     cudaError_t err = cudaFuncGetAttributes(&attr, kernel);  // also loads the kernel now
@@ -260,7 +283,8 @@ class GemvTactic final : public Tactic {
     p.w = static_cast<const uint16_t*>(a.b);
     p.d = static_cast<uint16_t*>(a.d);
     p.row_offsets = a.row_offsets;
-    const cudaError_t err = pipeline::launch_pdl(grouped_gemv_kernel<kBF16, NT, kAct>, grid_, kThreads,
+    p.offsets_ready = a.offsets_ready ? 1 : 0;
+    const cudaError_t err = pipeline::launch_pdl(grouped_gemv_kernel<kBF16, NT, kAct, KS>, grid_, kThreads,
                                                  smem_, a.stream, p);
     if (err != cudaSuccess) return cuda_status(err, "kernel launch", what_);
     return {};
@@ -275,18 +299,19 @@ class GemvTactic final : public Tactic {
   std::string what_;
 };
 
-template <bool kBF16, int NT>
+template <bool kBF16, int NT, int KS = kSub<NT>>
 void add_gemv(std::vector<TacticEntry>& v) {
   add_store_and_act(
-      v, "sm90.gemv.n" + std::to_string(8 * NT), TacticKind::kGemv,
-      []() -> std::unique_ptr<Tactic> { return std::make_unique<GemvTactic<kBF16, NT, false>>(); },
-      []() -> std::unique_ptr<Tactic> { return std::make_unique<GemvTactic<kBF16, NT, true>>(); });
+      v, gemv_name(NT, KS), TacticKind::kGemv,
+      []() -> std::unique_ptr<Tactic> { return std::make_unique<GemvTactic<kBF16, NT, false, KS>>(); },
+      []() -> std::unique_ptr<Tactic> { return std::make_unique<GemvTactic<kBF16, NT, true, KS>>(); });
 }
 
 template <bool kBF16>
 std::vector<TacticEntry> gemv_list() {
   std::vector<TacticEntry> v;
   add_gemv<kBF16, 1>(v);
+  add_gemv<kBF16, 1, 8>(v);
 #if !defined(MOEKIT_ONE_TACTIC)
   add_gemv<kBF16, 2>(v);
   add_gemv<kBF16, 4>(v);

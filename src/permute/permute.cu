@@ -236,6 +236,7 @@ __global__ void __launch_bounds__(1024) chunk_scan_kernel(Args a) {
   int32_t* counts = a.b.chunk_counts;
   int sum = 0;
   if (e < L)
+#pragma unroll 8
     for (int c = c0; c < c1; ++c) sum += counts[static_cast<int64_t>(c) * L + e];
   seg[warp][lane] = sum;
   __syncthreads();
@@ -243,6 +244,7 @@ __global__ void __launch_bounds__(1024) chunk_scan_kernel(Args a) {
   for (int w = 0; w < warp; ++w) base += seg[w][lane];
   if (e >= L) return;
   if (warp == 31) a.b.expert_totals[e] = base + sum;
+#pragma unroll 8
   for (int c = c0; c < c1; ++c) {
     const int64_t i = static_cast<int64_t>(c) * L + e;
     const int v = counts[i];
