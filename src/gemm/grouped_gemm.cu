@@ -280,10 +280,11 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint) const {
   //    around 32 the 64-row ping-pong tile wastes least; past that the 128x256 tile wins.
   const double live = sh.groups * (1.0 - std::exp(-h));  // expected non-empty experts
   const double stream_bytes = live * static_cast<double>(sh.n) * sh.k * kElemBytes;
-  (void)stream_bytes;  // experiment: deep GEMV on every decode stream
   std::vector<const char*> names;
-  if (h <= 0.3)
-    names = {"sm90.gemv.n8.k256", "sm90.gemv.n8", "sm90.swapab.128x16x128.c1x1"};
+  if (h <= 0.3 && stream_bytes <= 256e6)
+    names = {"sm90.gemv.n8", "sm90.swapab.128x16x128.c1x1"};
+  else if (h <= 0.3)
+    names = {"sm90.swapab.128x16x128.c1x1"};
   else if (h <= 24)
     names = {"sm90.swapab.128x32x128.c1x1", "sm90.swapab.128x16x128.c1x1"};
   else if (h <= 48)

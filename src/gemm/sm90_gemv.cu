@@ -39,12 +39,11 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-// 32-wide k blocks per warp step (KS): 2 * KS 16-byte weight loads in flight per lane. Fewer
-// for the widest token tile, whose activation fragments take the registers; 8 for the deep
-// single-fragment variant, which keeps twice the bytes in flight for long decode streams.
-constexpr int sub_steps(int nt) { return nt >= 4 ? 2 : 4; }
+// 32-wide k blocks per warp step: 2 * kSub 16-byte weight loads in flight per lane. Fewer for
+// the widest token tile, whose activation fragments take the registers. (8 for one fragment
+// spilled and was no faster: bench/NOTES.md.)
 template <int NT>
-constexpr int kSub = sub_steps(NT);
+constexpr int kSub = NT >= 4 ? 2 : 4;
 
 struct GemvParams {
   const uint16_t* a;  // [rows, k]
@@ -94,7 +93,7 @@ __device__ __forceinline__ uint16_t to_elem(float v) {
   }
 }
 
-template <bool kBF16, int NT, bool kAct, int KS>
+template <bool kBF16, int NT, bool kAct>
 __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p) {
   extern __shared__ int s_active[];  // [groups]: non-empty groups, in order
   __shared__ int s_warp_live[kWarps];
@@ -141,7 +140,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[j][i] = 0.f;
 
-      constexpr int kS = KS;
+      constexpr int kS = kSub<NT>;
       for (int64_t kb = int64_t(kw) * 32 * kS; kb < k; kb += int64_t(p.kw) * 32 * kS) {
         uint4 wa[kS], wb[kS], x[NT][kS];
 #pragma unroll
@@ -214,18 +213,13 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
   }
 }
 
-// "sm90.gemv.n8"; the deep variant names its k step: "sm90.gemv.n8.k256".
-std::string gemv_name(int nt, int ks) {
-  std::string name = "sm90.gemv.n" + std::to_string(8 * nt);
-  if (ks != sub_steps(nt)) name += ".k" + std::to_string(32 * ks);
-  return name;
-}
+std::string gemv_name(int nt) { return "sm90.gemv.n" + std::to_string(8 * nt); }
 
-template <bool kBF16, int NT, bool kAct, int KS>
+template <bool kBF16, int NT, bool kAct>
 class GemvTactic final : public Tactic {
  public:
   Status init(const TacticContext& ctx) override {
-    const std::string what = "tactic " + gemv_name(NT, KS) + (kAct ? "+act" : "") + " (groups " +
+    const std::string what = "tactic " + gemv_name(NT) + (kAct ? "+act" : "") + " (groups " +
                              std::to_string(ctx.shape.groups) + ", n " +
                              std::to_string(ctx.shape.n) + ", k " + std::to_string(ctx.shape.k) + ")";
     what_ = what;
@@ -240,7 +234,7 @@ class GemvTactic final : public Tactic {
     p_.k = static_cast<int>(ctx.shape.k);
     // Split k over as many warps as it has warp steps (a power of two up to 8); the rest of the
     // block's warps take further 16-row slices.
-    constexpr int64_t kStepK = 32 * KS;
+    constexpr int64_t kStepK = 32 * kSub<NT>;
     const int64_t steps = (ctx.shape.k + kStepK - 1) / kStepK;
     p_.kw = 1;
     while (p_.kw * 2 <= kWarps && p_.kw * 2 <= steps) p_.kw *= 2;
@@ -248,7 +242,7 @@ class GemvTactic final : public Tactic {
     const int64_t rows_per_tile = 16 * p_.rw;
     p_.row_tiles = static_cast<int>((ctx.shape.n + rows_per_tile - 1) / rows_per_tile);
 
-    auto kernel = grouped_gemv_kernel<kBF16, NT, kAct, KS>;
+    auto kernel = grouped_gemv_kernel<kBF16, NT, kAct>;
     smem_ = sizeof(int) * static_cast<size_t>(ctx.shape.groups);
     cudaFuncAttributes attr{};
     cudaError_t err = cudaFuncGetAttributes(&attr, kernel);  // also loads the kernel now
@@ -284,7 +278,7 @@ class GemvTactic final : public Tactic {
     p.d = static_cast<uint16_t*>(a.d);
     p.row_offsets = a.row_offsets;
     p.offsets_ready = a.offsets_ready ? 1 : 0;
-    const cudaError_t err = pipeline::launch_pdl(grouped_gemv_kernel<kBF16, NT, kAct, KS>, grid_, kThreads,
+    const cudaError_t err = pipeline::launch_pdl(grouped_gemv_kernel<kBF16, NT, kAct>, grid_, kThreads,
                                                  smem_, a.stream, p);
     if (err != cudaSuccess) return cuda_status(err, "kernel launch", what_);
     return {};
@@ -299,19 +293,18 @@ class GemvTactic final : public Tactic {
   std::string what_;
 };
 
-template <bool kBF16, int NT, int KS = kSub<NT>>
+template <bool kBF16, int NT>
 void add_gemv(std::vector<TacticEntry>& v) {
   add_store_and_act(
-      v, gemv_name(NT, KS), TacticKind::kGemv,
-      []() -> std::unique_ptr<Tactic> { return std::make_unique<GemvTactic<kBF16, NT, false, KS>>(); },
-      []() -> std::unique_ptr<Tactic> { return std::make_unique<GemvTactic<kBF16, NT, true, KS>>(); });
+      v, gemv_name(NT), TacticKind::kGemv,
+      []() -> std::unique_ptr<Tactic> { return std::make_unique<GemvTactic<kBF16, NT, false>>(); },
+      []() -> std::unique_ptr<Tactic> { return std::make_unique<GemvTactic<kBF16, NT, true>>(); });
 }
 
 template <bool kBF16>
 std::vector<TacticEntry> gemv_list() {
   std::vector<TacticEntry> v;
   add_gemv<kBF16, 1>(v);
-  add_gemv<kBF16, 1, 8>(v);
 #if !defined(MOEKIT_ONE_TACTIC)
   add_gemv<kBF16, 2>(v);
   add_gemv<kBF16, 4>(v);

@@ -135,6 +135,36 @@ TEST_F(GemvPdl, WaitsForThePreviousKernel) {
   cudaStreamDestroy(stream);
 }
 
+// FC2's case: row_offsets were written before the previous kernel started (offsets_ready), so
+// the GEMV may read them and prefetch weights before its wait, but not the activations, which
+// the previous kernel writes late.
+TEST_F(GemvPdl, SettledOffsetsStillWaitForTheActivations) {
+  std::mt19937 rng(static_cast<unsigned>(base_seed() ^ 0x6e04));
+  const Problem p = make_problem(128, 256, {3, 0, 9, 1}, rng);
+  const DeviceBuffer a_src(to_device(p.a_bits)), w(to_device(p.w_bits)),
+      off(to_device(p.offsets));
+  DeviceBuffer a(p.a_bits.size() * 2), d(static_cast<std::size_t>(p.max_rows * p.n) * 2);
+  GroupedGemm gemm(GroupedShape{Elem::kBF16, p.groups, p.n, p.k, p.max_rows}, 0);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  for (const auto& t : gemv_tactics()) {
+    SCOPED_TRACE(t);
+    ASSERT_EQ(cudaMemset(a.ptr, 0xff, a.bytes), cudaSuccess);  // stale: NaN
+    ASSERT_EQ(cudaMemset(d.ptr, 0xff, d.bytes), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    // Leaves the offsets alone and writes the activations after ~200 us.
+    slow_writer<<<1, 256, 0, stream>>>(
+        nullptr, nullptr, 0, static_cast<uint4*>(a.ptr),
+        static_cast<const uint4*>(a_src.ptr), static_cast<int64_t>(p.a_bits.size() / 8), 200000);
+    GroupedGemm::GemmCall call{&gemm, a.ptr, w.ptr, d.ptr, t, true};
+    const Status s = gemm.launch(call, static_cast<const int32_t*>(off.ptr), stream);
+    ASSERT_TRUE(s.ok()) << s.message();
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    expect_matches(p, to_host<uint16_t>(d.ptr, d.bytes / 2));
+  }
+  cudaStreamDestroy(stream);
+}
+
 // ---- Timing (MOEKIT_GEMV_TIMING=1): decode shapes, weights streamed from HBM ----
 
 __global__ void fill_random(uint16_t* p, int64_t n, uint32_t seed) {
