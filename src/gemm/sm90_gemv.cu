@@ -44,6 +44,8 @@ constexpr int kThreads = kWarps * 32;
 // spilled and was no faster: bench/NOTES.md.)
 template <int NT>
 constexpr int kSub = NT >= 4 ? 2 : 4;
+// Largest block item (16 * rw weight rows) that FC2 prefetches into L2 before its wait.
+constexpr int64_t kPrefetchMaxBytes = 48 * 1024;
 
 struct GemvParams {
   const uint16_t* a;  // [rows, k]
@@ -103,9 +105,13 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
   const int live_count = compact_live_groups<kWarps>(p.row_offsets, p.groups, s_active, s_warp_live);
   if (p.offsets_ready) {
     // While the previous kernel finishes, pull this block's first weight rows (contiguous) into
-    // L2, so its first loads after the wait do not start from DRAM.
+    // L2, so its first loads after the wait do not start from DRAM. Only short items: measured
+    // in one process against the version without it (bench/NOTES.md), the 48 KB items of qwen3's
+    // FC2 gained 1.1 us at T=1, while 64 KB to 458 KB items (deepseek, gpt-oss, mixtral) lost
+    // 1-5 us: all blocks' prefetches together then compete with the stream (mixtral: 121 MB).
     const int64_t first = blockIdx.x;
-    if (first < int64_t(live_count) * p.row_tiles) {
+    const int64_t item_bytes = int64_t(16) * p.rw * p.k * 2;
+    if (item_bytes <= kPrefetchMaxBytes && first < int64_t(live_count) * p.row_tiles) {
       const int g = s_active[first / p.row_tiles];
       const int64_t row0 = int64_t(first % p.row_tiles) * 16 * p.rw;
       const int64_t rows = min(int64_t(16) * p.rw, int64_t(p.n) - row0);
