@@ -276,6 +276,9 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint) const {
   //    hit experts are streamed once: the GEMV does it best while they are short (up to ~256 MB,
   //    e.g. qwen3 FC1 at T=1: 21.7 vs 27.5 us), the swap-AB TMA pipeline on longer streams
   //    (deepseek FC1 at T=1, 470 MB: 126 vs 139 us; T=8: 753 vs 834 us).
+  //  - Up to ~2 rows per expert the 16-token swap-AB tile wastes least (mixtral at T=8, 2 rows:
+  //    FC1+act 379.7 vs 386.3 us, FC2 227.0 vs 229.7 against the 32-token tile; qwen3 at T=8
+  //    -1 us; deepseek and gpt-oss at T=64 within 0.3%).
   //  - Up to ~24 rows the swap-AB tile (weights as M, 32 tokens as N) reads each weight once;
   //    around 32 the 64-row ping-pong tile wastes least; past that the 128x256 tile wins.
   const double live = sh.groups * (1.0 - std::exp(-h));  // expected non-empty experts
@@ -283,8 +286,8 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint) const {
   std::vector<const char*> names;
   if (h <= 0.3 && stream_bytes <= 256e6)
     names = {"sm90.gemv.n8", "sm90.swapab.128x16x128.c1x1"};
-  else if (h <= 0.3)
-    names = {"sm90.swapab.128x16x128.c1x1"};
+  else if (h <= 2.5)
+    names = {"sm90.swapab.128x16x128.c1x1", "sm90.swapab.128x32x128.c1x1"};
   else if (h <= 24)
     names = {"sm90.swapab.128x32x128.c1x1", "sm90.swapab.128x16x128.c1x1"};
   else if (h <= 48)
