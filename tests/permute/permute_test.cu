@@ -1,7 +1,8 @@
 // The device permutation against the one the host derives from route_host's ids: offsets, the
 // stable (expert, token, slot) order of the rows, each slot's row, each row's expert, and the
-// gathered rows bit for bit. Both paths (single block, multi block) at tokens 1 .. 4096, EP
-// ranks (ids of other ranks dropped), skewed caller ids, and bad caller ids (dropped, reported).
+// gathered rows bit for bit. Both paths (single block, multi block) at tokens 1 .. 9000 (5000
+// and 9000 cut into 1250 and 1800 chunks), EP ranks (ids of other ranks dropped), skewed caller
+// ids, and bad caller ids (dropped, reported).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -166,7 +167,7 @@ TEST_F(PermuteTest, RoutedTokensBothPaths) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x9e37);
   PermuteCase su;
   su.params.method = RoutingMethod::kTopKSoftmax;
-  for (int64_t tokens : {1, 7, 64, 65, 513, 4096, 5000})
+  for (int64_t tokens : {1, 7, 64, 65, 513, 4096, 5000, 9000})
     for (Path path : {Path::kSingleBlock, Path::kMultiBlock, Path::kAuto}) {
       SCOPED_TRACE("T" + std::to_string(tokens) + " path " + std::to_string(int(path)));
       check_one(su, tokens, path, rng);
