@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
     // While the previous kernel finishes, pull this block's first weight rows (contiguous) into
     // L2, so its first loads after the wait do not start from DRAM. Only short items: measured
     // in one process against the version without it (bench/NOTES.md), the 48 KB items of qwen3's
-    // FC2 gained 1.1 us at T=1, while 64 KB to 458 KB items (deepseek, gpt-oss, mixtral) lost
+    // FC2 gained 0.7 us at T=1, while 64 KB to 458 KB items (deepseek, gpt-oss, mixtral) lost
     // 1-5 us: all blocks' prefetches together then compete with the stream (mixtral: 121 MB).
     const int64_t first = blockIdx.x;
     const int64_t item_bytes = int64_t(16) * p.rw * p.k * 2;

@@ -4,9 +4,9 @@
 //   - before pdl_wait(), read nothing the previous kernel may write;
 //   - call pdl_launch_dependents() only after pdl_wait() (or never).
 // Then, when a kernel starts, the kernel two launches back has completed, so its outputs may be
-// read before pdl_wait(): the decode GEMV does that with FC2's row offsets (offsets_ready). A kernel launched normally (the
-// single-block permute, first of a forward) has nothing to wait for and may let its dependent
-// start at once. Both instructions are no-ops when the kernel was launched without the
+// read before pdl_wait(): the decode GEMV does that with FC2's row offsets (offsets_ready). A
+// kernel launched normally (the single-block permute, first of a forward) has nothing to wait
+// for and may let its dependent start at once. Both instructions are no-ops when the kernel was launched without the
 // attribute. Stream capture records the launches as programmatic graph edges.
 #pragma once
 #include <utility>

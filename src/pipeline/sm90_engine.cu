@@ -354,6 +354,7 @@ void Sm90Engine::forward(const ForwardArgs& args) {
     throw Error(ErrorCode::kInternal, "FC1 tactic " + fc1_tactic +
                                           " does not apply the gated activation and no buffer "
                                           "holds its raw output");
+  // FC2's offsets were written before FC1 started: it may read them before its PDL wait.
   const Call calls[2] = {
       Call{fc1_.get(), pbuf_.permuted, w1_, fused ? act_out_ : fc1_out_, fc1_tactic},
       Call{fc2_.get(), act_out_, w2_, fc2_out_, fc2_->pick_tactic(hint), true}};
