@@ -88,8 +88,8 @@ class GroupedGemm {
     void* d = nullptr;
     std::string tactic;
     // row_offsets were written before the previous kernel on the stream started (FC2 right
-    // after FC1): a decode kernel may then read them, and stream its weights, before it waits
-    // for that kernel (pipeline/pdl.cuh).
+    // after FC1): the GEMV then reads them, and prefetches its first weight rows, before it
+    // waits for that kernel (pipeline/pdl.cuh).
     bool offsets_ready = false;
   };
   static constexpr int kMaxCallsPerWrite = 2;
