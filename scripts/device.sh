@@ -5,6 +5,9 @@
 #   MOEKIT_COMMIT=<sha> bash scripts/device.sh [build] [test] [sanitize] [bench] [sweep] [torch]   (default: all)
 # The summary's first line also prints scripts/tree-id.sh: run that here on a commit to check the
 # label (the device's copy of .git is not current).
+# Step "clocks": the bench at MOEKIT_CLOCK_TOKENS (default 16384) with nvidia-smi logging the SM
+# clock, power and throttle reasons every 100 ms (clocks.csv), to tell lower clocks under load
+# from launch gaps.
 # Environment: MOEKIT_TEST_FILTER (gtest filter), MOEKIT_BENCH_PRESETS, MOEKIT_BENCH_TOKENS,
 # MOEKIT_FLUSH (read|write|none: how bench and torch empty the L2 before each rep; default read),
 # MOEKIT_SWEEP_TOKENS.
@@ -65,5 +68,20 @@ if want torch; then
   python3 bench/torch_moe.py --moekit-json "$OUT/bench.json" --json-out "$OUT/torch.json" --flush "${MOEKIT_FLUSH:-read}" ${MOEKIT_BENCH_TOKENS:+--tokens "$MOEKIT_BENCH_TOKENS"} \
     >"$OUT/torch.txt" 2>&1 || echo "torch: rc=$?" >>"$OUT/torch.txt"
   cat "$OUT/torch.txt" >>"$summary"
+fi
+if want clocks; then
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+    --format=csv -lms 100 >"$OUT/clocks.csv" 2>&1 &
+  smi=$!
+  sleep 1
+  $bin/tools/moekit bench --preset "${MOEKIT_BENCH_PRESETS:-qwen3-30b-a3b,gpt-oss-120b}" \
+    --tokens "${MOEKIT_CLOCK_TOKENS:-16384}" --flush "${MOEKIT_FLUSH:-read}" >"$OUT/clocks-bench.txt" 2>&1
+  sleep 1
+  kill $smi
+  { cat "$OUT/clocks-bench.txt"
+    echo "SM clock under the bench (MHz; nvidia-smi every 100 ms): distribution of readings"
+    awk -F', ' 'NR > 1 {print $2}' "$OUT/clocks.csv" | sort | uniq -c | sort -k2 -n | tail -25
+    echo "power (W) max: $(awk -F', ' 'NR > 1 {gsub(/ W/, "", $4); if ($4 > m) m = $4} END {print m}' "$OUT/clocks.csv")"
+    awk -F', ' 'NR > 1 {print $6}' "$OUT/clocks.csv" | sort | uniq -c; } >>"$summary"
 fi
 cat "$summary"

@@ -55,9 +55,14 @@ struct GemvParams {
   int groups, n, k;
   int kw, rw, row_tiles;
   int offsets_ready;       // row_offsets settled before the previous kernel started
+  int l2_ahead;            // warp steps whose weights are prefetched into L2 ahead (0: none)
   activation::Params act;  // "+act" only
   const float* bias;       // "+act" only: [groups, n] or null
 };
+
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
 
 // Weights are read once: keep them out of L1.
 __device__ __forceinline__ uint4 load_stream(const uint16_t* p) {
@@ -118,7 +123,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
       const char* base = reinterpret_cast<const char*>(p.w + (int64_t(g) * p.n + row0) * p.k);
       const int64_t bytes = rows * p.k * 2;
       for (int64_t off = int64_t(tid) * 128; off < bytes; off += int64_t(kThreads) * 128)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(base + off));
+        prefetch_l2(base + off);
     }
     pipeline::pdl_wait();  // the activations come from the kernel before
   }
@@ -128,6 +133,27 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
   const int q = lane & 3, r = lane >> 2;
   const int64_t n = p.n, k = p.k;
   const int64_t items = int64_t(live_count) * p.row_tiles;
+  constexpr int kS = kSub<NT>;
+  // L2 prefetch cursor, p.l2_ahead warp steps ahead of the loads: between its steps a warp waits
+  // on its loads, reduces and stores, and without it the DRAM queue drains each time. A warp
+  // step reads 16 rows x 32 * kS k: kS / 2 lines of 128 bytes per row, one line per lane.
+  const int64_t step_k = int64_t(p.kw) * 32 * kS, first_kb = int64_t(kw) * 32 * kS;
+  int64_t pf_item = blockIdx.x, pf_kb = first_kb;
+  const int pf_row = lane / (kS / 2), pf_col = (lane % (kS / 2)) * 64;
+  auto prefetch_step = [&]() {
+    if (pf_item >= items) return;
+    const int g = s_active[pf_item / p.row_tiles];
+    const int row = int(pf_item % p.row_tiles) * 16 * p.rw + rw * 16 + pf_row;
+    const int64_t kk = pf_kb + pf_col;
+    if (pf_row < 16 && row < p.n && kk < k) prefetch_l2(p.w + (int64_t(g) * n + row) * k + kk);
+    pf_kb += step_k;
+    if (pf_kb >= k) {
+      pf_kb = first_kb;
+      pf_item += gridDim.x;
+    }
+  };
+  for (int s = 0; s < p.l2_ahead; ++s) prefetch_step();
+
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
     const int g = s_active[item / p.row_tiles];
     const int tile_row0 = int(item % p.row_tiles) * 16 * p.rw;
@@ -146,8 +172,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[j][i] = 0.f;
 
-      constexpr int kS = kSub<NT>;
-      for (int64_t kb = int64_t(kw) * 32 * kS; kb < k; kb += int64_t(p.kw) * 32 * kS) {
+      for (int64_t kb = first_kb; kb < k; kb += step_k) {
         uint4 wa[kS], wb[kS], x[NT][kS];
 #pragma unroll
         for (int u = 0; u < kS; ++u) {
@@ -164,6 +189,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
                           : zero;
           }
         }
+        if (p.l2_ahead > 0 && c0 == 0) prefetch_step();
 #pragma unroll
         for (int u = 0; u < kS; ++u)
 #pragma unroll
@@ -219,13 +245,16 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
   }
 }
 
-std::string gemv_name(int nt) { return "sm90.gemv.n" + std::to_string(8 * nt); }
+std::string gemv_name(int nt, int ahead) {
+  return "sm90.gemv.n" + std::to_string(8 * nt) + (ahead > 0 ? ".l2a" + std::to_string(ahead) : "");
+}
 
-template <bool kBF16, int NT, bool kAct>
+// kAhead: warp steps of L2 prefetch ahead of the loads (a runtime parameter of the same kernel).
+template <bool kBF16, int NT, bool kAct, int kAhead>
 class GemvTactic final : public Tactic {
  public:
   Status init(const TacticContext& ctx) override {
-    const std::string what = "tactic " + gemv_name(NT) + (kAct ? "+act" : "") + " (groups " +
+    const std::string what = "tactic " + gemv_name(NT, kAhead) + (kAct ? "+act" : "") + " (groups " +
                              std::to_string(ctx.shape.groups) + ", n " +
                              std::to_string(ctx.shape.n) + ", k " + std::to_string(ctx.shape.k) + ")";
     what_ = what;
@@ -235,6 +264,7 @@ class GemvTactic final : public Tactic {
       p_.act = ctx.act->params;
       p_.bias = ctx.act->bias;
     }
+    p_.l2_ahead = kAhead;
     p_.groups = ctx.shape.groups;
     p_.n = static_cast<int>(ctx.shape.n);
     p_.k = static_cast<int>(ctx.shape.k);
@@ -299,12 +329,16 @@ class GemvTactic final : public Tactic {
   std::string what_;
 };
 
-template <bool kBF16, int NT>
+template <bool kBF16, int NT, int kAhead = 0>
 void add_gemv(std::vector<TacticEntry>& v) {
   add_store_and_act(
-      v, gemv_name(NT), TacticKind::kGemv,
-      []() -> std::unique_ptr<Tactic> { return std::make_unique<GemvTactic<kBF16, NT, false>>(); },
-      []() -> std::unique_ptr<Tactic> { return std::make_unique<GemvTactic<kBF16, NT, true>>(); });
+      v, gemv_name(NT, kAhead), TacticKind::kGemv,
+      []() -> std::unique_ptr<Tactic> {
+        return std::make_unique<GemvTactic<kBF16, NT, false, kAhead>>();
+      },
+      []() -> std::unique_ptr<Tactic> {
+        return std::make_unique<GemvTactic<kBF16, NT, true, kAhead>>();
+      });
 }
 
 template <bool kBF16>
@@ -312,6 +346,9 @@ std::vector<TacticEntry> gemv_list() {
   std::vector<TacticEntry> v;
   add_gemv<kBF16, 1>(v);
 #if !defined(MOEKIT_ONE_TACTIC)
+  add_gemv<kBF16, 1, 2>(v);
+  add_gemv<kBF16, 1, 4>(v);
+  add_gemv<kBF16, 1, 8>(v);
   add_gemv<kBF16, 2>(v);
   add_gemv<kBF16, 4>(v);
 #endif
