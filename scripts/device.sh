@@ -2,12 +2,19 @@
 # Runs on the H200 device machine, from the repository root, with .carry/ (scripts/carry.sh)
 # carried along: builds every tactic, runs the GPU tests, compute-sanitizer on a small case, and the
 # benchmarks. Logs go to $OUT (at most 8 files come back). Usage:
-#   MOEKIT_COMMIT=<sha> bash scripts/device.sh [build] [test] [sanitize] [bench] [sweep] [torch]   (default: all)
+#   MOEKIT_COMMIT=<sha> bash scripts/device.sh [build] [test] [sanitize] [bench] [sweep] [torch] [ab] [clocks] [ncu]
+#   (default: the first six)
 # The summary's first line also prints scripts/tree-id.sh: run that here on a commit to check the
 # label (the device's copy of .git is not current).
 # Step "clocks": the bench at MOEKIT_CLOCK_TOKENS (default 16384) with nvidia-smi logging the SM
 # clock, power and throttle reasons every 100 ms (clocks.csv), to tell lower clocks under load
 # from launch gaps.
+# Step "ab": builds the tree in .carry/base-src (git archive <sha> | tar -x -C .carry/base-src;
+# its .commit file names the sha) into build/base and runs the bench for MOEKIT_BENCH_PRESETS x
+# MOEKIT_BENCH_TOKENS alternately with both builds, twice each, in one process per run on this
+# machine: H200 machines differ by ~2% on bandwidth-bound rows, so only such an A/B shows 1-2%.
+# Step "ncu": kernel durations of one forward per preset at MOEKIT_NCU_TOKENS (default 1) under
+# ncu (kernels serialized, caches flushed before each).
 # Environment: MOEKIT_TEST_FILTER (gtest filter), MOEKIT_BENCH_PRESETS, MOEKIT_BENCH_TOKENS,
 # MOEKIT_FLUSH (read|write|none: how bench and torch empty the L2 before each rep; default read),
 # MOEKIT_SWEEP_TOKENS.
@@ -24,6 +31,15 @@ summary="$OUT/summary.txt"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader
   nvcc --version | tail -1
 } >"$summary" 2>&1
+
+base=build/base
+if want ab; then  # the base build runs alongside the main one
+  { cmake -S .carry/base-src -B $base -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEKIT_CUDA=ON \
+      -DMOEKIT_CUTLASS_DIR="$PWD/.carry/cutlass" -DCMAKE_PREFIX_PATH="$PWD/.carry/prefix" \
+      -DCMAKE_CUDA_COMPILER=$(command -v nvcc) && cmake --build $base -j "$(nproc)" --target moekit_cli; } \
+    >"$OUT/base-build.log" 2>&1 &
+  base_pid=$!
+fi
 
 if want build; then
   t0=$(date +%s)
@@ -69,6 +85,32 @@ if want torch; then
     >"$OUT/torch.txt" 2>&1 || echo "torch: rc=$?" >>"$OUT/torch.txt"
   cat "$OUT/torch.txt" >>"$summary"
 fi
+if want ab; then
+  wait $base_pid || { echo "ab: base build failed" >>"$summary"; tail -20 "$OUT/base-build.log" >>"$summary"; }
+  one() {  # prints "preset T median_us;" per row
+    "$1"/tools/moekit bench --preset "${MOEKIT_BENCH_PRESETS:-qwen3-30b-a3b,mixtral-8x7b,deepseek-v3,gpt-oss-120b}" \
+      --tokens "${MOEKIT_BENCH_TOKENS:-1,8}" --flush "${MOEKIT_FLUSH:-read}" 2>&1 |
+      awk '$2 ~ /^[0-9]+$/ && $3 ~ /^[0-9.]+$/ {printf "%s %s %s; ", $1, $2, $3} END {print ""}'
+  }
+  { echo "A/B: base $(cat .carry/base-src/.commit 2>/dev/null) vs device ${MOEKIT_COMMIT:-unknown} (preset T median_us)"
+    for i in 1 2; do
+      echo "base   $i: $(one $base)"
+      echo "device $i: $(one $bin)"
+    done; } >>"$summary"
+fi
+
+if want ncu; then
+  for preset in $(echo "${MOEKIT_BENCH_PRESETS:-qwen3-30b-a3b,mixtral-8x7b,deepseek-v3,gpt-oss-120b}" | tr , ' '); do
+    for t in $(echo "${MOEKIT_NCU_TOKENS:-1}" | tr , ' '); do
+      echo "== ncu $preset T=$t"
+      ncu --clock-control none --metrics gpu__time_duration.sum $bin/tools/moekit run --preset "$preset" \
+        --weights-format bf16 --tokens "$t" 2>&1 | grep -E '^  [a-zA-Z]|gpu__time_duration' |
+        sed -E 's/\(unnamed namespace\)|<unnamed>:://g; s/^ +//' | paste - - | awk -F'\t' '{n=split($2, a, " +"); printf "  %-70.70s %8s %s\n", $1, a[n], a[n-1]}'
+    done
+  done >"$OUT/ncu.txt" 2>&1
+  cat "$OUT/ncu.txt" >>"$summary"
+fi
+
 if want clocks; then
   nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
     --format=csv -lms 100 >"$OUT/clocks.csv" 2>&1 &
