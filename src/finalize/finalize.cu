@@ -21,42 +21,62 @@ struct Args {
   int64_t vecs;  // 16-byte vectors per row (H / 8)
   int64_t hidden;
   int top_k;
+  int slots_ready;  // slot_row / weights / slot_expert final before the previous kernel started
 };
+
+// Eight slots of token t from s0: their rows, weights and (for the bias) experts.
+struct Slots8 {
+  int32_t row[8], expert[8];
+  float w[8];
+};
+
+__device__ __forceinline__ void load_slots(const Args& a, int64_t t, int s0, Slots8& sl) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const bool in = s0 + j < a.top_k;
+    const int64_t i = t * a.top_k + s0 + j;
+    sl.row[j] = in ? __ldg(a.slot_row + i) : -1;
+    sl.w[j] = in ? __ldg(a.weights + i) : 0.0f;
+    sl.expert[j] = in && a.bias ? __ldg(a.slot_expert + i) : 0;
+  }
+}
 
 template <class T>
 __global__ void __launch_bounds__(256) finalize_kernel(Args a) {
-  pipeline::pdl_wait();  // FC2's output and the slots come from earlier kernels
-  pipeline::pdl_launch_dependents();
   const int64_t n = a.tokens * a.vecs;
-  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
-       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  // Settled slots (slots_ready): the first eight of this thread's first token load before the
+  // wait, so after FC2 only its output remains to be read.
+  bool preloaded = a.slots_ready && idx < n;
+  Slots8 first;
+  if (preloaded) load_slots(a, idx / a.vecs, 0, first);
+  pipeline::pdl_wait();  // FC2's output (and, unless settled, the slots) come from earlier kernels
+  pipeline::pdl_launch_dependents();
+  for (; idx < n; idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = idx / a.vecs, v = idx - t * a.vecs;
     float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     // Eight slots at a time: their indices, then their rows, load together (latency matters
     // for small batches); the sum still runs in slot order.
     for (int s0 = 0; s0 < a.top_k; s0 += 8) {
-      int32_t row[8], expert[8];
-      float w[8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const bool in = s0 + j < a.top_k;
-        const int64_t i = t * a.top_k + s0 + j;
-        row[j] = in ? __ldg(a.slot_row + i) : -1;
-        w[j] = in ? __ldg(a.weights + i) : 0.0f;
-        expert[j] = in && a.bias ? __ldg(a.slot_expert + i) : 0;
+      Slots8 sl;
+      if (preloaded) {
+        sl = first;
+        preloaded = false;
+      } else {
+        load_slots(a, t, s0, sl);
       }
       uint4 yv[8];
 #pragma unroll
       for (int j = 0; j < 8; ++j)
-        yv[j] = row[j] >= 0 ? __ldg(a.y + static_cast<int64_t>(row[j]) * a.vecs + v) : uint4{};
+        yv[j] = sl.row[j] >= 0 ? __ldg(a.y + static_cast<int64_t>(sl.row[j]) * a.vecs + v) : uint4{};
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        if (row[j] < 0) continue;
+        if (sl.row[j] < 0) continue;
         float y[8];
         pipeline::unpack8<T>(yv[j], y);
-        if (a.bias) pipeline::add8(a.bias + static_cast<int64_t>(expert[j]) * a.hidden + 8 * v, y);
+        if (a.bias) pipeline::add8(a.bias + static_cast<int64_t>(sl.expert[j]) * a.hidden + 8 * v, y);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) acc[i] = fmaf(w[j], y[i], acc[i]);
+        for (int i = 0; i < 8; ++i) acc[i] = fmaf(sl.w[j], y[i], acc[i]);
       }
     }
     a.out[idx] = pipeline::pack8<T>(acc);
@@ -95,7 +115,8 @@ Status prepare(const DeviceFinalize& f) {
 }
 
 Status run(const DeviceFinalize& f, int64_t tokens, const void* y, const int32_t* slot_row,
-           const float* weights, const int32_t* slot_expert, void* out, cudaStream_t stream) {
+           const float* weights, const int32_t* slot_expert, void* out, cudaStream_t stream,
+           bool slots_ready) {
   Status s = check(f);
   if (!s.ok()) return s;
   if (tokens <= 0) return {};
@@ -110,6 +131,7 @@ Status run(const DeviceFinalize& f, int64_t tokens, const void* y, const int32_t
   a.vecs = f.hidden / 8;
   a.hidden = f.hidden;
   a.top_k = f.top_k;
+  a.slots_ready = slots_ready ? 1 : 0;
   const int64_t work = tokens * a.vecs;
   const int blocks = static_cast<int>(std::clamp<int64_t>((work + 255) / 256, 1, 132 * 16));
   const cudaError_t e = pipeline::launch_pdl(pick(f.elem), blocks, 256, 0, stream, a);

@@ -24,7 +24,11 @@ Status prepare(const DeviceFinalize& f);
 
 // y [rows, H] in expert order; slot_row / weights / slot_expert [tokens, k] (row -1: the slot
 // does not run here; slot_expert: its local expert, read for the bias); out [tokens, H].
+// slots_ready: the slot arrays were final before the previous kernel on the stream started
+// (they come two or more kernels back, all launched with programmatic dependent launch), so
+// the kernel reads them before its PDL wait.
 Status run(const DeviceFinalize& f, int64_t tokens, const void* y, const int32_t* slot_row,
-           const float* weights, const int32_t* slot_expert, void* out, cudaStream_t stream);
+           const float* weights, const int32_t* slot_expert, void* out, cudaStream_t stream,
+           bool slots_ready = false);
 
 }  // namespace moekit::finalize

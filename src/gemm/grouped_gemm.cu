@@ -285,7 +285,7 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint) const {
   const double stream_bytes = live * static_cast<double>(sh.n) * sh.k * kElemBytes;
   std::vector<const char*> names;
   if (h <= 0.3 && stream_bytes <= 256e6)
-    names = {"sm90.gemv.w16", "sm90.gemv.n8", "sm90.swapab.128x16x128.c1x1"};
+    names = {"sm90.gemv.n8", "sm90.swapab.128x16x128.c1x1"};
   else if (h <= 2.5)
     names = {"sm90.swapab.128x16x128.c1x1", "sm90.swapab.128x32x128.c1x1"};
   else if (h <= 24)

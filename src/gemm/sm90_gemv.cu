@@ -371,9 +371,11 @@ __global__ void __launch_bounds__(kStreamThreads, 3) gemv_stream_kernel(GemvPara
   }
 }
 
-// NT = 0 names the warp-streaming kernel.
-std::string gemv_name(int nt) {
-  return nt == 0 ? "sm90.gemv.w16" : "sm90.gemv.n" + std::to_string(8 * nt);
+// NT = 0 names the warp-streaming kernel; max_kw < 8 caps how many warps split k.
+std::string gemv_name(int nt, int max_kw = kWarps) {
+  if (nt == 0) return "sm90.gemv.w16";
+  return "sm90.gemv.n" + std::to_string(8 * nt) +
+         (max_kw < kWarps ? ".kw" + std::to_string(max_kw) : "");
 }
 
 template <bool kBF16, int NT, bool kAct>
@@ -385,13 +387,13 @@ constexpr auto gemv_kernel() {
   }
 }
 
-template <bool kBF16, int NT, bool kAct>
+template <bool kBF16, int NT, bool kAct, int kMaxKw = kWarps>
 class GemvTactic final : public Tactic {
   static constexpr int kBlockThreads = NT == 0 ? kStreamThreads : kThreads;
 
  public:
   Status init(const TacticContext& ctx) override {
-    const std::string what = "tactic " + gemv_name(NT) + (kAct ? "+act" : "") + " (groups " +
+    const std::string what = "tactic " + gemv_name(NT, kMaxKw) + (kAct ? "+act" : "") + " (groups " +
                              std::to_string(ctx.shape.groups) + ", n " +
                              std::to_string(ctx.shape.n) + ", k " + std::to_string(ctx.shape.k) + ")";
     what_ = what;
@@ -416,7 +418,7 @@ class GemvTactic final : public Tactic {
       constexpr int64_t kStepK = 32 * kSub<NT>;
       const int64_t steps = (ctx.shape.k + kStepK - 1) / kStepK;
       p_.kw = 1;
-      while (p_.kw * 2 <= kWarps && p_.kw * 2 <= steps) p_.kw *= 2;
+      while (p_.kw * 2 <= kMaxKw && p_.kw * 2 <= steps) p_.kw *= 2;
       p_.rw = kWarps / p_.kw;
       const int64_t rows_per_tile = 16 * p_.rw;
       p_.row_tiles = static_cast<int>((ctx.shape.n + rows_per_tile - 1) / rows_per_tile);
@@ -473,12 +475,16 @@ class GemvTactic final : public Tactic {
   std::string what_;
 };
 
-template <bool kBF16, int NT>
+template <bool kBF16, int NT, int kMaxKw = kWarps>
 void add_gemv(std::vector<TacticEntry>& v) {
   add_store_and_act(
-      v, gemv_name(NT), TacticKind::kGemv,
-      []() -> std::unique_ptr<Tactic> { return std::make_unique<GemvTactic<kBF16, NT, false>>(); },
-      []() -> std::unique_ptr<Tactic> { return std::make_unique<GemvTactic<kBF16, NT, true>>(); });
+      v, gemv_name(NT, kMaxKw), TacticKind::kGemv,
+      []() -> std::unique_ptr<Tactic> {
+        return std::make_unique<GemvTactic<kBF16, NT, false, kMaxKw>>();
+      },
+      []() -> std::unique_ptr<Tactic> {
+        return std::make_unique<GemvTactic<kBF16, NT, true, kMaxKw>>();
+      });
 }
 
 template <bool kBF16>
@@ -487,6 +493,8 @@ std::vector<TacticEntry> gemv_list() {
   add_gemv<kBF16, 1>(v);
   add_gemv<kBF16, 0>(v);
 #if !defined(MOEKIT_ONE_TACTIC)
+  add_gemv<kBF16, 1, 4>(v);
+  add_gemv<kBF16, 1, 2>(v);
   add_gemv<kBF16, 2>(v);
   add_gemv<kBF16, 4>(v);
 #endif

@@ -79,11 +79,18 @@ __device__ int32_t route_slots(const Args& a, int64_t t, float* scores, int lane
   return (lane < k && id >= 0 && le >= 0 && le < a.local_experts) ? le : -1;
 }
 
+// Lane s's slot of the first kKept tokens of a warp's chunk, kept in registers so the
+// single-block kernel does not read back what it just stored (a round trip to L2 each).
+template <int kKept>
+struct KeptSlots {
+  int32_t le[kKept], rank[kKept];
+};
+
 // One warp routes tokens [t0, t1) in order, ranking each slot in `hist` (L counters, zeroed
-// here) and storing slot_expert / slot_rank.
-template <int kPerLane>
+// here) and storing slot_expert / slot_rank (and the first kKept tokens' in `kept`).
+template <int kPerLane, int kKept>
 __device__ void route_and_rank(const Args& a, int64_t t0, int64_t t1, int* hist, float* scores,
-                               int lane) {
+                               int lane, KeptSlots<kKept>& kept) {
   for (int i = lane; i < a.local_experts; i += 32) hist[i] = 0;
   __syncwarp();
   const int k = a.r.top_k;
@@ -98,6 +105,12 @@ __device__ void route_and_rank(const Args& a, int64_t t0, int64_t t1, int* hist,
       a.b.slot_expert[t * k + lane] = le;
       a.b.slot_rank[t * k + lane] = rank;
     }
+#pragma unroll
+    for (int i = 0; i < kKept; ++i)
+      if (t - t0 == i) {
+        kept.le[i] = le;
+        kept.rank[i] = rank;
+      }
     __syncwarp();
   }
 }
@@ -135,7 +148,13 @@ __device__ void scatter_row(const Args& a, int64_t t, int32_t row, int lane) {
   }
 }
 
-// Everything in one block: warps are the chunks.
+// Everything in one block: warps are the chunks. The block runs alone on the critical path of
+// a decode step, so it keeps what it needs on chip: each warp's slots in registers (the chunks
+// of up to kSingleBlockMaxTokens tokens), the rows of up to kSingleRows slots in shared memory,
+// and the hidden rows to gather are pulled into L2 while the routing runs.
+constexpr int kSingleKept = static_cast<int>(kSingleBlockMaxTokens / kSingleWarps);
+constexpr int kSingleRows = 1024;
+
 template <int kPerLane, bool kGather>
 __global__ void __launch_bounds__(kSingleWarps * 32) single_block_kernel(Args a) {
   // Launched normally (it follows the caller's work); the next kernel reads nothing of ours
@@ -147,11 +166,20 @@ __global__ void __launch_bounds__(kSingleWarps * 32) single_block_kernel(Args a)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int* hist = smem;                      // [kSingleWarps][L]
   int* offs = hist + kSingleWarps * L;   // [L + 1]
-  float* scores = reinterpret_cast<float*>(offs + L + 1) + warp * a.routing_floats;
+  int* rows = offs + L + 1;              // [kSingleRows]: slot rows, when the slots fit
+  float* scores = reinterpret_cast<float*>(rows + kSingleRows) + warp * a.routing_floats;
   int* my_hist = hist + warp * L;
+  const int64_t pairs = a.tokens * k;
+  if (kGather) {
+    const char* hidden = reinterpret_cast<const char*>(a.hidden);
+    const int64_t bytes = a.tokens * a.row_vecs * 16;
+    for (int64_t off = int64_t(threadIdx.x) * 128; off < bytes; off += int64_t(blockDim.x) * 128)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(hidden + off));
+  }
   const int64_t t0 = static_cast<int64_t>(warp) * a.chunk_tokens;
   const int64_t t1 = min(a.tokens, t0 + a.chunk_tokens);
-  route_and_rank<kPerLane>(a, t0, t1, my_hist, scores, lane);
+  KeptSlots<kSingleKept> kept;
+  route_and_rank<kPerLane>(a, t0, t1, my_hist, scores, lane, kept);
   __syncthreads();
   for (int e = threadIdx.x; e < L; e += blockDim.x) {
     int run = 0;
@@ -169,19 +197,31 @@ __global__ void __launch_bounds__(kSingleWarps * 32) single_block_kernel(Args a)
     for (int e = lane; e <= L; e += 32) a.b.offsets[e] = offs[e];
   }
   __syncthreads();
+  const bool rows_on_chip = pairs <= kSingleRows;
   for (int64_t t = t0; t < t1; ++t) {
     if (lane < k) {
-      const int32_t le = a.b.slot_expert[t * k + lane];  // written by this thread above
-      const int32_t row = le >= 0 ? offs[le] + my_hist[le] + a.b.slot_rank[t * k + lane] : -1;
+      int32_t le = 0, rank = 0;
+      if (t - t0 < kSingleKept) {
+#pragma unroll
+        for (int i = 0; i < kSingleKept; ++i)
+          if (t - t0 == i) {
+            le = kept.le[i];
+            rank = kept.rank[i];
+          }
+      } else {  // a chunk longer than kept (a forced single-block run of many tokens)
+        le = a.b.slot_expert[t * k + lane];  // written by this thread above
+        rank = a.b.slot_rank[t * k + lane];
+      }
+      const int32_t row = le >= 0 ? offs[le] + my_hist[le] + rank : -1;
       a.b.slot_row[t * k + lane] = row;
+      if (rows_on_chip) rows[t * k + lane] = row;
       if (row >= 0) a.b.row_expert[row] = le;
     }
   }
   if (kGather) {
     __syncthreads();  // slot_row of every warp is visible to the block from here
-    const int64_t pairs = a.tokens * k;
     for (int64_t p = warp; p < pairs; p += kSingleWarps) {
-      const int32_t row = a.b.slot_row[p];
+      const int32_t row = rows_on_chip ? rows[p] : a.b.slot_row[p];
       if (row < 0) continue;
       const uint4* src = a.hidden + (p / k) * a.row_vecs;
       uint4* dst = a.permuted + static_cast<int64_t>(row) * a.row_vecs;
@@ -219,7 +259,8 @@ __global__ void __launch_bounds__(kMultiWarps * 32) route_rank_kernel(Args a) {
   float* scores = reinterpret_cast<float*>(hist + L);
   const int64_t t0 = static_cast<int64_t>(chunk) * a.chunk_tokens;
   const int64_t t1 = min(a.tokens, t0 + a.chunk_tokens);
-  route_and_rank<kPerLane>(a, t0, t1, hist, scores, lane);
+  KeptSlots<1> unused;
+  route_and_rank<kPerLane>(a, t0, t1, hist, scores, lane, unused);
   int32_t* out = a.b.chunk_counts + static_cast<int64_t>(chunk) * L;
   for (int e = lane; e < L; e += 32) out[e] = hist[e];
 }
@@ -312,7 +353,7 @@ int routing_floats(const Config& c) {
 }
 std::size_t single_smem(const Config& c) {
   return sizeof(int) * (static_cast<std::size_t>(kSingleWarps) * (c.local_experts + routing_floats(c)) +
-                        c.local_experts + 1);
+                        c.local_experts + 1 + kSingleRows);
 }
 std::size_t multi_smem(const Config& c) {
   return sizeof(int) * static_cast<std::size_t>(kMultiWarps) * (c.local_experts + routing_floats(c));

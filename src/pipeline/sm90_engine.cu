@@ -364,8 +364,9 @@ void Sm90Engine::forward(const ForwardArgs& args) {
     throw_if_error(activation::run_device(act_, fc1_out_, act_out_, pbuf_.row_expert,
                                           pbuf_.offsets, rows, stream));
   throw_if_error(fc2_->launch(calls[1], pbuf_.offsets, stream));
+  // The slots were written by the permute, before FC1 and FC2.
   throw_if_error(finalize::run(fin_, T, fc2_out_, pbuf_.slot_row, pbuf_.topk_weights,
-                               pbuf_.slot_expert, args.output.data, stream));
+                               pbuf_.slot_expert, args.output.data, stream, true));
 }
 
 Status Sm90Engine::poll_errors() {

@@ -1,6 +1,7 @@
 // Finalize against the host sum over slots in slot order (fp32 fma, one rounding): bit-exact,
 // bf16 and fp16, with and without the FC2 bias, slots that do not run here (row -1), tokens
-// with no local slot (zeros), output poisoned before the run.
+// with no local slot (zeros), output poisoned before the run; and under programmatic dependent
+// launch, settled slots read early while FC2's output is still being written.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,72 +21,130 @@ using namespace devtest;  // NOLINT: the shared device-test helpers
 
 class FinalizeTest : public GpuTest {};
 
+// Slots of `tokens` x k: every third one does not run here; token 0 has no local slot at all.
+// Rows in a random order; y and the bias random; `want` the host sum in slot order.
+struct Case {
+  std::vector<int32_t> slot_row, slot_expert;
+  std::vector<float> w, b;
+  std::vector<uint16_t> y, want;
+};
+
+Case make_case(DType elem, bool bias, int k, int64_t tokens, int64_t H, std::mt19937_64& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t L = 5;
+  Case c;
+  c.slot_row.assign(static_cast<std::size_t>(tokens * k), -1);
+  c.slot_expert.assign(c.slot_row.size(), -1);
+  c.w.resize(c.slot_row.size());
+  std::vector<int64_t> local;
+  for (int64_t i = 0; i < tokens * k; ++i) {
+    c.w[i] = normal(rng);
+    if (i / k != 0 && i % 3 != 2) local.push_back(i);
+  }
+  const int32_t rows = static_cast<int32_t>(local.size());
+  std::vector<int32_t> order(local.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);  // rows in any order
+  for (std::size_t j = 0; j < local.size(); ++j) {
+    c.slot_row[local[j]] = order[j];
+    c.slot_expert[local[j]] = static_cast<int32_t>(local[j] % L);
+  }
+  c.y.resize(static_cast<std::size_t>(std::max(rows, 1) * H));
+  fill_bits(c.y, elem, normal, rng);
+  c.b.resize(bias ? L * H : 0);
+  for (auto& v : c.b) v = normal(rng);
+  c.want.resize(static_cast<std::size_t>(tokens * H));
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t h = 0; h < H; ++h) {
+      float acc = 0.0f;
+      for (int s = 0; s < k; ++s) {
+        const int32_t r = c.slot_row[t * k + s];
+        if (r < 0) continue;
+        float v = from_bits(elem, c.y[r * H + h]);
+        if (bias) v += c.b[c.slot_expert[t * k + s] * H + h];
+        acc = std::fmaf(c.w[t * k + s], v, acc);
+      }
+      c.want[t * H + h] = to_bits(elem, acc);
+    }
+  return c;
+}
+
+void expect_exact(const Case& c, const DeviceBuffer& d_out, int64_t H) {
+  const auto got = to_host<uint16_t>(d_out.ptr, c.want.size());
+  int64_t diff = 0;
+  for (std::size_t i = 0; i < c.want.size(); ++i) diff += got[i] != c.want[i];
+  EXPECT_EQ(diff, 0) << "elements differing from the host sum";
+  for (int64_t h = 0; h < H; ++h) ASSERT_EQ(got[h], 0) << "token 0 must be zeros";
+}
+
 TEST_F(FinalizeTest, MatchesHostSumInSlotOrder) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0xf1a1);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
   for (DType elem : {DType::kBFloat16, DType::kFloat16})
     for (bool bias : {false, true})
       for (int k : {1, 2, 8, 11})
-        for (int64_t tokens : {1, 7, 513}) {
-          SCOPED_TRACE(std::string(to_string(elem)) + (bias ? " bias" : "") + " k" +
-                       std::to_string(k) + " T" + std::to_string(tokens));
-          const int64_t H = 264, L = 5;
-          // Slots: every third one does not run here; token 0 has no local slot at all.
-          std::vector<int32_t> slot_row(static_cast<std::size_t>(tokens * k), -1);
-          std::vector<int32_t> slot_expert(slot_row.size(), -1);
-          std::vector<float> w(slot_row.size());
-          std::vector<int64_t> local;
-          for (int64_t i = 0; i < tokens * k; ++i) {
-            w[i] = normal(rng);
-            if (i / k != 0 && i % 3 != 2) local.push_back(i);
+        for (int64_t tokens : {1, 7, 513})
+          for (bool settled : {false, true}) {
+            SCOPED_TRACE(std::string(to_string(elem)) + (bias ? " bias" : "") + " k" +
+                         std::to_string(k) + " T" + std::to_string(tokens) +
+                         (settled ? " slots_ready" : ""));
+            const int64_t H = 264;
+            const Case c = make_case(elem, bias, k, tokens, H, rng);
+            DeviceBuffer d_y = to_device(c.y), d_rows = to_device(c.slot_row);
+            DeviceBuffer d_w = to_device(c.w), d_e = to_device(c.slot_expert);
+            DeviceBuffer d_b = to_device(c.b);
+            DeviceBuffer d_out(c.want.size() * 2);
+            d_out.poison();
+            DeviceFinalize f;
+            f.elem = elem;
+            f.hidden = H;
+            f.top_k = k;
+            f.fc2_bias = bias ? d_b.as<float>() : nullptr;
+            ASSERT_TRUE(prepare(f).ok());
+            ASSERT_TRUE(run(f, tokens, d_y.ptr, d_rows.as<int32_t>(), d_w.as<float>(),
+                            d_e.as<int32_t>(), d_out.ptr, nullptr, settled)
+                            .ok());
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+            expect_exact(c, d_out, H);
           }
-          const int32_t rows = static_cast<int32_t>(local.size());
-          std::vector<int32_t> order(local.size());
-          std::iota(order.begin(), order.end(), 0);
-          std::shuffle(order.begin(), order.end(), rng);  // rows in any order
-          for (std::size_t j = 0; j < local.size(); ++j) {
-            slot_row[local[j]] = order[j];
-            slot_expert[local[j]] = static_cast<int32_t>(local[j] % L);
-          }
-          std::vector<uint16_t> y(static_cast<std::size_t>(std::max(rows, 1) * H));
-          fill_bits(y, elem, normal, rng);
-          std::vector<float> b(bias ? L * H : 0);
-          for (auto& v : b) v = normal(rng);
+}
 
-          std::vector<uint16_t> want(static_cast<std::size_t>(tokens * H));
-          for (int64_t t = 0; t < tokens; ++t)
-            for (int64_t h = 0; h < H; ++h) {
-              float acc = 0.0f;
-              for (int s = 0; s < k; ++s) {
-                const int32_t r = slot_row[t * k + s];
-                if (r < 0) continue;
-                float v = from_bits(elem, y[r * H + h]);
-                if (bias) v += b[slot_expert[t * k + s] * H + h];
-                acc = std::fmaf(w[t * k + s], v, acc);
-              }
-              want[t * H + h] = to_bits(elem, acc);
-            }
+// Lets its dependent start at once, spins ~`ns`, then writes the real y over the stale one.
+__global__ void slow_y_writer(uint4* y, const uint4* src, int64_t vecs, long long ns) {
+  asm volatile("griddepcontrol.launch_dependents;");
+  if (threadIdx.x == 0) {
+    uint64_t t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < static_cast<uint64_t>(ns));
+  }
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < vecs; i += blockDim.x) y[i] = src[i];
+}
 
-          DeviceBuffer d_y = to_device(y), d_rows = to_device(slot_row), d_w = to_device(w);
-          DeviceBuffer d_e = to_device(slot_expert), d_b = to_device(b);
-          DeviceBuffer d_out(want.size() * 2);
-          d_out.poison();
-          DeviceFinalize f;
-          f.elem = elem;
-          f.hidden = H;
-          f.top_k = k;
-          f.fc2_bias = bias ? d_b.as<float>() : nullptr;
-          ASSERT_TRUE(prepare(f).ok());
-          ASSERT_TRUE(run(f, tokens, d_y.ptr, d_rows.as<int32_t>(), d_w.as<float>(),
-                          d_e.as<int32_t>(), d_out.ptr, nullptr)
-                          .ok());
-          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-          const auto got = to_host<uint16_t>(d_out.ptr, want.size());
-          int64_t diff = 0;
-          for (std::size_t i = 0; i < want.size(); ++i) diff += got[i] != want[i];
-          EXPECT_EQ(diff, 0) << "elements differing from the host sum";
-          for (int64_t h = 0; h < H; ++h) ASSERT_EQ(got[h], 0) << "token 0 must be zeros";
-        }
+TEST_F(FinalizeTest, SettledSlotsStillWaitForFc2Output) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0xf1a2);
+  const int64_t H = 512, tokens = 7;
+  const int k = 8;
+  const Case c = make_case(DType::kBFloat16, true, k, tokens, H, rng);
+  DeviceBuffer d_src = to_device(c.y), d_rows = to_device(c.slot_row);
+  DeviceBuffer d_w = to_device(c.w), d_e = to_device(c.slot_expert), d_b = to_device(c.b);
+  DeviceBuffer d_y(c.y.size() * 2), d_out(c.want.size() * 2);
+  d_y.poison();  // stale until the slow writer runs
+  d_out.poison();
+  DeviceFinalize f;
+  f.elem = DType::kBFloat16;
+  f.hidden = H;
+  f.top_k = k;
+  f.fc2_bias = d_b.as<float>();
+  ASSERT_TRUE(prepare(f).ok());
+  slow_y_writer<<<1, 256>>>(static_cast<uint4*>(d_y.ptr), static_cast<const uint4*>(d_src.ptr),
+                            static_cast<int64_t>(c.y.size() / 8), 200000);
+  ASSERT_TRUE(run(f, tokens, d_y.ptr, d_rows.as<int32_t>(), d_w.as<float>(), d_e.as<int32_t>(),
+                  d_out.ptr, nullptr, true)
+                  .ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  expect_exact(c, d_out, H);
 }
 
 TEST(FinalizeLimits, RefusesWhatItCannotRun) {
