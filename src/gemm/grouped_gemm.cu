@@ -272,10 +272,11 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint) const {
   // Measured on an H200 (bench/gemm_sweep.cu over the FC1/FC2 shapes of qwen3-30b-a3b,
   // mixtral-8x7b, deepseek-v3 and gpt-oss-120b, random top-k routing; bench/results/). Each
   // choice lists fallbacks for builds that keep one tactic per family.
-  //  - Below ~0.3 rows per expert (most experts empty, the rest one token) the weights of the
+  //  - Up to ~1 row per expert (most experts empty, the rest one token) the weights of the
   //    hit experts are streamed once: the GEMV does it best while they are short (up to ~256 MB,
-  //    e.g. qwen3 FC1 at T=1: 21.7 vs 27.5 us), the swap-AB TMA pipeline on longer streams
-  //    (deepseek FC1 at T=1, 470 MB: 126 vs 139 us; T=8: 753 vs 834 us).
+  //    e.g. qwen3 FC1 at T=1: 21.7 vs 27.5 us; qwen3 FC2 at T=8, 0.5 rows per expert, 179 MB:
+  //    55.3 vs 58.7), the swap-AB TMA pipeline on longer streams (deepseek FC1 at T=1, 470 MB:
+  //    126 vs 139 us; T=8: 753 vs 834 us).
   //  - Up to ~2 rows per expert the 16-token swap-AB tile wastes least (mixtral at T=8, 2 rows:
   //    FC1+act 379.7 vs 386.3 us, FC2 227.0 vs 229.7 against the 32-token tile; qwen3 at T=8
   //    -1 us; deepseek and gpt-oss at T=64 within 0.3%).
@@ -284,7 +285,7 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint) const {
   const double live = sh.groups * (1.0 - std::exp(-h));  // expected non-empty experts
   const double stream_bytes = live * static_cast<double>(sh.n) * sh.k * kElemBytes;
   std::vector<const char*> names;
-  if (h <= 0.3 && stream_bytes <= 256e6)
+  if (h <= 1.0 && stream_bytes <= 256e6)
     names = {"sm90.gemv.n8", "sm90.swapab.128x16x128.c1x1"};
   else if (h <= 2.5)
     names = {"sm90.swapab.128x16x128.c1x1", "sm90.swapab.128x32x128.c1x1"};

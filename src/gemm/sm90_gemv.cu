@@ -10,7 +10,8 @@
 // A block of 8 warps owns 16*rw weight rows of one expert; its warps split k kw ways (rw*kw = 8)
 // and reduce through shared memory, so no split-K workspace or second pass is needed. Blocks are
 // persistent over (non-empty expert, row tile) items: each block compacts the non-empty groups
-// from row_offsets itself, so experts with no rows cost nothing. An expert with more than 8*NT
+// from row_offsets itself, so experts with no rows cost nothing, and then picks kw from how many
+// are live (choose_split below). An expert with more than 8*NT
 // rows is handled in chunks (correct for any distribution, re-reading its weights from L2).
 //
 // The "+act" kernels apply FC1's bias and gated activation in the final reduction: with the
@@ -53,7 +54,6 @@ struct GemvParams {
   uint16_t* d;        // [rows, n], or [rows, n / 2] for "+act"
   const int32_t* row_offsets;
   int groups, n, k;
-  int kw, rw, row_tiles;
   int offsets_ready;       // row_offsets settled before the previous kernel started
   activation::Params act;  // "+act" only
   const float* bias;       // "+act" only: [groups, n] or null
@@ -95,6 +95,38 @@ __device__ __forceinline__ uint16_t to_elem(float v) {
   }
 }
 
+// How the block's warps split an item: kw ways along k, rw = 8 / kw tiles of 16 rows.
+struct Split {
+  int kw, rw, row_tiles;
+};
+
+// Chosen on the device once the live experts are known, the same in every block. A block runs
+// ceil(items / grid) items one after the other; each costs its warps' k steps plus about one
+// step of barrier and reduction, so the split minimizes waves * (steps / kw + 1); ties go to
+// the wider k split. Fit to the H200 sweeps of bench/results (2026-11-30, session 5): e.g.
+// mixtral FC2 at T=1 (2 live experts, k = 14336) kw 4: 69.9 us against 74.5 with kw 8; qwen3
+// FC2 (k = 768) kw 2: 14.1 against 15.5; gpt-oss FC2 keeps kw 8 (27.1 against 29.2 with kw 4).
+template <int NT>
+__device__ __forceinline__ Split choose_split(int64_t live, int64_t n, int64_t k, int64_t grid) {
+  constexpr int64_t kStepK = 32 * kSub<NT>;
+  const int64_t steps = (k + kStepK - 1) / kStepK;
+  // kw >= 2: a single k slice per warp was not measured.
+  Split best{1, kWarps, static_cast<int>((n + 16 * kWarps - 1) / (16 * kWarps))};
+  int64_t best_cost = -1;
+  for (int kw = kWarps; kw >= 2; kw /= 2) {
+    if (kw > steps) continue;  // every warp gets a k step
+    const int rw = kWarps / kw;
+    const int64_t tiles = (n + 16 * rw - 1) / (16 * rw);
+    const int64_t waves = (live * tiles + grid - 1) / grid;
+    const int64_t cost = waves * ((steps + kw - 1) / kw + 1);
+    if (best_cost < 0 || cost < best_cost) {
+      best_cost = cost;
+      best = Split{kw, rw, static_cast<int>(tiles)};
+    }
+  }
+  return best;
+}
+
 template <bool kBF16, int NT, bool kAct>
 __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p) {
   extern __shared__ int s_active[];  // [groups]: non-empty groups, in order
@@ -103,6 +135,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   if (!p.offsets_ready) pipeline::pdl_wait();  // row_offsets come from the kernel before
   const int live_count = compact_live_groups<kWarps>(p.row_offsets, p.groups, s_active, s_warp_live);
+  const Split sp = choose_split<NT>(live_count, p.n, p.k, gridDim.x);
   if (p.offsets_ready) {
     // While the previous kernel finishes, pull this block's first weight rows (contiguous) into
     // L2, so its first loads after the wait do not start from DRAM. Only short items: measured
@@ -110,11 +143,11 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
     // FC2 gained 0.7 us at T=1, while 64 KB to 458 KB items (deepseek, gpt-oss, mixtral) lost
     // 1-5 us: all blocks' prefetches together then compete with the stream (mixtral: 121 MB).
     const int64_t first = blockIdx.x;
-    const int64_t item_bytes = int64_t(16) * p.rw * p.k * 2;
-    if (item_bytes <= kPrefetchMaxBytes && first < int64_t(live_count) * p.row_tiles) {
-      const int g = s_active[first / p.row_tiles];
-      const int64_t row0 = int64_t(first % p.row_tiles) * 16 * p.rw;
-      const int64_t rows = min(int64_t(16) * p.rw, int64_t(p.n) - row0);
+    const int64_t item_bytes = int64_t(16) * sp.rw * p.k * 2;
+    if (item_bytes <= kPrefetchMaxBytes && first < int64_t(live_count) * sp.row_tiles) {
+      const int g = s_active[first / sp.row_tiles];
+      const int64_t row0 = int64_t(first % sp.row_tiles) * 16 * sp.rw;
+      const int64_t rows = min(int64_t(16) * sp.rw, int64_t(p.n) - row0);
       const char* base = reinterpret_cast<const char*>(p.w + (int64_t(g) * p.n + row0) * p.k);
       const int64_t bytes = rows * p.k * 2;
       for (int64_t off = int64_t(tid) * 128; off < bytes; off += int64_t(kThreads) * 128)
@@ -124,13 +157,13 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
   }
   pipeline::pdl_launch_dependents();
 
-  const int rw = warp / p.kw, kw = warp % p.kw;
+  const int rw = warp / sp.kw, kw = warp % sp.kw;
   const int q = lane & 3, r = lane >> 2;
   const int64_t n = p.n, k = p.k;
-  const int64_t items = int64_t(live_count) * p.row_tiles;
+  const int64_t items = int64_t(live_count) * sp.row_tiles;
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-    const int g = s_active[item / p.row_tiles];
-    const int tile_row0 = int(item % p.row_tiles) * 16 * p.rw;
+    const int g = s_active[item / sp.row_tiles];
+    const int tile_row0 = int(item % sp.row_tiles) * 16 * sp.rw;
     const int row = tile_row0 + rw * 16 + r;
     const int m0 = p.row_offsets[g];
     const int mg = p.row_offsets[g + 1] - m0;
@@ -147,7 +180,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
         for (int i = 0; i < 4; ++i) acc[j][i] = 0.f;
 
       constexpr int kS = kSub<NT>;
-      for (int64_t kb = int64_t(kw) * 32 * kS; kb < k; kb += int64_t(p.kw) * 32 * kS) {
+      for (int64_t kb = int64_t(kw) * 32 * kS; kb < k; kb += int64_t(sp.kw) * 32 * kS) {
         uint4 wa[kS], wb[kS], x[NT][kS];
 #pragma unroll
         for (int u = 0; u < kS; ++u) {
@@ -182,13 +215,13 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
       if constexpr (kAct) {
         // mma C fragment entries i and i + 2 (rows l/4 and l/4 + 8): a gate and its up.
         const int64_t half = n / 2;
-        for (int idx = tid; idx < p.rw * NT * 2 * 32; idx += kThreads) {
+        for (int idx = tid; idx < sp.rw * NT * 2 * 32; idx += kThreads) {
           const int l = idx & 31, ji = (idx >> 5) % (NT * 2), wr = (idx >> 5) / (NT * 2);
           const int i = ji & 1, j = ji >> 1;
           float gate = 0.f, up = 0.f;
-          for (int x2 = 0; x2 < p.kw; ++x2) {
-            gate += s_red[wr * p.kw + x2][j * 4 + i][l];
-            up += s_red[wr * p.kw + x2][j * 4 + i + 2][l];
+          for (int x2 = 0; x2 < sp.kw; ++x2) {
+            gate += s_red[wr * sp.kw + x2][j * 4 + i][l];
+            up += s_red[wr * sp.kw + x2][j * 4 + i + 2][l];
           }
           const int gate_row = tile_row0 + wr * 16 + (l >> 2);
           const int tok = c0 + j * 8 + (l & 3) * 2 + i;
@@ -204,10 +237,10 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
         __syncthreads();
         continue;
       }
-      for (int idx = tid; idx < p.rw * NT * 4 * 32; idx += kThreads) {
+      for (int idx = tid; idx < sp.rw * NT * 4 * 32; idx += kThreads) {
         const int l = idx & 31, ji = (idx >> 5) % (NT * 4), wr = (idx >> 5) / (NT * 4);
         float s = 0.f;
-        for (int x2 = 0; x2 < p.kw; ++x2) s += s_red[wr * p.kw + x2][ji][l];
+        for (int x2 = 0; x2 < sp.kw; ++x2) s += s_red[wr * sp.kw + x2][ji][l];
         const int i = ji & 3, j = ji >> 2;
         // mma C fragment: c0,c1 at (row l/4, col 2(l%4) + {0,1}); c2,c3 at row l/4 + 8.
         const int out_row = tile_row0 + wr * 16 + (l >> 2) + (i >= 2 ? 8 : 0);
@@ -219,181 +252,13 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
   }
 }
 
-// ---- "sm90.gemv.w16": one warp streams whole 16-row tiles, two k steps in flight ----
-//
-// The kernel above splits each 16-row tile's k over the block's warps and meets at a block
-// barrier per tile: every tile ends with all eight warps waiting for the slowest load, and the
-// next tile's loads start only after the reduction. Here a warp owns a 16-row tile of one
-// expert over all of k (no reduction, no block barrier after the start), and issues the loads
-// of its next step (which may be its next tile) before the MMAs of the current one, so its
-// loads never drain. Only NT = 1 (up to 8 token rows per pass; an expert with more rows takes
-// several passes over its tile).
-constexpr int kStreamWarps = 4;
-constexpr int kStreamThreads = kStreamWarps * 32;
-constexpr int kStreamStepK = 128;  // k per warp step: 4 x 32, two 16-byte loads per lane per row
-
-struct StreamFrag {
-  uint4 wa[4], wb[4], x[4];
-};
-
-// Where a warp is in its sequence of (tile, pass, k step).
-struct StreamCursor {
-  int64_t item;  // index into live groups x row tiles; >= items when done
-  int c0, s;     // first token row of the pass, k step
-  int g, m0, mg, row0;
-};
-
-template <bool kBF16, bool kAct>
-__global__ void __launch_bounds__(kStreamThreads, 3) gemv_stream_kernel(GemvParams p) {
-  // [groups] live group ids, then their first row and row count.
-  extern __shared__ int s_dyn[];
-  int* s_active = s_dyn;
-  int* s_m0 = s_dyn + p.groups;
-  int* s_mg = s_dyn + 2 * p.groups;
-  __shared__ int s_warp_live[kStreamWarps];
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  if (!p.offsets_ready) pipeline::pdl_wait();  // row_offsets come from the kernel before
-  const int live_count =
-      compact_live_groups<kStreamWarps>(p.row_offsets, p.groups, s_active, s_warp_live);
-  for (int i = tid; i < live_count; i += kStreamThreads) {
-    const int g = s_active[i];
-    s_m0[i] = p.row_offsets[g];
-    s_mg[i] = p.row_offsets[g + 1] - p.row_offsets[g];
-  }
-  __syncthreads();
-  if (p.offsets_ready) pipeline::pdl_wait();  // the activations come from the kernel before
-  pipeline::pdl_launch_dependents();
-
-  const int q = lane & 3, r = lane >> 2;
-  const int64_t n = p.n, k = p.k;
-  const int64_t tiles = p.row_tiles;
-  const int64_t items = int64_t(live_count) * tiles;
-  const int64_t stride = int64_t(gridDim.x) * kStreamWarps;
-  const int steps = static_cast<int>((k + kStreamStepK - 1) / kStreamStepK);
-
-  auto start_item = [&](StreamCursor& c, int64_t item) {
-    c.item = item;
-    c.c0 = 0;
-    c.s = 0;
-    if (item >= items) return;
-    const int64_t li = item / tiles;
-    c.g = s_active[li];
-    c.m0 = s_m0[li];
-    c.mg = s_mg[li];
-    c.row0 = static_cast<int>(item % tiles) * 16;
-  };
-  auto advance = [&](StreamCursor& c) {
-    if (++c.s < steps) return;
-    c.s = 0;
-    c.c0 += 8;
-    if (c.c0 < c.mg) return;
-    start_item(c, c.item + stride);
-  };
-  auto load = [&](StreamFrag& f, const StreamCursor& c) {
-    const int row = c.row0 + r;
-    const bool ok0 = row < n, ok1 = row + 8 < n;
-    const uint16_t* w0 = p.w + (int64_t(c.g) * n + row) * k;
-    const uint16_t* w1 = w0 + 8 * k;
-    const int t = c.c0 + r;
-    const uint16_t* x0 = p.a + int64_t(c.m0 + t) * k;
-    const uint4 zero = make_uint4(0, 0, 0, 0);
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int64_t kk = int64_t(c.s) * kStreamStepK + u * 32 + q * 8;
-      const bool kin = kk < k;  // k % 8 == 0: a 16-byte chunk is wholly in or out
-      f.wa[u] = (ok0 && kin) ? load_stream(w0 + kk) : zero;
-      f.wb[u] = (ok1 && kin) ? load_stream(w1 + kk) : zero;
-      f.x[u] = (t < c.mg && kin) ? __ldg(reinterpret_cast<const uint4*>(x0 + kk)) : zero;
-    }
-  };
-  float acc[4] = {0.f, 0.f, 0.f, 0.f};
-  // MMAs of one step; after a pass's last step, its 16 rows x 8 tokens are final: store them.
-  auto compute = [&](const StreamFrag& f, const StreamCursor& c) {
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      mma16816<kBF16>(acc, f.wa[u].x, f.wb[u].x, f.wa[u].y, f.wb[u].y, f.x[u].x, f.x[u].y);
-      mma16816<kBF16>(acc, f.wa[u].z, f.wb[u].z, f.wa[u].w, f.wb[u].w, f.x[u].z, f.x[u].w);
-    }
-    if (c.s != steps - 1) return;
-    // mma C fragment: acc[0..1] at (row r, tokens 2q, 2q + 1), acc[2..3] at row r + 8.
-    if constexpr (kAct) {
-      // Blocked gate/up order (activation_math.hpp): rows r and r + 8 are a gate and its up.
-      const int64_t half = n / 2;
-      const int gate_row = c.row0 + r;
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int tok = c.c0 + 2 * q + i;
-        if (gate_row < n && tok < c.mg) {
-          float gate = acc[i], up = acc[i + 2];
-          if (p.bias != nullptr) {
-            gate += p.bias[int64_t(c.g) * n + gate_row];
-            up += p.bias[int64_t(c.g) * n + gate_row + 8];
-          }
-          p.d[int64_t(c.m0 + tok) * half + (c.row0 >> 4) * 8 + r] =
-              to_elem<kBF16>(activation::apply_gated(p.act, gate, up));
-        }
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int out_row = c.row0 + r + (i >= 2 ? 8 : 0);
-        const int tok = c.c0 + 2 * q + (i & 1);
-        if (out_row < n && tok < c.mg) p.d[int64_t(c.m0 + tok) * n + out_row] = to_elem<kBF16>(acc[i]);
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) acc[i] = 0.f;
-  };
-
-  // Two fragments in turn: the loads of step j + 1 are in flight during the MMAs of step j.
-  StreamCursor cc, lc;
-  start_item(cc, int64_t(blockIdx.x) * kStreamWarps + warp);
-  lc = cc;
-  StreamFrag fa, fb;
-  if (lc.item < items) {
-    load(fa, lc);
-    advance(lc);
-  }
-  while (cc.item < items) {
-    if (lc.item < items) {
-      load(fb, lc);
-      advance(lc);
-    }
-    compute(fa, cc);
-    advance(cc);
-    if (cc.item >= items) break;
-    if (lc.item < items) {
-      load(fa, lc);
-      advance(lc);
-    }
-    compute(fb, cc);
-    advance(cc);
-  }
-}
-
-// NT = 0 names the warp-streaming kernel; max_kw < 8 caps how many warps split k.
-std::string gemv_name(int nt, int max_kw = kWarps) {
-  if (nt == 0) return "sm90.gemv.w16";
-  return "sm90.gemv.n" + std::to_string(8 * nt) +
-         (max_kw < kWarps ? ".kw" + std::to_string(max_kw) : "");
-}
+std::string gemv_name(int nt) { return "sm90.gemv.n" + std::to_string(8 * nt); }
 
 template <bool kBF16, int NT, bool kAct>
-constexpr auto gemv_kernel() {
-  if constexpr (NT == 0) {
-    return gemv_stream_kernel<kBF16, kAct>;
-  } else {
-    return grouped_gemv_kernel<kBF16, NT, kAct>;
-  }
-}
-
-template <bool kBF16, int NT, bool kAct, int kMaxKw = kWarps>
 class GemvTactic final : public Tactic {
-  static constexpr int kBlockThreads = NT == 0 ? kStreamThreads : kThreads;
-
  public:
   Status init(const TacticContext& ctx) override {
-    const std::string what = "tactic " + gemv_name(NT, kMaxKw) + (kAct ? "+act" : "") + " (groups " +
+    const std::string what = "tactic " + gemv_name(NT) + (kAct ? "+act" : "") + " (groups " +
                              std::to_string(ctx.shape.groups) + ", n " +
                              std::to_string(ctx.shape.n) + ", k " + std::to_string(ctx.shape.k) + ")";
     what_ = what;
@@ -406,26 +271,9 @@ class GemvTactic final : public Tactic {
     p_.groups = ctx.shape.groups;
     p_.n = static_cast<int>(ctx.shape.n);
     p_.k = static_cast<int>(ctx.shape.k);
-    int64_t items_per_block = 1;
-    if constexpr (NT == 0) {
-      p_.kw = p_.rw = 1;
-      p_.row_tiles = static_cast<int>((ctx.shape.n + 15) / 16);
-      items_per_block = kStreamWarps;  // one 16-row tile per warp at a time
-      smem_ = 3 * sizeof(int) * static_cast<size_t>(ctx.shape.groups);
-    } else {
-      // Split k over as many warps as it has warp steps (a power of two up to 8); the rest of
-      // the block's warps take further 16-row slices.
-      constexpr int64_t kStepK = 32 * kSub<NT>;
-      const int64_t steps = (ctx.shape.k + kStepK - 1) / kStepK;
-      p_.kw = 1;
-      while (p_.kw * 2 <= kMaxKw && p_.kw * 2 <= steps) p_.kw *= 2;
-      p_.rw = kWarps / p_.kw;
-      const int64_t rows_per_tile = 16 * p_.rw;
-      p_.row_tiles = static_cast<int>((ctx.shape.n + rows_per_tile - 1) / rows_per_tile);
-      smem_ = sizeof(int) * static_cast<size_t>(ctx.shape.groups);
-    }
 
-    auto kernel = gemv_kernel<kBF16, NT, kAct>();
+    auto kernel = grouped_gemv_kernel<kBF16, NT, kAct>;
+    smem_ = sizeof(int) * static_cast<size_t>(ctx.shape.groups);
     cudaFuncAttributes attr{};
     cudaError_t err = cudaFuncGetAttributes(&attr, kernel);  // also loads the kernel now
     if (err != cudaSuccess) return cuda_status(err, "cudaFuncGetAttributes", what);
@@ -443,12 +291,14 @@ class GemvTactic final : public Tactic {
       if (err != cudaSuccess) return cuda_status(err, "cudaFuncSetAttribute", what);
     }
     int per_sm = 0;
-    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBlockThreads, smem_);
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem_);
     if (err != cudaSuccess) return cuda_status(err, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", what);
     // At most min(groups, max_rows) groups are non-empty.
+    // At most min(groups, max_rows) groups are non-empty, with at most ceil(n / 16) items each
+    // (the split with one 16-row tile per item).
     const int64_t live_max = std::min<int64_t>(ctx.shape.groups, ctx.shape.max_rows);
-    const int64_t blocks = (live_max * p_.row_tiles + items_per_block - 1) / items_per_block;
-    grid_ = static_cast<int>(std::min<int64_t>(blocks, int64_t(std::max(per_sm, 1)) * ctx.sm_count));
+    const int64_t items = live_max * ((ctx.shape.n + 15) / 16);
+    grid_ = static_cast<int>(std::min<int64_t>(items, int64_t(std::max(per_sm, 1)) * ctx.sm_count));
     return {};
   }
 
@@ -460,8 +310,8 @@ class GemvTactic final : public Tactic {
     p.d = static_cast<uint16_t*>(a.d);
     p.row_offsets = a.row_offsets;
     p.offsets_ready = a.offsets_ready ? 1 : 0;
-    const cudaError_t err = pipeline::launch_pdl(gemv_kernel<kBF16, NT, kAct>(), grid_,
-                                                 kBlockThreads, smem_, a.stream, p);
+    const cudaError_t err = pipeline::launch_pdl(grouped_gemv_kernel<kBF16, NT, kAct>, grid_, kThreads,
+                                                 smem_, a.stream, p);
     if (err != cudaSuccess) return cuda_status(err, "kernel launch", what_);
     return {};
   }
@@ -475,26 +325,19 @@ class GemvTactic final : public Tactic {
   std::string what_;
 };
 
-template <bool kBF16, int NT, int kMaxKw = kWarps>
+template <bool kBF16, int NT>
 void add_gemv(std::vector<TacticEntry>& v) {
   add_store_and_act(
-      v, gemv_name(NT, kMaxKw), TacticKind::kGemv,
-      []() -> std::unique_ptr<Tactic> {
-        return std::make_unique<GemvTactic<kBF16, NT, false, kMaxKw>>();
-      },
-      []() -> std::unique_ptr<Tactic> {
-        return std::make_unique<GemvTactic<kBF16, NT, true, kMaxKw>>();
-      });
+      v, gemv_name(NT), TacticKind::kGemv,
+      []() -> std::unique_ptr<Tactic> { return std::make_unique<GemvTactic<kBF16, NT, false>>(); },
+      []() -> std::unique_ptr<Tactic> { return std::make_unique<GemvTactic<kBF16, NT, true>>(); });
 }
 
 template <bool kBF16>
 std::vector<TacticEntry> gemv_list() {
   std::vector<TacticEntry> v;
   add_gemv<kBF16, 1>(v);
-  add_gemv<kBF16, 0>(v);
 #if !defined(MOEKIT_ONE_TACTIC)
-  add_gemv<kBF16, 1, 4>(v);
-  add_gemv<kBF16, 1, 2>(v);
   add_gemv<kBF16, 2>(v);
   add_gemv<kBF16, 4>(v);
 #endif
