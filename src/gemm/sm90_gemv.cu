@@ -10,8 +10,7 @@
 // A block of 8 warps owns 16*rw weight rows of one expert; its warps split k kw ways (rw*kw = 8)
 // and reduce through shared memory, so no split-K workspace or second pass is needed. Blocks are
 // persistent over (non-empty expert, row tile) items: each block compacts the non-empty groups
-// from row_offsets itself, so experts with no rows cost nothing, and then picks kw from how many
-// are live (choose_split below). An expert with more than 8*NT
+// from row_offsets itself, so experts with no rows cost nothing. An expert with more than 8*NT
 // rows is handled in chunks (correct for any distribution, re-reading its weights from L2).
 //
 // The "+act" kernels apply FC1's bias and gated activation in the final reduction: with the
@@ -54,6 +53,7 @@ struct GemvParams {
   uint16_t* d;        // [rows, n], or [rows, n / 2] for "+act"
   const int32_t* row_offsets;
   int groups, n, k;
+  int kw, rw, row_tiles;
   int offsets_ready;       // row_offsets settled before the previous kernel started
   activation::Params act;  // "+act" only
   const float* bias;       // "+act" only: [groups, n] or null
@@ -95,38 +95,6 @@ __device__ __forceinline__ uint16_t to_elem(float v) {
   }
 }
 
-// How the block's warps split an item: kw ways along k, rw = 8 / kw tiles of 16 rows.
-struct Split {
-  int kw, rw, row_tiles;
-};
-
-// Chosen on the device once the live experts are known, the same in every block. A block runs
-// ceil(items / grid) items one after the other; each costs its warps' k steps plus about one
-// step of barrier and reduction, so the split minimizes waves * (steps / kw + 1); ties go to
-// the wider k split. Fit to the H200 sweeps of bench/results (2026-11-30, session 5): e.g.
-// mixtral FC2 at T=1 (2 live experts, k = 14336) kw 4: 69.9 us against 74.5 with kw 8; qwen3
-// FC2 (k = 768) kw 2: 14.1 against 15.5; gpt-oss FC2 keeps kw 8 (27.1 against 29.2 with kw 4).
-template <int NT>
-__device__ __forceinline__ Split choose_split(int64_t live, int64_t n, int64_t k, int64_t grid) {
-  constexpr int64_t kStepK = 32 * kSub<NT>;
-  const int64_t steps = (k + kStepK - 1) / kStepK;
-  // kw >= 2: a single k slice per warp was not measured.
-  Split best{1, kWarps, static_cast<int>((n + 16 * kWarps - 1) / (16 * kWarps))};
-  int64_t best_cost = -1;
-  for (int kw = kWarps; kw >= 2; kw /= 2) {
-    if (kw > steps) continue;  // every warp gets a k step
-    const int rw = kWarps / kw;
-    const int64_t tiles = (n + 16 * rw - 1) / (16 * rw);
-    const int64_t waves = (live * tiles + grid - 1) / grid;
-    const int64_t cost = waves * ((steps + kw - 1) / kw + 1);
-    if (best_cost < 0 || cost < best_cost) {
-      best_cost = cost;
-      best = Split{kw, rw, static_cast<int>(tiles)};
-    }
-  }
-  return best;
-}
-
 template <bool kBF16, int NT, bool kAct>
 __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p) {
   extern __shared__ int s_active[];  // [groups]: non-empty groups, in order
@@ -135,7 +103,6 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   if (!p.offsets_ready) pipeline::pdl_wait();  // row_offsets come from the kernel before
   const int live_count = compact_live_groups<kWarps>(p.row_offsets, p.groups, s_active, s_warp_live);
-  const Split sp = choose_split<NT>(live_count, p.n, p.k, gridDim.x);
   if (p.offsets_ready) {
     // While the previous kernel finishes, pull this block's first weight rows (contiguous) into
     // L2, so its first loads after the wait do not start from DRAM. Only short items: measured
@@ -143,11 +110,11 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
     // FC2 gained 0.7 us at T=1, while 64 KB to 458 KB items (deepseek, gpt-oss, mixtral) lost
     // 1-5 us: all blocks' prefetches together then compete with the stream (mixtral: 121 MB).
     const int64_t first = blockIdx.x;
-    const int64_t item_bytes = int64_t(16) * sp.rw * p.k * 2;
-    if (item_bytes <= kPrefetchMaxBytes && first < int64_t(live_count) * sp.row_tiles) {
-      const int g = s_active[first / sp.row_tiles];
-      const int64_t row0 = int64_t(first % sp.row_tiles) * 16 * sp.rw;
-      const int64_t rows = min(int64_t(16) * sp.rw, int64_t(p.n) - row0);
+    const int64_t item_bytes = int64_t(16) * p.rw * p.k * 2;
+    if (item_bytes <= kPrefetchMaxBytes && first < int64_t(live_count) * p.row_tiles) {
+      const int g = s_active[first / p.row_tiles];
+      const int64_t row0 = int64_t(first % p.row_tiles) * 16 * p.rw;
+      const int64_t rows = min(int64_t(16) * p.rw, int64_t(p.n) - row0);
       const char* base = reinterpret_cast<const char*>(p.w + (int64_t(g) * p.n + row0) * p.k);
       const int64_t bytes = rows * p.k * 2;
       for (int64_t off = int64_t(tid) * 128; off < bytes; off += int64_t(kThreads) * 128)
@@ -157,13 +124,13 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
   }
   pipeline::pdl_launch_dependents();
 
-  const int rw = warp / sp.kw, kw = warp % sp.kw;
+  const int rw = warp / p.kw, kw = warp % p.kw;
   const int q = lane & 3, r = lane >> 2;
   const int64_t n = p.n, k = p.k;
-  const int64_t items = int64_t(live_count) * sp.row_tiles;
+  const int64_t items = int64_t(live_count) * p.row_tiles;
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-    const int g = s_active[item / sp.row_tiles];
-    const int tile_row0 = int(item % sp.row_tiles) * 16 * sp.rw;
+    const int g = s_active[item / p.row_tiles];
+    const int tile_row0 = int(item % p.row_tiles) * 16 * p.rw;
     const int row = tile_row0 + rw * 16 + r;
     const int m0 = p.row_offsets[g];
     const int mg = p.row_offsets[g + 1] - m0;
@@ -180,7 +147,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
         for (int i = 0; i < 4; ++i) acc[j][i] = 0.f;
 
       constexpr int kS = kSub<NT>;
-      for (int64_t kb = int64_t(kw) * 32 * kS; kb < k; kb += int64_t(sp.kw) * 32 * kS) {
+      for (int64_t kb = int64_t(kw) * 32 * kS; kb < k; kb += int64_t(p.kw) * 32 * kS) {
         uint4 wa[kS], wb[kS], x[NT][kS];
 #pragma unroll
         for (int u = 0; u < kS; ++u) {
@@ -215,13 +182,13 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
       if constexpr (kAct) {
         // mma C fragment entries i and i + 2 (rows l/4 and l/4 + 8): a gate and its up.
         const int64_t half = n / 2;
-        for (int idx = tid; idx < sp.rw * NT * 2 * 32; idx += kThreads) {
+        for (int idx = tid; idx < p.rw * NT * 2 * 32; idx += kThreads) {
           const int l = idx & 31, ji = (idx >> 5) % (NT * 2), wr = (idx >> 5) / (NT * 2);
           const int i = ji & 1, j = ji >> 1;
           float gate = 0.f, up = 0.f;
-          for (int x2 = 0; x2 < sp.kw; ++x2) {
-            gate += s_red[wr * sp.kw + x2][j * 4 + i][l];
-            up += s_red[wr * sp.kw + x2][j * 4 + i + 2][l];
+          for (int x2 = 0; x2 < p.kw; ++x2) {
+            gate += s_red[wr * p.kw + x2][j * 4 + i][l];
+            up += s_red[wr * p.kw + x2][j * 4 + i + 2][l];
           }
           const int gate_row = tile_row0 + wr * 16 + (l >> 2);
           const int tok = c0 + j * 8 + (l & 3) * 2 + i;
@@ -237,10 +204,10 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
         __syncthreads();
         continue;
       }
-      for (int idx = tid; idx < sp.rw * NT * 4 * 32; idx += kThreads) {
+      for (int idx = tid; idx < p.rw * NT * 4 * 32; idx += kThreads) {
         const int l = idx & 31, ji = (idx >> 5) % (NT * 4), wr = (idx >> 5) / (NT * 4);
         float s = 0.f;
-        for (int x2 = 0; x2 < sp.kw; ++x2) s += s_red[wr * sp.kw + x2][ji][l];
+        for (int x2 = 0; x2 < p.kw; ++x2) s += s_red[wr * p.kw + x2][ji][l];
         const int i = ji & 3, j = ji >> 2;
         // mma C fragment: c0,c1 at (row l/4, col 2(l%4) + {0,1}); c2,c3 at row l/4 + 8.
         const int out_row = tile_row0 + wr * 16 + (l >> 2) + (i >= 2 ? 8 : 0);
@@ -271,6 +238,19 @@ class GemvTactic final : public Tactic {
     p_.groups = ctx.shape.groups;
     p_.n = static_cast<int>(ctx.shape.n);
     p_.k = static_cast<int>(ctx.shape.k);
+    // Split k over warps (a power of two up to 8) so that each gets at least two warp steps:
+    // its second step's loads are then in flight during the first's latency. The rest of the
+    // block's warps take further 16-row slices. (One step per warp, as qwen3's FC2 had with k =
+    // 768 and 4 warps, measured 15.5 us against 14.1 with 2 warps on k; the 8-way split of the
+    // longer k of the other presets stays: a device-side choice that also took 4-way splits for
+    // mixtral's and deepseek's FC2 lost 2-3 us of the T=1 forward. bench/results, session 5.)
+    constexpr int64_t kStepK = 32 * kSub<NT>;
+    const int64_t steps = (ctx.shape.k + kStepK - 1) / kStepK;
+    p_.kw = 1;
+    while (p_.kw * 2 <= kWarps && p_.kw * 4 <= steps) p_.kw *= 2;
+    p_.rw = kWarps / p_.kw;
+    const int64_t rows_per_tile = 16 * p_.rw;
+    p_.row_tiles = static_cast<int>((ctx.shape.n + rows_per_tile - 1) / rows_per_tile);
 
     auto kernel = grouped_gemv_kernel<kBF16, NT, kAct>;
     smem_ = sizeof(int) * static_cast<size_t>(ctx.shape.groups);
@@ -294,10 +274,8 @@ class GemvTactic final : public Tactic {
     err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem_);
     if (err != cudaSuccess) return cuda_status(err, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", what);
     // At most min(groups, max_rows) groups are non-empty.
-    // At most min(groups, max_rows) groups are non-empty, with at most ceil(n / 16) items each
-    // (the split with one 16-row tile per item).
     const int64_t live_max = std::min<int64_t>(ctx.shape.groups, ctx.shape.max_rows);
-    const int64_t items = live_max * ((ctx.shape.n + 15) / 16);
+    const int64_t items = live_max * p_.row_tiles;
     grid_ = static_cast<int>(std::min<int64_t>(items, int64_t(std::max(per_sm, 1)) * ctx.sm_count));
     return {};
   }
