@@ -13,6 +13,7 @@
 
 #include "finalize/finalize.hpp"
 #include "support/gpu.hpp"
+#include "support/pdl_writer.cuh"
 
 namespace moekit::finalize {
 namespace {
@@ -110,15 +111,7 @@ TEST_F(FinalizeTest, MatchesHostSumInSlotOrder) {
 
 // Lets its dependent start at once, spins ~`ns`, then writes the real y over the stale one.
 __global__ void slow_y_writer(uint4* y, const uint4* src, int64_t vecs, long long ns) {
-  asm volatile("griddepcontrol.launch_dependents;");
-  if (threadIdx.x == 0) {
-    uint64_t t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    do {
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    } while (t - t0 < static_cast<uint64_t>(ns));
-  }
-  __syncthreads();
+  launch_dependents_then_spin(ns);
   for (int64_t i = threadIdx.x; i < vecs; i += blockDim.x) y[i] = src[i];
 }
 

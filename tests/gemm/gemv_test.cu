@@ -21,6 +21,7 @@
 #include "gemm/grouped_gemm.hpp"
 #include "support/gemm_problem.hpp"
 #include "support/gpu.hpp"
+#include "support/pdl_writer.cuh"
 
 namespace moekit::gemm {
 namespace {
@@ -77,15 +78,7 @@ void expect_matches(const Problem& p, const std::vector<uint16_t>& out) {
 // over the stale ones.
 __global__ void slow_writer(int32_t* off, const int32_t* src_off, int n_off, uint4* a,
                             const uint4* src_a, int64_t a_vecs, long long ns) {
-  asm volatile("griddepcontrol.launch_dependents;");
-  if (threadIdx.x == 0 && blockIdx.x == 0) {
-    uint64_t t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    do {
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    } while (t - t0 < static_cast<uint64_t>(ns));
-  }
-  __syncthreads();
+  launch_dependents_then_spin(ns);
   for (int i = threadIdx.x; i < n_off; i += blockDim.x) off[i] = src_off[i];
   for (int64_t i = threadIdx.x; i < a_vecs; i += blockDim.x) a[i] = src_a[i];
 }
