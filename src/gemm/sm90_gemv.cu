@@ -99,7 +99,10 @@ template <bool kBF16, int NT, bool kAct>
 __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p) {
   extern __shared__ int s_active[];  // [groups]: non-empty groups, in order
   __shared__ int s_warp_live[kWarps];
-  __shared__ float s_red[kWarps][NT * 4][32];
+  // Two buffers for the kw partial tiles, used by alternate passes: a pass's write follows the
+  // previous pass's barrier, which every thread reaches only after reading the buffer two
+  // passes back, so one barrier per pass suffices (the single buffer needed a second one).
+  __shared__ float s_red_pair[2][kWarps][NT * 4][32];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   if (!p.offsets_ready) pipeline::pdl_wait();  // row_offsets come from the kernel before
   const int live_count = compact_live_groups<kWarps>(p.row_offsets, p.groups, s_active, s_warp_live);
@@ -128,6 +131,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
   const int q = lane & 3, r = lane >> 2;
   const int64_t n = p.n, k = p.k;
   const int64_t items = int64_t(live_count) * p.row_tiles;
+  int pass = 0;  // this block's passes so far: the buffer is pass & 1
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
     const int g = s_active[item / p.row_tiles];
     const int tile_row0 = int(item % p.row_tiles) * 16 * p.rw;
@@ -139,7 +143,8 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
     const uint16_t* w1 = w0 + 8 * k;
     const uint16_t* a0 = p.a + int64_t(m0) * k;
 
-    for (int c0 = 0; c0 < mg; c0 += 8 * NT) {
+    for (int c0 = 0; c0 < mg; c0 += 8 * NT, ++pass) {
+      auto& s_red = s_red_pair[pass & 1];
       float acc[NT][4];
 #pragma unroll
       for (int j = 0; j < NT; ++j)
@@ -201,7 +206,6 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
                 to_elem<kBF16>(activation::apply_gated(p.act, gate, up));
           }
         }
-        __syncthreads();
         continue;
       }
       for (int idx = tid; idx < p.rw * NT * 4 * 32; idx += kThreads) {
@@ -214,7 +218,6 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
         const int tok = c0 + j * 8 + (l & 3) * 2 + (i & 1);
         if (out_row < n && tok < mg) p.d[int64_t(m0 + tok) * n + out_row] = to_elem<kBF16>(s);
       }
-      __syncthreads();
     }
   }
 }
