@@ -220,12 +220,28 @@ __global__ void __launch_bounds__(kSingleWarps * 32) single_block_kernel(Args a)
   }
   if (kGather) {
     __syncthreads();  // slot_row of every warp is visible to the block from here
-    for (int64_t p = warp; p < pairs; p += kSingleWarps) {
-      const int32_t row = rows_on_chip ? rows[p] : a.b.slot_row[p];
-      if (row < 0) continue;
-      const uint4* src = a.hidden + (p / k) * a.row_vecs;
-      uint4* dst = a.permuted + static_cast<int64_t>(row) * a.row_vecs;
-      for (int64_t i = lane; i < a.row_vecs; i += 32) dst[i] = __ldg(src + i);
+    // Every thread takes 16-byte vectors of the hidden rows, kUnroll loads in flight, and
+    // writes each to its token's k rows: a decode step's rows then take one or two rounds of
+    // loads for the whole block, where a warp per row needed row_vecs / 32 rounds of its own
+    // (28 for deepseek's 7168-wide rows).
+    constexpr int kUnroll = 4;
+    const int64_t n = a.tokens * a.row_vecs;
+    const int64_t step = static_cast<int64_t>(blockDim.x);
+    for (int64_t base = threadIdx.x; base < n; base += step * kUnroll) {
+      uint4 v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (base + u * step < n) v[u] = __ldg(a.hidden + base + u * step);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t idx = base + u * step;
+        if (idx >= n) break;
+        const int64_t t = idx / a.row_vecs, i = idx - t * a.row_vecs;
+        for (int s = 0; s < k; ++s) {
+          const int32_t row = rows_on_chip ? rows[t * k + s] : a.b.slot_row[t * k + s];
+          if (row >= 0) a.permuted[static_cast<int64_t>(row) * a.row_vecs + i] = v[u];
+        }
+      }
     }
   }
 }
