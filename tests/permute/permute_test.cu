@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -229,6 +231,85 @@ TEST_F(PermuteTest, BadCallerIdsAreDroppedAndReported) {
       check_one(su, tokens, path, rng, &ids);
     }
   }
+}
+
+// A timing probe, not a check: MOEKIT_PERMUTE_TIMING=1 prints the mean time of 200
+// back-to-back single-block permutes (inputs stay in L2) at decode sizes, so the routing, the
+// gather and the rest can be told apart by difference: deepseek-v3 routing against caller ids,
+// and each with a 7168-wide row against a 136-wide one.
+TEST_F(PermuteTest, DecodeTiming) {
+  if (std::getenv("MOEKIT_PERMUTE_TIMING") == nullptr) GTEST_SKIP() << "set MOEKIT_PERMUTE_TIMING=1";
+  struct Probe {
+    const char* name;
+    RoutingParams params;
+    int64_t experts;
+    int top_k;
+    int64_t hidden;
+  };
+  RoutingParams ds;
+  ds.method = RoutingMethod::kDeepSeekV3;
+  ds.n_group = 8;
+  ds.topk_group = 4;
+  ds.correction_bias = true;
+  ds.routed_scaling_factor = 2.5f;
+  RoutingParams ext;
+  ext.method = RoutingMethod::kExternal;
+  RoutingParams qw;
+  qw.method = RoutingMethod::kTopKSoftmax;
+  const Probe probes[] = {{"deepseek routed H7168", ds, 256, 8, 7168},
+                          {"deepseek routed H136", ds, 256, 8, 136},
+                          {"deepseek ids H7168", ext, 256, 8, 7168},
+                          {"deepseek ids H136", ext, 256, 8, 136},
+                          {"qwen3 routed H2048", qw, 128, 8, 2048},
+                          {"qwen3 ids H2048", ext, 128, 8, 2048}};
+  std::mt19937_64 rng(devtest::base_seed() ^ 0x7173);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const Probe& pr : probes)
+    for (int64_t tokens : {1, 8, 64}) {
+      std::vector<float> bias(static_cast<std::size_t>(pr.experts));
+      for (auto& b : bias) b = 0.1f * normal(rng);
+      DeviceBuffer d_bias = to_device(bias);
+      Config c;
+      ASSERT_TRUE(routing::make_device_routing(pr.params, pr.experts, pr.top_k,
+                                               pr.params.correction_bias ? d_bias.as<float>() : nullptr,
+                                               &c.routing)
+                      .ok());
+      c.local_experts = static_cast<int>(pr.experts);
+      c.row_bytes = pr.hidden * 2;
+      c.max_tokens = tokens;
+      ASSERT_TRUE(prepare(c).ok());
+      Workspace ws(c);
+      std::vector<uint16_t> hidden(static_cast<std::size_t>(tokens * pr.hidden));
+      fill_bits(hidden, DType::kBFloat16, normal, rng);
+      std::vector<float> logits(static_cast<std::size_t>(tokens * pr.experts));
+      for (auto& l : logits) l = normal(rng);
+      std::vector<int32_t> ids(static_cast<std::size_t>(tokens * pr.top_k));
+      for (std::size_t i = 0; i < ids.size(); ++i)
+        ids[i] = static_cast<int32_t>((i * 37) % pr.experts);  // distinct within a token
+      std::vector<float> w(ids.size(), 0.125f);
+      DeviceBuffer d_hidden = to_device(hidden), d_logits = to_device(logits);
+      DeviceBuffer d_ids = to_device(ids), d_w = to_device(w);
+      Inputs in;
+      in.hidden = d_hidden.ptr;
+      in.logits = d_logits.as<float>();
+      in.ids = d_ids.as<int32_t>();
+      in.weights = d_w.as<float>();
+      for (int i = 0; i < 20; ++i) ASSERT_TRUE(run(c, ws.b, tokens, in, nullptr, Path::kSingleBlock).ok());
+      cudaEvent_t e0, e1;
+      cudaEventCreate(&e0);
+      cudaEventCreate(&e1);
+      constexpr int kReps = 200;
+      cudaEventRecord(e0);
+      for (int i = 0; i < kReps; ++i) (void)run(c, ws.b, tokens, in, nullptr, Path::kSingleBlock);
+      cudaEventRecord(e1);
+      ASSERT_EQ(cudaEventSynchronize(e1), cudaSuccess);
+      float ms = 0.f;
+      cudaEventElapsedTime(&ms, e0, e1);
+      cudaEventDestroy(e0);
+      cudaEventDestroy(e1);
+      std::printf("[ timing ] single-block permute %-24s T=%-3lld %7.2f us\n", pr.name,
+                  static_cast<long long>(tokens), 1000.0 * ms / kReps);
+    }
 }
 
 TEST(PermuteLimits, DecodesErrorWords) {
