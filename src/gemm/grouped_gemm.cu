@@ -285,14 +285,7 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint) const {
   const double live = sh.groups * (1.0 - std::exp(-h));  // expected non-empty experts
   const double stream_bytes = live * static_cast<double>(sh.n) * sh.k * kElemBytes;
   std::vector<const char*> names;
-  //    The GEMV whose partial sums one warp adds up while the others load on (".async") wins
-  //    with the activation epilogue (gpt-oss FC1 at T=1: 48.7 vs 50.1 us; qwen3 21.5 vs 21.7)
-  //    and on outputs of 4096 rows or more (mixtral FC2 at T=1: 70.1 vs 74.3; deepseek 78.1 vs
-  //    80.2); the plain one on shorter outputs (qwen3 FC2 14.8 vs 15.9, gpt-oss 27.1 vs 27.6).
-  const bool async_gemv = state_->act || sh.n >= 4096;
-  if (h <= 1.0 && stream_bytes <= 256e6 && async_gemv)
-    names = {"sm90.gemv.n8.async", "sm90.gemv.n8", "sm90.swapab.128x16x128.c1x1"};
-  else if (h <= 1.0 && stream_bytes <= 256e6)
+  if (h <= 1.0 && stream_bytes <= 256e6)
     names = {"sm90.gemv.n8", "sm90.swapab.128x16x128.c1x1"};
   else if (h <= 2.5)
     names = {"sm90.swapab.128x16x128.c1x1", "sm90.swapab.128x32x128.c1x1"};

@@ -95,25 +95,14 @@ __device__ __forceinline__ uint16_t to_elem(float v) {
   }
 }
 
-// Named barriers of the "async" reduction (0 is __syncthreads): partials of a pass written
-// (kBarFull + buffer), a buffer read by its reducer (kBarFree + buffer).
-constexpr int kBarFull = 1, kBarFree = 3;
-__device__ __forceinline__ void bar_sync(int id) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "n"(kThreads) : "memory");
-}
-__device__ __forceinline__ void bar_arrive(int id) {
-  asm volatile("bar.arrive %0, %1;" ::"r"(id), "n"(kThreads) : "memory");
-}
-
-// kAsync: the kw partial tiles of a pass are summed by one warp (the pass number modulo 8) while
-// the others go on to their next pass's loads: two shared-memory buffers, a warp waits only when
-// it would overwrite a buffer its reducer has not read yet. Without it every pass ends in two
-// block barriers behind the slowest warp's last load.
-template <bool kBF16, int NT, bool kAct, bool kAsync = false>
+template <bool kBF16, int NT, bool kAct>
 __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p) {
   extern __shared__ int s_active[];  // [groups]: non-empty groups, in order
   __shared__ int s_warp_live[kWarps];
-  __shared__ float s_red_all[kAsync ? 2 : 1][kWarps][NT * 4][32];
+  // Two buffers for the kw partial tiles, used by alternate passes: a pass's write follows the
+  // previous pass's barrier, which every thread reaches only after reading the buffer two
+  // passes back, so one barrier per pass suffices (the single buffer needed a second one).
+  __shared__ float s_red_pair[2][kWarps][NT * 4][32];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   if (!p.offsets_ready) pipeline::pdl_wait();  // row_offsets come from the kernel before
   const int live_count = compact_live_groups<kWarps>(p.row_offsets, p.groups, s_active, s_warp_live);
@@ -142,7 +131,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
   const int q = lane & 3, r = lane >> 2;
   const int64_t n = p.n, k = p.k;
   const int64_t items = int64_t(live_count) * p.row_tiles;
-  int pass = 0;  // passes of this block so far (async: buffer pass & 1, reducer pass % 8)
+  int pass = 0;  // this block's passes so far: the buffer is pass & 1
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
     const int g = s_active[item / p.row_tiles];
     const int tile_row0 = int(item % p.row_tiles) * 16 * p.rw;
@@ -155,8 +144,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
     const uint16_t* a0 = p.a + int64_t(m0) * k;
 
     for (int c0 = 0; c0 < mg; c0 += 8 * NT, ++pass) {
-      const int buf = kAsync ? (pass & 1) : 0;
-      auto& s_red = s_red_all[buf];
+      auto& s_red = s_red_pair[pass & 1];
       float acc[NT][4];
 #pragma unroll
       for (int j = 0; j < NT; ++j)
@@ -191,30 +179,15 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
       }
 
       // Sum the kw partial tiles; fixed order, so results are deterministic.
-      // async: wait until this buffer's reader two passes back is done with it (that reader
-      // itself need not wait), then hand the partials to this pass's reducer.
-      const int reducer = pass % kWarps;
-      if (kAsync && pass >= 2 && warp != (pass - 2) % kWarps) bar_sync(kBarFree + buf);
 #pragma unroll
       for (int j = 0; j < NT; ++j)
 #pragma unroll
         for (int i = 0; i < 4; ++i) s_red[warp][j * 4 + i][lane] = acc[j][i];
-      if constexpr (kAsync) {
-        if (warp != reducer) {
-          bar_arrive(kBarFull + buf);
-          continue;
-        }
-        bar_sync(kBarFull + buf);
-      } else {
-        __syncthreads();
-      }
-      // The reduction's threads: the block, or the reducer warp alone.
-      const int red_tid = kAsync ? lane : tid;
-      constexpr int kRedThreads = kAsync ? 32 : kThreads;
+      __syncthreads();
       if constexpr (kAct) {
         // mma C fragment entries i and i + 2 (rows l/4 and l/4 + 8): a gate and its up.
         const int64_t half = n / 2;
-        for (int idx = red_tid; idx < p.rw * NT * 2 * 32; idx += kRedThreads) {
+        for (int idx = tid; idx < p.rw * NT * 2 * 32; idx += kThreads) {
           const int l = idx & 31, ji = (idx >> 5) % (NT * 2), wr = (idx >> 5) / (NT * 2);
           const int i = ji & 1, j = ji >> 1;
           float gate = 0.f, up = 0.f;
@@ -233,14 +206,9 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
                 to_elem<kBF16>(activation::apply_gated(p.act, gate, up));
           }
         }
-        if constexpr (kAsync) {
-          bar_arrive(kBarFree + buf);
-        } else {
-          __syncthreads();
-        }
         continue;
       }
-      for (int idx = red_tid; idx < p.rw * NT * 4 * 32; idx += kRedThreads) {
+      for (int idx = tid; idx < p.rw * NT * 4 * 32; idx += kThreads) {
         const int l = idx & 31, ji = (idx >> 5) % (NT * 4), wr = (idx >> 5) / (NT * 4);
         float s = 0.f;
         for (int x2 = 0; x2 < p.kw; ++x2) s += s_red[wr * p.kw + x2][ji][l];
@@ -250,24 +218,17 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
         const int tok = c0 + j * 8 + (l & 3) * 2 + (i & 1);
         if (out_row < n && tok < mg) p.d[int64_t(m0 + tok) * n + out_row] = to_elem<kBF16>(s);
       }
-      if constexpr (kAsync) {
-        bar_arrive(kBarFree + buf);
-      } else {
-        __syncthreads();
-      }
     }
   }
 }
 
-std::string gemv_name(int nt, bool async = false) {
-  return "sm90.gemv.n" + std::to_string(8 * nt) + (async ? ".async" : "");
-}
+std::string gemv_name(int nt) { return "sm90.gemv.n" + std::to_string(8 * nt); }
 
-template <bool kBF16, int NT, bool kAct, bool kAsync = false>
+template <bool kBF16, int NT, bool kAct>
 class GemvTactic final : public Tactic {
  public:
   Status init(const TacticContext& ctx) override {
-    const std::string what = "tactic " + gemv_name(NT, kAsync) + (kAct ? "+act" : "") + " (groups " +
+    const std::string what = "tactic " + gemv_name(NT) + (kAct ? "+act" : "") + " (groups " +
                              std::to_string(ctx.shape.groups) + ", n " +
                              std::to_string(ctx.shape.n) + ", k " + std::to_string(ctx.shape.k) + ")";
     what_ = what;
@@ -294,7 +255,7 @@ class GemvTactic final : public Tactic {
     const int64_t rows_per_tile = 16 * p_.rw;
     p_.row_tiles = static_cast<int>((ctx.shape.n + rows_per_tile - 1) / rows_per_tile);
 
-    auto kernel = grouped_gemv_kernel<kBF16, NT, kAct, kAsync>;
+    auto kernel = grouped_gemv_kernel<kBF16, NT, kAct>;
     smem_ = sizeof(int) * static_cast<size_t>(ctx.shape.groups);
     cudaFuncAttributes attr{};
     cudaError_t err = cudaFuncGetAttributes(&attr, kernel);  // also loads the kernel now
@@ -330,7 +291,7 @@ class GemvTactic final : public Tactic {
     p.d = static_cast<uint16_t*>(a.d);
     p.row_offsets = a.row_offsets;
     p.offsets_ready = a.offsets_ready ? 1 : 0;
-    const cudaError_t err = pipeline::launch_pdl(grouped_gemv_kernel<kBF16, NT, kAct, kAsync>, grid_, kThreads,
+    const cudaError_t err = pipeline::launch_pdl(grouped_gemv_kernel<kBF16, NT, kAct>, grid_, kThreads,
                                                  smem_, a.stream, p);
     if (err != cudaSuccess) return cuda_status(err, "kernel launch", what_);
     return {};
@@ -345,23 +306,18 @@ class GemvTactic final : public Tactic {
   std::string what_;
 };
 
-template <bool kBF16, int NT, bool kAsync = false>
+template <bool kBF16, int NT>
 void add_gemv(std::vector<TacticEntry>& v) {
   add_store_and_act(
-      v, gemv_name(NT, kAsync), TacticKind::kGemv,
-      []() -> std::unique_ptr<Tactic> {
-        return std::make_unique<GemvTactic<kBF16, NT, false, kAsync>>();
-      },
-      []() -> std::unique_ptr<Tactic> {
-        return std::make_unique<GemvTactic<kBF16, NT, true, kAsync>>();
-      });
+      v, gemv_name(NT), TacticKind::kGemv,
+      []() -> std::unique_ptr<Tactic> { return std::make_unique<GemvTactic<kBF16, NT, false>>(); },
+      []() -> std::unique_ptr<Tactic> { return std::make_unique<GemvTactic<kBF16, NT, true>>(); });
 }
 
 template <bool kBF16>
 std::vector<TacticEntry> gemv_list() {
   std::vector<TacticEntry> v;
   add_gemv<kBF16, 1>(v);
-  add_gemv<kBF16, 1, true>(v);
 #if !defined(MOEKIT_ONE_TACTIC)
   add_gemv<kBF16, 2>(v);
   add_gemv<kBF16, 4>(v);
