@@ -28,11 +28,6 @@ __device__ __forceinline__ uint32_t order_key(float f) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-// The float behind an order key (its inverse).
-__device__ __forceinline__ float key_value(uint32_t key) {
-  return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
-}
-
 __device__ __forceinline__ double sigmoid_d(float x) {
   return 1.0 / (1.0 + exp(-static_cast<double>(x)));
 }
@@ -55,11 +50,13 @@ struct Slot {
   float weight = 0.0f;
 };
 
-// Group keys for any group size: the warp's selection scores go to shared memory and lane g
-// scans group g.
+// DeepSeek-V3 group selection: a group scores the sum of its two best selection scores (its
+// best alone when it holds one expert); the topk_group best groups stay. Returns the bit mask
+// of kept groups. `scores` is this warp's shared scratch (routing_smem_per_warp()).
 template <int kPerLane>
-__device__ uint32_t scan_group_keys(const DeviceRouting& r, const float (&sel)[kPerLane],
-                                    float* scores, int lane, int group_size) {
+__device__ uint32_t select_groups(const DeviceRouting& r, const float (&sel)[kPerLane],
+                                  float* scores, int lane) {
+  const int group_size = r.experts / r.n_group;
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
     const int e = lane + 32 * j;
@@ -81,33 +78,6 @@ __device__ uint32_t scan_group_keys(const DeviceRouting& r, const float (&sel)[k
     key = order_key(clean(group_size >= 2 ? best + second : best));
   }
   __syncwarp();  // the scratch is rewritten by the next token
-  return key;
-}
-
-// DeepSeek-V3 group selection: a group scores the sum of its two best selection scores (its
-// best alone when it holds one expert); the topk_group best groups stay. Returns the bit mask
-// of kept groups. `scores` is this warp's shared scratch (routing_smem_per_warp()).
-template <int kPerLane>
-__device__ uint32_t select_groups(const DeviceRouting& r, const float (&sel)[kPerLane],
-                                  float* scores, int lane) {
-  const int group_size = r.experts / r.n_group;
-  uint32_t key = 0;  // lane g < n_group: group g's order key
-  if (group_size == 32) {
-    // Groups of 32 (DeepSeek-V3: 256 experts in 8) are the warp's registers sel[j]: group j's two
-    // best come from warp reductions, all groups at once, instead of 8 lanes scanning 32 values
-    // each in shared memory. Equal bests count twice, as in the host's scan.
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j) {
-      if (j >= r.n_group) break;  // uniform: every lane leaves together
-      const uint32_t kj = order_key(sel[j]);
-      const uint32_t best = __reduce_max_sync(kFull, kj);
-      const uint32_t first = __reduce_min_sync(kFull, kj == best ? static_cast<uint32_t>(lane) : 32u);
-      const uint32_t second = __reduce_max_sync(kFull, static_cast<uint32_t>(lane) == first ? 0u : kj);
-      if (lane == j) key = order_key(clean(key_value(best) + key_value(second)));
-    }
-  } else {
-    key = scan_group_keys<kPerLane>(r, sel, scores, lane, group_size);
-  }
   uint32_t mask = 0;
   for (int i = 0; i < r.topk_group; ++i) {
     const int g = warp_argmax(key, lane);
