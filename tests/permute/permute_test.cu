@@ -69,6 +69,20 @@ Expected expected_permutation(const std::vector<int32_t>& ids, int64_t tokens, i
   return x;
 }
 
+// The permute's inputs copied to the device, and the Inputs that point at them.
+struct DeviceInputs {
+  DeviceBuffer hidden, logits, ids, weights;
+  Inputs in;
+  DeviceInputs(const std::vector<uint16_t>& h, const std::vector<float>& l,
+               const std::vector<int32_t>& i, const std::vector<float>& w)
+      : hidden(to_device(h)), logits(to_device(l)), ids(to_device(i)), weights(to_device(w)) {
+    in.hidden = hidden.ptr;
+    in.logits = logits.as<float>();
+    in.ids = ids.as<int32_t>();
+    in.weights = weights.as<float>();
+  }
+};
+
 struct PermuteCase {
   RoutingParams params;
   int64_t experts = 32;
@@ -123,14 +137,8 @@ void check_one(const PermuteCase& su, int64_t tokens, Path path, std::mt19937_64
     }
   const Expected x = expected_permutation(kept, tokens, k, c.first_expert, c.local_experts);
 
-  DeviceBuffer d_hidden = to_device(hidden), d_logits = to_device(logits);
-  DeviceBuffer d_ids = to_device(ids), d_w = to_device(weights);
-  Inputs in;
-  in.hidden = d_hidden.ptr;
-  in.logits = d_logits.as<float>();
-  in.ids = d_ids.as<int32_t>();
-  in.weights = d_w.as<float>();
-  ASSERT_TRUE(run(c, ws.b, tokens, in, nullptr, path).ok());
+  const DeviceInputs d(hidden, logits, ids, weights);
+  ASSERT_TRUE(run(c, ws.b, tokens, d.in, nullptr, path).ok());
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 
   const int L = c.local_experts;
@@ -287,13 +295,8 @@ TEST_F(PermuteTest, DecodeTiming) {
       for (std::size_t i = 0; i < ids.size(); ++i)
         ids[i] = static_cast<int32_t>((i * 37) % pr.experts);  // distinct within a token
       std::vector<float> w(ids.size(), 0.125f);
-      DeviceBuffer d_hidden = to_device(hidden), d_logits = to_device(logits);
-      DeviceBuffer d_ids = to_device(ids), d_w = to_device(w);
-      Inputs in;
-      in.hidden = d_hidden.ptr;
-      in.logits = d_logits.as<float>();
-      in.ids = d_ids.as<int32_t>();
-      in.weights = d_w.as<float>();
+      const DeviceInputs d(hidden, logits, ids, w);
+      const Inputs& in = d.in;
       for (int i = 0; i < 20; ++i) ASSERT_TRUE(run(c, ws.b, tokens, in, nullptr, Path::kSingleBlock).ok());
       cudaEvent_t e0, e1;
       cudaEventCreate(&e0);
