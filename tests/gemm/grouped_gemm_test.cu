@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -379,6 +380,19 @@ TEST_F(GroupedGemmRun, HeuristicPicksBuiltTacticsAndUnknownNamesAreNotFound) {
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
+// Constructing a GroupedGemm of `shape` (with `act`) throws `code`, naming `value`.
+void expect_refused(const GroupedShape& shape, const std::optional<EpilogueActivation>& act,
+                    ErrorCode code, const std::string& value) {
+  SCOPED_TRACE("value " + value);
+  try {
+    GroupedGemm g(shape, 0, act);
+    ADD_FAILURE() << "accepted a bad shape or activation";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    EXPECT_NE(std::string(e.what()).find(value), std::string::npos) << e.what();
+  }
+}
+
 // Host-only: bad shapes are refused before any CUDA call, so this runs without a GPU too.
 TEST(GroupedGemmShape, BadShapesAreRefusedWithTheValue) {
   struct Case {
@@ -395,35 +409,17 @@ TEST(GroupedGemmShape, BadShapesAreRefusedWithTheValue) {
       {{Elem::kBF16, 8, 1536, 2048, -1}, ErrorCode::kInvalidArgument, "-1"},
       {{static_cast<Elem>(7), 8, 1536, 2048, 64}, ErrorCode::kInvalidArgument, "7"},
   };
-  for (const auto& c : cases) {
-    try {
-      GroupedGemm g(c.shape, 0);
-      ADD_FAILURE() << "accepted a bad shape (value " << c.value << ")";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), c.code) << e.what();
-      EXPECT_NE(std::string(e.what()).find(c.value), std::string::npos) << e.what();
-    }
-  }
+  for (const auto& c : cases) expect_refused(c.shape, std::nullopt, c.code, c.value);
 }
 
 TEST(GroupedGemmShape, BadEpilogueActivationIsRefusedWithTheValue) {
-  EpilogueActivation plain;
+  EpilogueActivation plain;  // not gated
   plain.params.kind = activation::Kind::kSiLU;
-  try {
-    GroupedGemm g(GroupedShape{Elem::kBF16, 8, 1536, 2048, 64}, 0, plain);
-    ADD_FAILURE() << "accepted a non-gated epilogue activation";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
-    EXPECT_NE(std::string(e.what()).find("5"), std::string::npos) << e.what();
-  }
-  EpilogueActivation swiglu;
-  try {
-    GroupedGemm g(GroupedShape{Elem::kBF16, 8, 1000, 2048, 64}, 0, swiglu);
-    ADD_FAILURE() << "accepted n = 1000 for a fused gated activation";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
-    EXPECT_NE(std::string(e.what()).find("1000"), std::string::npos) << e.what();
-  }
+  expect_refused(GroupedShape{Elem::kBF16, 8, 1536, 2048, 64}, plain,
+                 ErrorCode::kInvalidArgument, "5");
+  // n = 1000: gate and up rows do not pair up for the fused gated activation
+  expect_refused(GroupedShape{Elem::kBF16, 8, 1000, 2048, 64}, EpilogueActivation{},
+                 ErrorCode::kUnsupported, "1000");
 }
 
 TEST(GroupedGemmShape, WriteProblemsRefusesBadCallLists) {
