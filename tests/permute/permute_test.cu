@@ -246,7 +246,8 @@ TEST_F(PermuteTest, BadCallerIdsAreDroppedAndReported) {
 // gather and the rest can be told apart by difference: deepseek-v3 routing against caller ids,
 // and each with a 7168-wide row against a 136-wide one.
 TEST_F(PermuteTest, DecodeTiming) {
-  if (std::getenv("MOEKIT_PERMUTE_TIMING") == nullptr) GTEST_SKIP() << "set MOEKIT_PERMUTE_TIMING=1";
+  if (std::getenv("MOEKIT_PERMUTE_TIMING") == nullptr)
+    GTEST_SKIP() << "set MOEKIT_PERMUTE_TIMING=1";
   struct Probe {
     const char* name;
     RoutingParams params;
@@ -278,10 +279,10 @@ TEST_F(PermuteTest, DecodeTiming) {
       for (auto& b : bias) b = 0.1f * normal(rng);
       DeviceBuffer d_bias = to_device(bias);
       Config c;
-      ASSERT_TRUE(routing::make_device_routing(pr.params, pr.experts, pr.top_k,
-                                               pr.params.correction_bias ? d_bias.as<float>() : nullptr,
-                                               &c.routing)
-                      .ok());
+      const float* bias_ptr = pr.params.correction_bias ? d_bias.as<float>() : nullptr;
+      ASSERT_TRUE(
+          routing::make_device_routing(pr.params, pr.experts, pr.top_k, bias_ptr, &c.routing)
+              .ok());
       c.local_experts = static_cast<int>(pr.experts);
       c.row_bytes = pr.hidden * 2;
       c.max_tokens = tokens;
@@ -297,7 +298,8 @@ TEST_F(PermuteTest, DecodeTiming) {
       std::vector<float> w(ids.size(), 0.125f);
       const DeviceInputs d(hidden, logits, ids, w);
       const Inputs& in = d.in;
-      for (int i = 0; i < 20; ++i) ASSERT_TRUE(run(c, ws.b, tokens, in, nullptr, Path::kSingleBlock).ok());
+      for (int i = 0; i < 20; ++i)
+        ASSERT_TRUE(run(c, ws.b, tokens, in, nullptr, Path::kSingleBlock).ok());
       cudaEvent_t e0, e1;
       cudaEventCreate(&e0);
       cudaEventCreate(&e1);
