@@ -35,12 +35,18 @@ struct Args {
   int chunk_tokens;
   int n_chunks;
   int routing_floats;  // shared floats per warp for routing scratch
+  bool pre_scored;     // single block, DeepSeek-V3, <= kPreScoreMaxTokens: score_tokens() runs
 };
+
+// DeepSeek-V3 up to this many tokens: the single-block kernel scores every (token, expert) and
+// (token, group) with the whole block before the per-token selection (score_tokens).
+constexpr int64_t kPreScoreMaxTokens = 8;
 
 // Routes (or validates the caller's ids of) token t. Lane s < k writes slot s to topk_ids /
 // topk_weights and returns its local expert, or -1 when the slot does not run here.
+// `pre`: score_tokens()'s output, or null.
 template <int kPerLane>
-__device__ int32_t route_slots(const Args& a, int64_t t, float* scores, int lane) {
+__device__ int32_t route_slots(const Args& a, int64_t t, float* scores, int lane, const float* pre) {
   const int k = a.r.top_k;
   int32_t id = -1;
   float w = 0.0f;
@@ -66,8 +72,10 @@ __device__ int32_t route_slots(const Args& a, int64_t t, float* scores, int lane
       }
     }
   } else {
-    const routing::warp::Slot s =
-        routing::warp::route_token<kPerLane>(a.r, a.logits + t * a.r.experts, scores, lane);
+    const int E = a.r.experts;
+    const routing::warp::Slot s = routing::warp::route_token<kPerLane>(
+        a.r, a.logits + t * E, scores, lane, pre != nullptr ? pre + t * E : nullptr,
+        pre != nullptr && a.r.n_group > 1 ? pre + a.tokens * E + t * a.r.n_group : nullptr);
     id = s.id;
     w = s.weight;
   }
@@ -90,12 +98,12 @@ struct KeptSlots {
 // here) and storing slot_expert / slot_rank (and the first kKept tokens' in `kept`).
 template <int kPerLane, int kKept>
 __device__ void route_and_rank(const Args& a, int64_t t0, int64_t t1, int* hist, float* scores,
-                               int lane, KeptSlots<kKept>& kept) {
+                               int lane, KeptSlots<kKept>& kept, const float* pre = nullptr) {
   for (int i = lane; i < a.local_experts; i += 32) hist[i] = 0;
   __syncwarp();
   const int k = a.r.top_k;
   for (int64_t t = t0; t < t1; ++t) {
-    const int32_t le = route_slots<kPerLane>(a, t, scores, lane);
+    const int32_t le = route_slots<kPerLane>(a, t, scores, lane, pre);
     int32_t rank = 0;
     if (le >= 0) {
       rank = hist[le];
@@ -148,6 +156,29 @@ __device__ void scatter_row(const Args& a, int64_t t, int32_t row, int lane) {
   }
 }
 
+// DeepSeek-V3 at a few tokens, by the whole block: pre[t * E + e] = selection score of (t, e),
+// then pre[tokens * E + t * n_group + g] = group score of (t, g), one warp per (token, group).
+// One warp per token would otherwise run all of its 256 double-precision sigmoids and 8 group
+// scans as one dependent chain while the block's other warps wait (~5 us of the T=1 permute,
+// bench/results session 6). Ends with the block synchronized.
+__device__ void score_tokens(const Args& a, float* pre) {
+  const int E = a.r.experts, G = a.r.n_group;
+  const int64_t n = a.tokens * E;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    pre[i] = routing::warp::selection_score(a.r, routing::warp::clean(__ldg(a.logits + i)),
+                                            static_cast<int>(i % E));
+  __syncthreads();
+  if (G <= 1) return;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group_size = E / G;
+  for (int64_t task = warp; task < a.tokens * G; task += kSingleWarps) {
+    const int64_t t = task / G;
+    const int g = static_cast<int>(task - t * G);
+    const float v = routing::warp::group_top_two(pre + t * E + g * group_size, group_size, lane);
+    if (lane == 0) pre[n + task] = v;
+  }
+  __syncthreads();
+}
+
 // Everything in one block: warps are the chunks. The block runs alone on the critical path of
 // a decode step, so it keeps what it needs on chip: each warp's slots in registers (the chunks
 // of up to kSingleBlockMaxTokens tokens), the rows of up to kSingleRows slots in shared memory,
@@ -167,7 +198,10 @@ __global__ void __launch_bounds__(kSingleWarps * 32) single_block_kernel(Args a)
   int* hist = smem;                      // [kSingleWarps][L]
   int* offs = hist + kSingleWarps * L;   // [L + 1]
   int* rows = offs + L + 1;              // [kSingleRows]: slot rows, when the slots fit
-  float* scores = reinterpret_cast<float*>(rows + kSingleRows) + warp * a.routing_floats;
+  float* scratch = reinterpret_cast<float*>(rows + kSingleRows);
+  float* scores = scratch + warp * a.routing_floats;
+  // [tokens][E] + [tokens][n_group] floats after every warp's scratch (single_smem)
+  float* pre = a.pre_scored ? scratch + kSingleWarps * a.routing_floats : nullptr;
   int* my_hist = hist + warp * L;
   const int64_t pairs = a.tokens * k;
   if (kGather) {
@@ -178,8 +212,9 @@ __global__ void __launch_bounds__(kSingleWarps * 32) single_block_kernel(Args a)
   }
   const int64_t t0 = static_cast<int64_t>(warp) * a.chunk_tokens;
   const int64_t t1 = min(a.tokens, t0 + a.chunk_tokens);
+  if (pre != nullptr) score_tokens(a, pre);
   KeptSlots<kSingleKept> kept;
-  route_and_rank<kPerLane>(a, t0, t1, my_hist, scores, lane, kept);
+  route_and_rank<kPerLane>(a, t0, t1, my_hist, scores, lane, kept, pre);
   __syncthreads();
   for (int e = threadIdx.x; e < L; e += blockDim.x) {
     int run = 0;
@@ -351,9 +386,14 @@ KernelFn pick_route_rank(int per_lane) {
 int routing_floats(const Config& c) {
   return static_cast<int>(routing::routing_smem_per_warp(c.routing) / sizeof(float));
 }
+bool deepseek(const Config& c) {
+  return c.routing.method == static_cast<int>(RoutingMethod::kDeepSeekV3);
+}
 std::size_t single_smem(const Config& c) {
+  const int64_t pre_tokens = deepseek(c) ? std::min(c.max_tokens, kPreScoreMaxTokens) : 0;
+  const int64_t pre_floats = pre_tokens * (c.routing.experts + c.routing.n_group);
   return sizeof(int) * (static_cast<std::size_t>(kSingleWarps) * (c.local_experts + routing_floats(c)) +
-                        c.local_experts + 1 + kSingleRows);
+                        c.local_experts + 1 + kSingleRows + pre_floats);
 }
 std::size_t multi_smem(const Config& c) {
   return sizeof(int) * static_cast<std::size_t>(kMultiWarps) * (c.local_experts + routing_floats(c));
@@ -447,6 +487,7 @@ Status run(const Config& c, const Buffers& b, int64_t tokens, const Inputs& in,
   if (single) {
     a.chunk_tokens = static_cast<int>((tokens + kSingleWarps - 1) / kSingleWarps);
     a.n_chunks = kSingleWarps;
+    a.pre_scored = deepseek(c) && tokens <= kPreScoreMaxTokens;
     const int64_t rows = tokens * std::min<int64_t>(k, c.local_experts);
     const bool gather = rows * c.row_bytes <= kFusedGatherMaxBytes;
     pick_single(c.routing.per_lane, gather)<<<1, kSingleWarps * 32, single_smem(c), stream>>>(a);

@@ -45,6 +45,37 @@ __device__ __forceinline__ int warp_argmax(uint32_t key, int id) {
   return static_cast<int>(__reduce_min_sync(kFull, cand));
 }
 
+// DeepSeek-V3 selection score of expert e from its cleaned logit x: sigmoid (double, rounded
+// once) plus the correction bias.
+__device__ __forceinline__ float selection_score(const DeviceRouting& r, float x, int e) {
+  float s = static_cast<float>(sigmoid_d(x));
+  if (r.correction_bias != nullptr && e < r.experts) s += __ldg(r.correction_bias + e);
+  return clean(s);
+}
+
+// The group score of `values` [group_size] (selection scores) by one warp: the sum of the two
+// largest, equal values counted twice (the host's scan), or the largest alone for groups of
+// one. Every lane returns it.
+__device__ __forceinline__ float group_top_two(const float* values, int group_size, int lane) {
+  float best = -INFINITY, second = -INFINITY;
+  for (int i = lane; i < group_size; i += 32) {
+    const float v = values[i];
+    if (v > best) {
+      second = best;
+      best = v;
+    } else if (v > second) {
+      second = v;
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {  // the two largest of two pairs' four values
+    const float ob = __shfl_xor_sync(kFull, best, o), os = __shfl_xor_sync(kFull, second, o);
+    second = fmaxf(fminf(best, ob), fmaxf(second, os));
+    best = fmaxf(best, ob);
+  }
+  return group_size >= 2 ? best + second : best;
+}
+
 struct Slot {
   int32_t id = -1;  // global expert id, -1 when the token has fewer candidates than top_k
   float weight = 0.0f;
@@ -52,32 +83,38 @@ struct Slot {
 
 // DeepSeek-V3 group selection: a group scores the sum of its two best selection scores (its
 // best alone when it holds one expert); the topk_group best groups stay. Returns the bit mask
-// of kept groups. `scores` is this warp's shared scratch (routing_smem_per_warp()).
+// of kept groups. `scores` is this warp's shared scratch (routing_smem_per_warp());
+// `group_scores`, when not null, the token's group scores summed beforehand by the block
+// (group_top_two), and the scratch goes unused.
 template <int kPerLane>
 __device__ uint32_t select_groups(const DeviceRouting& r, const float (&sel)[kPerLane],
-                                  float* scores, int lane) {
+                                  float* scores, int lane, const float* group_scores) {
   const int group_size = r.experts / r.n_group;
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j) {
-    const int e = lane + 32 * j;
-    if (e < r.experts) scores[skew(e)] = sel[j];
-  }
-  __syncwarp();
   uint32_t key = 0;
-  if (lane < r.n_group) {
-    float best = -INFINITY, second = -INFINITY;
-    for (int i = 0; i < group_size; ++i) {
-      const float v = scores[skew(lane * group_size + i)];
-      if (v > best) {
-        second = best;
-        best = v;
-      } else if (v > second) {
-        second = v;
-      }
+  if (group_scores != nullptr) {
+    if (lane < r.n_group) key = order_key(clean(group_scores[lane]));
+  } else {
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      const int e = lane + 32 * j;
+      if (e < r.experts) scores[skew(e)] = sel[j];
     }
-    key = order_key(clean(group_size >= 2 ? best + second : best));
+    __syncwarp();
+    if (lane < r.n_group) {
+      float best = -INFINITY, second = -INFINITY;
+      for (int i = 0; i < group_size; ++i) {
+        const float v = scores[skew(lane * group_size + i)];
+        if (v > best) {
+          second = best;
+          best = v;
+        } else if (v > second) {
+          second = v;
+        }
+      }
+      key = order_key(clean(group_size >= 2 ? best + second : best));
+    }
+    __syncwarp();  // the scratch is rewritten by the next token
   }
-  __syncwarp();  // the scratch is rewritten by the next token
   uint32_t mask = 0;
   for (int i = 0; i < r.topk_group; ++i) {
     const int g = warp_argmax(key, lane);
@@ -89,9 +126,13 @@ __device__ uint32_t select_groups(const DeviceRouting& r, const float (&sel)[kPe
 }
 
 // Routes one token: `row` is its logits [E]. Every lane of the warp must call it.
+// `pre_sel` / `pre_groups` (DeepSeek-V3, may be null): the token's selection scores [E] and
+// group scores [n_group], computed beforehand by the whole block (selection_score,
+// group_top_two), so this warp's chain skips the sigmoids and the group scan.
 template <int kPerLane>
 __device__ Slot route_token(const DeviceRouting& r, const float* __restrict__ row, float* scores,
-                            int lane) {
+                            int lane, const float* pre_sel = nullptr,
+                            const float* pre_groups = nullptr) {
   const int method = r.method;
   const bool deepseek = method == static_cast<int>(RoutingMethod::kDeepSeekV3);
   float x[kPerLane];      // cleaned logits
@@ -106,18 +147,21 @@ __device__ Slot route_token(const DeviceRouting& r, const float* __restrict__ ro
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) {
       const int e = lane + 32 * j;
-      float s = static_cast<float>(sigmoid_d(x[j]));
-      if (r.correction_bias != nullptr && e < r.experts) s += __ldg(r.correction_bias + e);
-      sel[j] = clean(s);
+      sel[j] = pre_sel != nullptr ? (e < r.experts ? pre_sel[e] : -INFINITY)
+                                  : selection_score(r, x[j], e);
       key[j] = e < r.experts ? order_key(sel[j]) : 0u;
     }
     if (r.n_group > 1) {
-      const uint32_t mask = select_groups<kPerLane>(r, sel, scores, lane);
+      const uint32_t mask = select_groups<kPerLane>(r, sel, scores, lane, pre_groups);
       const int group_size = r.experts / r.n_group;
+      // Power-of-two groups (DeepSeek-V3: 32) by shift: an integer division is ~20 dependent
+      // instructions per expert on this warp's chain.
+      const int shift = (group_size & (group_size - 1)) == 0 ? __ffs(group_size) - 1 : -1;
 #pragma unroll
       for (int j = 0; j < kPerLane; ++j) {
         const int e = lane + 32 * j;
-        if (e < r.experts && !((mask >> (e / group_size)) & 1u)) key[j] = 0;
+        const int g = shift >= 0 ? e >> shift : e / group_size;
+        if (e < r.experts && !((mask >> g) & 1u)) key[j] = 0;
       }
     }
   } else {

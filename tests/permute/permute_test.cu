@@ -89,6 +89,7 @@ struct PermuteCase {
   int top_k = 4;
   int ep_size = 1, ep_rank = 0;
   int64_t hidden = 136;  // 272 bytes: not a multiple of 32 vectors per warp
+  bool bias = false;     // DeepSeek-V3: a random correction bias (params.correction_bias)
 };
 
 // Runs one permutation and checks it. `ids` (kExternal) are the caller's; for routed methods
@@ -97,8 +98,15 @@ void check_one(const PermuteCase& su, int64_t tokens, Path path, std::mt19937_64
                const std::vector<int32_t>* ext_ids = nullptr) {
   const int k = su.top_k;
   const int64_t E = su.experts;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> bias;
+  if (su.bias)
+    for (int64_t e = 0; e < E; ++e) bias.push_back(0.05f * normal(rng));
+  DeviceBuffer d_bias = to_device(bias);
   Config c;
-  ASSERT_TRUE(routing::make_device_routing(su.params, E, k, nullptr, &c.routing).ok());
+  ASSERT_TRUE(routing::make_device_routing(su.params, E, k, su.bias ? d_bias.as<float>() : nullptr,
+                                           &c.routing)
+                  .ok());
   c.local_experts = static_cast<int>(E / su.ep_size);
   c.first_expert = su.ep_rank * c.local_experts;
   c.row_bytes = su.hidden * 2;
@@ -106,7 +114,6 @@ void check_one(const PermuteCase& su, int64_t tokens, Path path, std::mt19937_64
   ASSERT_TRUE(prepare(c).ok());
   Workspace ws(c);
 
-  std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<uint16_t> hidden(static_cast<std::size_t>(tokens * su.hidden));
   fill_bits(hidden, DType::kBFloat16, normal, rng);
   std::vector<int32_t> ids(static_cast<std::size_t>(tokens * k));
@@ -118,8 +125,8 @@ void check_one(const PermuteCase& su, int64_t tokens, Path path, std::mt19937_64
   } else {
     logits.resize(static_cast<std::size_t>(tokens * E));
     for (auto& l : logits) l = normal(rng);
-    ASSERT_TRUE(routing::route_host(su.params, tokens, E, k, logits.data(), nullptr, ids.data(),
-                                    weights.data())
+    ASSERT_TRUE(routing::route_host(su.params, tokens, E, k, logits.data(),
+                                    su.bias ? bias.data() : nullptr, ids.data(), weights.data())
                     .ok());
   }
   // What the device must make of the ids: bad caller ids become -1.
@@ -182,6 +189,37 @@ TEST_F(PermuteTest, RoutedTokensBothPaths) {
       SCOPED_TRACE("T" + std::to_string(tokens) + " path " + std::to_string(int(path)));
       check_one(su, tokens, path, rng);
     }
+}
+
+// DeepSeek-V3 group selection inside the permute kernels, both paths. Up to 8 tokens the single
+// block scores every (token, expert) and (token, group) with all its warps first; past that a
+// warp per token does it alone. Group sizes 32, 8, 1 and 64 (by shift; 64 puts two values of
+// a group on each lane), 24 (by division), and no groups.
+TEST_F(PermuteTest, DeepSeekGroupsBothPaths) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0xd5e3);
+  struct Shape {
+    int64_t experts;
+    int top_k, n_group, topk_group;
+    bool bias;
+  };
+  const Shape shapes[] = {{256, 8, 8, 4, true}, {64, 6, 8, 3, false}, {32, 4, 32, 8, true},
+                          {96, 8, 4, 2, true},  {128, 8, 2, 1, true}, {512, 8, 1, 1, true}};
+  for (const Shape& sh : shapes)
+    for (int64_t tokens : {1, 3, 8, 9, 64})
+      for (Path path : {Path::kSingleBlock, Path::kMultiBlock}) {
+        PermuteCase su;
+        su.params.method = RoutingMethod::kDeepSeekV3;
+        su.params.n_group = sh.n_group;
+        su.params.topk_group = sh.topk_group;
+        su.params.correction_bias = sh.bias;
+        su.params.routed_scaling_factor = 2.5f;
+        su.experts = sh.experts;
+        su.top_k = sh.top_k;
+        su.bias = sh.bias;
+        SCOPED_TRACE("E" + std::to_string(sh.experts) + " groups " + std::to_string(sh.n_group) +
+                     " T" + std::to_string(tokens) + " path " + std::to_string(int(path)));
+        check_one(su, tokens, path, rng);
+      }
 }
 
 TEST_F(PermuteTest, ExpertParallelRanksDropOtherExperts) {
