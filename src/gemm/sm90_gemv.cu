@@ -105,7 +105,8 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
   __shared__ float s_red_pair[2][kWarps][NT * 4][32];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   if (!p.offsets_ready) pipeline::pdl_wait();  // row_offsets come from the kernel before
-  const int live_count = compact_live_groups<kWarps>(p.row_offsets, p.groups, s_active, s_warp_live);
+  const int live_count =
+      compact_live_groups<kWarps>(p.row_offsets, p.groups, s_active, s_warp_live);
   if (p.offsets_ready) {
     // While the previous kernel finishes, pull this block's first weight rows (contiguous) into
     // L2, so its first loads after the wait do not start from DRAM. Only short items: measured
@@ -206,17 +207,17 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
                 to_elem<kBF16>(activation::apply_gated(p.act, gate, up));
           }
         }
-        continue;
-      }
-      for (int idx = tid; idx < p.rw * NT * 4 * 32; idx += kThreads) {
-        const int l = idx & 31, ji = (idx >> 5) % (NT * 4), wr = (idx >> 5) / (NT * 4);
-        float s = 0.f;
-        for (int x2 = 0; x2 < p.kw; ++x2) s += s_red[wr * p.kw + x2][ji][l];
-        const int i = ji & 3, j = ji >> 2;
-        // mma C fragment: c0,c1 at (row l/4, col 2(l%4) + {0,1}); c2,c3 at row l/4 + 8.
-        const int out_row = tile_row0 + wr * 16 + (l >> 2) + (i >= 2 ? 8 : 0);
-        const int tok = c0 + j * 8 + (l & 3) * 2 + (i & 1);
-        if (out_row < n && tok < mg) p.d[int64_t(m0 + tok) * n + out_row] = to_elem<kBF16>(s);
+      } else {
+        for (int idx = tid; idx < p.rw * NT * 4 * 32; idx += kThreads) {
+          const int l = idx & 31, ji = (idx >> 5) % (NT * 4), wr = (idx >> 5) / (NT * 4);
+          float s = 0.f;
+          for (int x2 = 0; x2 < p.kw; ++x2) s += s_red[wr * p.kw + x2][ji][l];
+          const int i = ji & 3, j = ji >> 2;
+          // mma C fragment: c0,c1 at (row l/4, col 2(l%4) + {0,1}); c2,c3 at row l/4 + 8.
+          const int out_row = tile_row0 + wr * 16 + (l >> 2) + (i >= 2 ? 8 : 0);
+          const int tok = c0 + j * 8 + (l & 3) * 2 + (i & 1);
+          if (out_row < n && tok < mg) p.d[int64_t(m0 + tok) * n + out_row] = to_elem<kBF16>(s);
+        }
       }
     }
   }
@@ -230,7 +231,8 @@ class GemvTactic final : public Tactic {
   Status init(const TacticContext& ctx) override {
     const std::string what = "tactic " + gemv_name(NT) + (kAct ? "+act" : "") + " (groups " +
                              std::to_string(ctx.shape.groups) + ", n " +
-                             std::to_string(ctx.shape.n) + ", k " + std::to_string(ctx.shape.k) + ")";
+                             std::to_string(ctx.shape.n) + ", k " + std::to_string(ctx.shape.k) +
+                             ")";
     what_ = what;
     if (kAct) {
       if (ctx.act == nullptr)
@@ -275,7 +277,8 @@ class GemvTactic final : public Tactic {
     }
     int per_sm = 0;
     err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem_);
-    if (err != cudaSuccess) return cuda_status(err, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", what);
+    if (err != cudaSuccess)
+      return cuda_status(err, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", what);
     // At most min(groups, max_rows) groups are non-empty.
     const int64_t live_max = std::min<int64_t>(ctx.shape.groups, ctx.shape.max_rows);
     const int64_t items = live_max * p_.row_tiles;
@@ -291,8 +294,8 @@ class GemvTactic final : public Tactic {
     p.d = static_cast<uint16_t*>(a.d);
     p.row_offsets = a.row_offsets;
     p.offsets_ready = a.offsets_ready ? 1 : 0;
-    const cudaError_t err = pipeline::launch_pdl(grouped_gemv_kernel<kBF16, NT, kAct>, grid_, kThreads,
-                                                 smem_, a.stream, p);
+    const cudaError_t err = pipeline::launch_pdl(grouped_gemv_kernel<kBF16, NT, kAct>, grid_,
+                                                 kThreads, smem_, a.stream, p);
     if (err != cudaSuccess) return cuda_status(err, "kernel launch", what_);
     return {};
   }

@@ -46,7 +46,8 @@ constexpr int64_t kPreScoreMaxTokens = 8;
 // topk_weights and returns its local expert, or -1 when the slot does not run here.
 // `pre`: score_tokens()'s output, or null.
 template <int kPerLane>
-__device__ int32_t route_slots(const Args& a, int64_t t, float* scores, int lane, const float* pre) {
+__device__ int32_t route_slots(const Args& a, int64_t t, float* scores, int lane,
+                               const float* pre) {
   const int k = a.r.top_k;
   int32_t id = -1;
   float w = 0.0f;
