@@ -355,6 +355,115 @@ TEST_F(PermuteTest, DecodeTiming) {
     }
 }
 
+// The single-block permute writes the GEMMs' per-group arrays (gemm/problem_arrays.hpp) from its
+// offsets: shapes and pointers of every group, empty ones included, for a swap-AB job (FC1) and
+// a plain one (FC2), against the offsets it wrote.
+TEST_F(PermuteTest, WritesGemmProblemArrays) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0x9b0b);
+  const int64_t E = 32;
+  const int k = 4;
+  RoutingParams params;
+  params.method = RoutingMethod::kTopKSoftmax;
+  for (int64_t tokens : {1, 7, 64}) {
+    SCOPED_TRACE("T" + std::to_string(tokens));
+    Config c;
+    ASSERT_TRUE(routing::make_device_routing(params, E, k, nullptr, &c.routing).ok());
+    c.local_experts = static_cast<int>(E);
+    c.row_bytes = 64 * 2;
+    c.max_tokens = tokens;
+    ASSERT_TRUE(prepare(c).ok());
+    Workspace ws(c);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> logits(static_cast<std::size_t>(tokens * E));
+    for (auto& l : logits) l = normal(rng);
+    std::vector<uint16_t> hidden(static_cast<std::size_t>(tokens * 64));
+    fill_bits(hidden, DType::kBFloat16, normal, rng);
+    DeviceBuffer d_logits = to_device(logits), d_hidden = to_device(hidden);
+    // Per job: shapes [E][3], then ptr_a, ptr_b, ptr_d [E] each; poisoned.
+    std::vector<DeviceBuffer> arrays;
+    gemm::ProblemBatch batch;
+    batch.count = 2;
+    for (int j = 0; j < 2; ++j) {
+      gemm::ProblemJob& p = batch.jobs[j];
+      p.groups = static_cast<int>(E);
+      p.n = j == 0 ? 96 : 40;
+      p.k = j == 0 ? 64 : 48;
+      p.swap_ab = j == 0;
+      p.d_ld = j == 0 ? 48 : 40;
+      // Never dereferenced: only offset and stored.
+      p.a = reinterpret_cast<const char*>(uintptr_t{0x10000000} * (j + 1));
+      p.b = reinterpret_cast<const char*>(uintptr_t{0x40000000} * (j + 1));
+      p.d = reinterpret_cast<char*>(uintptr_t{0x70000000} * (j + 1));
+      for (int part = 0; part < 4; ++part) {
+        arrays.emplace_back(static_cast<std::size_t>(E) * (part == 0 ? 12 : 8));
+        arrays.back().poison();
+      }
+      p.arrays.shapes = arrays[4 * j].as<int32_t>();
+      p.arrays.ptr_a = static_cast<const void**>(arrays[4 * j + 1].ptr);
+      p.arrays.ptr_b = static_cast<const void**>(arrays[4 * j + 2].ptr);
+      p.arrays.ptr_d = static_cast<void**>(arrays[4 * j + 3].ptr);
+    }
+    Inputs in;
+    in.hidden = d_hidden.ptr;
+    in.logits = d_logits.as<float>();
+    in.problems = &batch;
+    ASSERT_TRUE(run(c, ws.b, tokens, in, nullptr, Path::kAuto).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto offsets = to_host<int32_t>(ws.b.offsets, E + 1);
+    for (int j = 0; j < 2; ++j) {
+      const gemm::ProblemJob& p = batch.jobs[j];
+      const auto shapes = to_host<int32_t>(arrays[4 * j].ptr, E * 3);
+      const auto pa = to_host<uintptr_t>(arrays[4 * j + 1].ptr, E);
+      const auto pb = to_host<uintptr_t>(arrays[4 * j + 2].ptr, E);
+      const auto pd = to_host<uintptr_t>(arrays[4 * j + 3].ptr, E);
+      for (int g = 0; g < E; ++g) {
+        SCOPED_TRACE("job " + std::to_string(j) + " group " + std::to_string(g));
+        const int m = offsets[g + 1] - offsets[g];
+        const uintptr_t act = reinterpret_cast<uintptr_t>(p.a) + uintptr_t(offsets[g]) * p.k * 2;
+        const uintptr_t w = reinterpret_cast<uintptr_t>(p.b) + uintptr_t(g) * p.n * p.k * 2;
+        EXPECT_EQ(shapes[3 * g], p.swap_ab ? p.n : m);
+        EXPECT_EQ(shapes[3 * g + 1], p.swap_ab ? m : p.n);
+        EXPECT_EQ(shapes[3 * g + 2], p.k);
+        EXPECT_EQ(pa[g], p.swap_ab ? w : act);
+        EXPECT_EQ(pb[g], p.swap_ab ? act : w);
+        EXPECT_EQ(pd[g], reinterpret_cast<uintptr_t>(p.d) + uintptr_t(offsets[g]) * p.d_ld * 2);
+      }
+    }
+  }
+}
+
+// Inputs::problems is refused where the kernels would not write it (the multi-block path) and
+// when a job's groups are not the local experts; all before any launch.
+TEST(PermuteLimits, ProblemArraysOnlyOnTheSingleBlockPath) {
+  RoutingParams params;
+  params.method = RoutingMethod::kTopKSoftmax;
+  Config c;
+  ASSERT_TRUE(routing::make_device_routing(params, 32, 4, nullptr, &c.routing).ok());
+  c.local_experts = 32;
+  c.row_bytes = 128;
+  c.max_tokens = 100;
+  gemm::ProblemBatch batch;
+  batch.count = 1;
+  batch.jobs[0].groups = 32;
+  Inputs in;
+  in.problems = &batch;
+  const Buffers none{};
+  Status s = run(c, none, 65, in, nullptr);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("65 tokens"), std::string::npos) << s.message();
+  s = run(c, none, 1, in, nullptr, Path::kMultiBlock);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << s.message();
+  batch.jobs[0].groups = 31;
+  s = run(c, none, 1, in, nullptr);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("31 groups"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("32 local experts"), std::string::npos) << s.message();
+  batch.count = 3;
+  s = run(c, none, 1, in, nullptr);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("3 GEMMs"), std::string::npos) << s.message();
+}
+
 TEST(PermuteLimits, DecodesErrorWords) {
   EXPECT_TRUE(decode_error(kNoError, 8, 2).ok());
   const Status s = decode_error((static_cast<unsigned long long>(7 * 2 + 1) << 32) | 9u, 8, 2);
