@@ -24,57 +24,71 @@ struct Args {
   int slots_ready;  // slot_row / weights / slot_expert final before the previous kernel started
 };
 
-// Eight slots of token t from s0: their rows, weights and (for the bias) experts.
-struct Slots8 {
-  int32_t row[8], expert[8];
-  float w[8];
+// kN slots of token t from s0: their rows, weights and, with an FC2 bias, their experts' bias
+// at this thread's eight columns (vector v).
+template <int kN, bool kBias>
+struct Slots {
+  int32_t row[kN];
+  float w[kN];
+  float4 bias[kBias ? kN : 1][2];
 };
 
-__device__ __forceinline__ void load_slots(const Args& a, int64_t t, int s0, Slots8& sl) {
+template <int kN, bool kBias>
+__device__ __forceinline__ void load_slots(const Args& a, int64_t t, int64_t v, int s0,
+                                           Slots<kN, kBias>& sl) {
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
+  for (int j = 0; j < kN; ++j) {
     const bool in = s0 + j < a.top_k;
     const int64_t i = t * a.top_k + s0 + j;
     sl.row[j] = in ? __ldg(a.slot_row + i) : -1;
     sl.w[j] = in ? __ldg(a.weights + i) : 0.0f;
-    sl.expert[j] = in && a.bias ? __ldg(a.slot_expert + i) : 0;
+    if constexpr (kBias) {
+      // Issued with the slots, not after FC2's rows arrive: the bias is a weight and the
+      // experts are slot data, so with settled slots this happens before the PDL wait.
+      const int32_t e = in ? __ldg(a.slot_expert + i) : -1;
+      const float4* p = reinterpret_cast<const float4*>(a.bias + int64_t(e) * a.hidden + 8 * v);
+      sl.bias[j][0] = e >= 0 ? __ldg(p) : float4{};
+      sl.bias[j][1] = e >= 0 ? __ldg(p + 1) : float4{};
+    }
   }
 }
 
-template <class T>
+// kBias: FC2 has a bias. Its slots then go four at a time (gpt-oss has four), so that rows and
+// bias of a batch stay in registers (8 would take 148 registers, one block per SM).
+template <class T, bool kBias>
 __global__ void __launch_bounds__(256) finalize_kernel(Args a) {
+  constexpr int kN = kBias ? 4 : 8;
   const int64_t n = a.tokens * a.vecs;
   int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  // Settled slots (slots_ready): the first eight of this thread's first token load before the
+  // Settled slots (slots_ready): the first batch of this thread's first token loads before the
   // wait, so after FC2 only its output remains to be read.
   bool preloaded = a.slots_ready && idx < n;
-  Slots8 first;
-  if (preloaded) load_slots(a, idx / a.vecs, 0, first);
+  Slots<kN, kBias> sl;
+  if (preloaded) load_slots(a, idx / a.vecs, idx % a.vecs, 0, sl);
   pipeline::pdl_wait();  // FC2's output (and, unless settled, the slots) come from earlier kernels
   pipeline::pdl_launch_dependents();
   for (; idx < n; idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = idx / a.vecs, v = idx - t * a.vecs;
     float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    // Eight slots at a time: their indices, then their rows, load together (latency matters
-    // for small batches); the sum still runs in slot order.
-    for (int s0 = 0; s0 < a.top_k; s0 += 8) {
-      Slots8 sl;
-      if (preloaded) {
-        sl = first;
-        preloaded = false;
-      } else {
-        load_slots(a, t, s0, sl);
-      }
-      uint4 yv[8];
+    // kN slots at a time: their indices, then their rows, load together (latency matters for
+    // small batches); the sum still runs in slot order.
+    for (int s0 = 0; s0 < a.top_k; s0 += kN) {
+      if (!preloaded) load_slots(a, t, v, s0, sl);
+      preloaded = false;
+      uint4 yv[kN];
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
+      for (int j = 0; j < kN; ++j)
         yv[j] = sl.row[j] >= 0 ? __ldg(a.y + static_cast<int64_t>(sl.row[j]) * a.vecs + v) : uint4{};
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
+      for (int j = 0; j < kN; ++j) {
         if (sl.row[j] < 0) continue;
         float y[8];
         pipeline::unpack8<T>(yv[j], y);
-        if (a.bias) pipeline::add8(a.bias + static_cast<int64_t>(sl.expert[j]) * a.hidden + 8 * v, y);
+        if constexpr (kBias) {  // pipeline::add8, from registers
+          const float4 b0 = sl.bias[j][0], b1 = sl.bias[j][1];
+          y[0] += b0.x; y[1] += b0.y; y[2] += b0.z; y[3] += b0.w;
+          y[4] += b1.x; y[5] += b1.y; y[6] += b1.z; y[7] += b1.w;
+        }
 #pragma unroll
         for (int i = 0; i < 8; ++i) acc[i] = fmaf(sl.w[j], y[i], acc[i]);
       }
@@ -85,8 +99,10 @@ __global__ void __launch_bounds__(256) finalize_kernel(Args a) {
 
 using KernelFn = void (*)(Args);
 
-KernelFn pick(DType elem) {
-  return elem == DType::kFloat16 ? finalize_kernel<__half> : finalize_kernel<__nv_bfloat16>;
+KernelFn pick(DType elem, bool bias) {
+  if (elem == DType::kFloat16)
+    return bias ? finalize_kernel<__half, true> : finalize_kernel<__half, false>;
+  return bias ? finalize_kernel<__nv_bfloat16, true> : finalize_kernel<__nv_bfloat16, false>;
 }
 
 Status check(const DeviceFinalize& f) {
@@ -107,7 +123,7 @@ Status prepare(const DeviceFinalize& f) {
   Status s = check(f);
   if (!s.ok()) return s;
   cudaFuncAttributes attr;
-  const cudaError_t e = cudaFuncGetAttributes(&attr, pick(f.elem));
+  const cudaError_t e = cudaFuncGetAttributes(&attr, pick(f.elem, f.fc2_bias != nullptr));
   if (e != cudaSuccess)
     return Status(ErrorCode::kCuda,
                   std::string("loading the finalize kernel failed: ") + cudaGetErrorString(e));
@@ -134,7 +150,8 @@ Status run(const DeviceFinalize& f, int64_t tokens, const void* y, const int32_t
   a.slots_ready = slots_ready ? 1 : 0;
   const int64_t work = tokens * a.vecs;
   const int blocks = static_cast<int>(std::clamp<int64_t>((work + 255) / 256, 1, 132 * 16));
-  const cudaError_t e = pipeline::launch_pdl(pick(f.elem), blocks, 256, 0, stream, a);
+  const cudaError_t e =
+      pipeline::launch_pdl(pick(f.elem, a.bias != nullptr), blocks, 256, 0, stream, a);
   if (e != cudaSuccess)
     return Status(ErrorCode::kCuda,
                   std::string("launching the finalize kernel failed: ") + cudaGetErrorString(e));
