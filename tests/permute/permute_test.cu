@@ -378,7 +378,7 @@ TEST_F(PermuteTest, WritesGemmProblemArrays) {
     for (auto& l : logits) l = normal(rng);
     std::vector<uint16_t> hidden(static_cast<std::size_t>(tokens * 64));
     fill_bits(hidden, DType::kBFloat16, normal, rng);
-    const DeviceInputs d(hidden, logits, {}, {});
+    DeviceBuffer d_logits = to_device(logits), d_hidden = to_device(hidden);
     // Per job: shapes [E][3], then ptr_a, ptr_b, ptr_d [E] each; poisoned.
     std::vector<DeviceBuffer> arrays;
     gemm::ProblemBatch batch;
@@ -403,7 +403,9 @@ TEST_F(PermuteTest, WritesGemmProblemArrays) {
       p.arrays.ptr_b = static_cast<const void**>(arrays[4 * j + 2].ptr);
       p.arrays.ptr_d = static_cast<void**>(arrays[4 * j + 3].ptr);
     }
-    Inputs in = d.in;
+    Inputs in;
+    in.hidden = d_hidden.ptr;
+    in.logits = d_logits.as<float>();
     in.problems = &batch;
     ASSERT_TRUE(run(c, ws.b, tokens, in, nullptr, Path::kAuto).ok());
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
