@@ -36,14 +36,49 @@ using detail::TacticKind;
 
 constexpr int kElemBytes = 2;  // bf16 and fp16
 
+struct ProblemParams {
+  const int32_t* row_offsets;
+  int groups;
+  int n, k;
+  bool swap_ab;
+  int64_t d_ld;  // elements per output row: n, or n / 2 behind the fused activation
+  const char* a;
+  const char* b;
+  char* d;
+  DeviceArrays arrays;
+};
+
+// The GEMMs whose arrays one launch writes (FC1's and FC2's share row_offsets).
+struct ProblemBatch {
+  ProblemParams jobs[GroupedGemm::kMaxCallsPerWrite];
+  int count;
+};
+
 // One thread per group and GEMM (blockIdx.y): the CUTLASS problem shape, operand and output
 // pointers of group g.
-__global__ void write_problems_kernel(ProblemBatch batch, const int32_t* row_offsets) {
+__global__ void write_problems_kernel(ProblemBatch batch) {
   pipeline::pdl_wait();  // the offsets come from the kernel before
+  const ProblemParams& p = batch.jobs[blockIdx.y];
   const int g = blockIdx.x * blockDim.x + threadIdx.x;
-  if (g >= batch.jobs[blockIdx.y].groups) return;
-  const int32_t row0 = row_offsets[g];
-  write_problem(batch.jobs[blockIdx.y], g, row0, max(row_offsets[g + 1] - row0, 0));
+  if (g >= p.groups) return;
+  const int64_t row0 = p.row_offsets[g];
+  const int m = max(p.row_offsets[g + 1] - p.row_offsets[g], 0);
+  const char* act = p.a + row0 * p.k * kElemBytes;
+  const char* w = p.b + int64_t(g) * p.n * p.k * kElemBytes;
+  int32_t* s = p.arrays.shapes + 3 * g;
+  if (p.swap_ab) {
+    s[0] = p.n;
+    s[1] = m;
+    p.arrays.ptr_a[g] = w;
+    p.arrays.ptr_b[g] = act;
+  } else {
+    s[0] = m;
+    s[1] = p.n;
+    p.arrays.ptr_a[g] = act;
+    p.arrays.ptr_b[g] = w;
+  }
+  s[2] = p.k;
+  p.arrays.ptr_d[g] = p.d + row0 * p.d_ld * kElemBytes;
 }
 
 std::vector<TacticEntry> all_tactics(Elem elem) {
@@ -301,13 +336,14 @@ Status GroupedGemm::check_call(const GemmCall& c, const int32_t* row_offsets,
   return {};
 }
 
-Status GroupedGemm::problem_batch(const GemmCall* calls, int count, const int32_t* row_offsets,
-                                  ProblemBatch* out) {
+Status GroupedGemm::write_problems(const GemmCall* calls, int count, const int32_t* row_offsets,
+                                   cudaStream_t stream) {
   if (count < 0 || count > kMaxCallsPerWrite)
     return Status(ErrorCode::kInvalidArgument, "write_problems takes 0 to " +
                                                    std::to_string(kMaxCallsPerWrite) +
                                                    " calls, not " + std::to_string(count));
   ProblemBatch batch{};
+  int groups = 0;
   for (int i = 0; i < count; ++i) {
     const GemmCall& c = calls[i];
     if (c.gemm == nullptr)
@@ -319,7 +355,8 @@ Status GroupedGemm::problem_batch(const GemmCall* calls, int count, const int32_
     if (!s.ok()) return s;
     if (skip || slot->kind == TacticKind::kGemv) continue;  // the GEMV reads row_offsets itself
     const State& st = *c.gemm->state_;
-    ProblemJob& p = batch.jobs[batch.count++];
+    ProblemParams& p = batch.jobs[batch.count++];
+    p.row_offsets = row_offsets;
     p.groups = st.shape.groups;
     p.n = static_cast<int>(st.shape.n);
     p.k = static_cast<int>(st.shape.k);
@@ -329,22 +366,13 @@ Status GroupedGemm::problem_batch(const GemmCall* calls, int count, const int32_
     p.b = static_cast<const char*>(c.b);
     p.d = static_cast<char*>(c.d);
     p.arrays = st.arrays;
+    groups = std::max(groups, st.shape.groups);
   }
-  *out = batch;
-  return {};
-}
-
-Status GroupedGemm::write_problems(const GemmCall* calls, int count, const int32_t* row_offsets,
-                                   cudaStream_t stream) {
-  ProblemBatch batch;
-  Status s = problem_batch(calls, count, row_offsets, &batch);
-  if (!s.ok() || batch.count == 0) return s;
-  int groups = 0;
-  for (int i = 0; i < batch.count; ++i) groups = std::max(groups, batch.jobs[i].groups);
+  if (batch.count == 0) return {};
   constexpr int kBlock = 128;
   const dim3 grid((groups + kBlock - 1) / kBlock, batch.count);
   const cudaError_t err =
-      pipeline::launch_pdl(write_problems_kernel, grid, kBlock, 0, stream, batch, row_offsets);
+      pipeline::launch_pdl(write_problems_kernel, grid, kBlock, 0, stream, batch);
   if (err != cudaSuccess)
     return detail::cuda_status(err, "write_problems_kernel launch",
                                shape_text(calls[0].gemm->state_->shape));

@@ -12,7 +12,6 @@
 #include <cuda_runtime_api.h>
 
 #include "activation/activation_math.hpp"
-#include "gemm/problem_arrays.hpp"
 #include "moekit/status.hpp"
 
 namespace moekit::gemm {
@@ -93,13 +92,9 @@ class GroupedGemm {
     // waits for that kernel (pipeline/pdl.cuh).
     bool offsets_ready = false;
   };
-  static constexpr int kMaxCallsPerWrite = ProblemBatch::kMaxJobs;
+  static constexpr int kMaxCallsPerWrite = 2;
   static Status write_problems(const GemmCall* calls, int count, const int32_t* row_offsets,
                                cudaStream_t stream);
-  // What write_problems() would write, for a kernel that computes the offsets to write itself
-  // (gemm/problem_arrays.hpp); checks the calls the same way. GEMVs add no job.
-  static Status problem_batch(const GemmCall* calls, int count, const int32_t* row_offsets,
-                              ProblemBatch* out);
   Status launch(const GemmCall& call, const int32_t* row_offsets, cudaStream_t stream);
 
   // Device bytes this object allocated (per-group arrays, CUTLASS workspaces, strides).

@@ -22,7 +22,15 @@ enum class TacticKind : int {
   kGemv = 2,           // needs no per-group arrays: reads row_offsets itself
 };
 
-using gemm::DeviceArrays;  // gemm/problem_arrays.hpp
+// Device arrays owned by GroupedGemm, sized for `groups`; written on the device each run by the
+// problem kernel, read by the CUTLASS kernels. Their addresses never change, so CUTLASS arguments
+// are built once.
+struct DeviceArrays {
+  int32_t* shapes = nullptr;      // [groups][3]: (M, N, K) of CUTLASS's GroupProblemShape
+  const void** ptr_a = nullptr;   // [groups]
+  const void** ptr_b = nullptr;   // [groups]
+  void** ptr_d = nullptr;         // [groups]
+};
 
 struct TacticContext {
   GroupedShape shape;

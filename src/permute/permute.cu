@@ -36,7 +36,6 @@ struct Args {
   int n_chunks;
   int routing_floats;  // shared floats per warp for routing scratch
   bool pre_scored;     // single block, DeepSeek-V3, <= kPreScoreMaxTokens: score_tokens() runs
-  gemm::ProblemBatch problems;  // Inputs::problems (count 0: none)
 };
 
 // DeepSeek-V3 up to this many tokens: the single-block kernel scores every (token, expert) and
@@ -234,10 +233,6 @@ __global__ void __launch_bounds__(kSingleWarps * 32) single_block_kernel(Args a)
     for (int e = lane; e <= L; e += 32) a.b.offsets[e] = offs[e];
   }
   __syncthreads();
-  // The GEMMs' per-group arrays from the offsets on chip (Inputs::problems).
-  for (int j = 0; j < a.problems.count; ++j)
-    for (int e = threadIdx.x; e < L; e += blockDim.x)
-      gemm::write_problem(a.problems.jobs[j], e, offs[e], offs[e + 1] - offs[e]);
   const bool rows_on_chip = pairs <= kSingleRows;
   for (int64_t t = t0; t < t1; ++t) {
     if (lane < k) {
@@ -488,25 +483,8 @@ Status run(const Config& c, const Buffers& b, int64_t tokens, const Inputs& in,
   a.routing_floats = routing_floats(c);
   const int k = c.routing.top_k;
 
-  const bool single = writes_problems(tokens, path);
-  if (in.problems != nullptr) {
-    if (!single)
-      return Status(ErrorCode::kInvalidArgument,
-                    "the permute writes the GEMMs' per-group arrays on its single-block path "
-                    "only (up to " + std::to_string(kSingleBlockMaxTokens) + " tokens), not at " +
-                        std::to_string(tokens) + " tokens");
-    if (in.problems->count < 0 || in.problems->count > gemm::ProblemBatch::kMaxJobs)
-      return Status(ErrorCode::kInvalidArgument,
-                    "problem batch of " + std::to_string(in.problems->count) + " GEMMs");
-    for (int j = 0; j < in.problems->count; ++j)
-      if (in.problems->jobs[j].groups != c.local_experts)
-        return Status(ErrorCode::kInvalidArgument,
-                      "problem batch GEMM " + std::to_string(j) + " has " +
-                          std::to_string(in.problems->jobs[j].groups) +
-                          " groups, the permute " + std::to_string(c.local_experts) +
-                          " local experts");
-    a.problems = *in.problems;
-  }
+  const bool single =
+      path == Path::kSingleBlock || (path == Path::kAuto && tokens <= kSingleBlockMaxTokens);
   if (single) {
     a.chunk_tokens = static_cast<int>((tokens + kSingleWarps - 1) / kSingleWarps);
     a.n_chunks = kSingleWarps;

@@ -7,7 +7,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include "gemm/problem_arrays.hpp"
 #include "moekit/status.hpp"
 #include "routing/routing_device.hpp"
 
@@ -69,19 +68,9 @@ struct Inputs {
   const float* logits = nullptr;      // [tokens, E] (routing methods)
   const int32_t* ids = nullptr;       // [tokens, k] (kExternal)
   const float* weights = nullptr;     // [tokens, k] (kExternal)
-  // The grouped GEMMs' per-group arrays (FC1 through CUTLASS) to write from the offsets, so
-  // that no write_problems kernel stands between the permute and FC1. Only the single-block
-  // path writes them (writes_problems()); each job's groups must be the local experts.
-  const gemm::ProblemBatch* problems = nullptr;
 };
 
 enum class Path { kAuto, kSingleBlock, kMultiBlock };  // tests force one
-
-// Whether run() with `path` at `tokens` takes the single-block path, the one that can write
-// Inputs::problems.
-inline bool writes_problems(int64_t tokens, Path path = Path::kAuto) {
-  return path == Path::kSingleBlock || (path == Path::kAuto && tokens <= kSingleBlockMaxTokens);
-}
 
 // Checks `c` against the kernels' limits and loads every kernel run() may launch for it
 // (shared-memory attributes included), so a first forward can be graph-captured.

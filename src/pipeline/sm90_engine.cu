@@ -341,12 +341,12 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   } else {
     in.logits = args.router_logits.as<const float>();
   }
+  throw_if_error(permute::run(pcfg_, pbuf_, T, in, stream));
   // Rows per expert if routing were uniform: only a hint for the GEMM's tactic.
   const double hint = static_cast<double>(T) * k / static_cast<double>(lp_.num_experts_global);
   const int64_t rows = T * std::min<int64_t>(k, lp_.num_experts);
-  // For gated kinds FC1's "+act" kernel writes the activation itself. Both GEMMs' per-group
-  // arrays (they share the offsets) come from the single-block permute where it runs, else
-  // from one small kernel after it.
+  // For gated kinds FC1's "+act" kernel writes the activation itself; both GEMMs' per-group
+  // arrays come from one kernel (they share the offsets).
   using Call = gemm::GroupedGemm::GemmCall;
   const std::string fc1_tactic = fc1_->pick_tactic(hint);
   const bool fused = fc1_->applies_activation(fc1_tactic);
@@ -358,13 +358,7 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   const Call calls[2] = {
       Call{fc1_.get(), pbuf_.permuted, w1_, fused ? act_out_ : fc1_out_, fc1_tactic},
       Call{fc2_.get(), act_out_, w2_, fc2_out_, fc2_->pick_tactic(hint), true}};
-  gemm::ProblemBatch problems;
-  throw_if_error(gemm::GroupedGemm::problem_batch(calls, 2, pbuf_.offsets, &problems));
-  const bool in_permute = problems.count > 0 && permute::writes_problems(T);
-  if (in_permute) in.problems = &problems;
-  throw_if_error(permute::run(pcfg_, pbuf_, T, in, stream));
-  if (problems.count > 0 && !in_permute)
-    throw_if_error(gemm::GroupedGemm::write_problems(calls, 2, pbuf_.offsets, stream));
+  throw_if_error(gemm::GroupedGemm::write_problems(calls, 2, pbuf_.offsets, stream));
   throw_if_error(fc1_->launch(calls[0], pbuf_.offsets, stream));
   if (!fused)
     throw_if_error(activation::run_device(act_, fc1_out_, act_out_, pbuf_.row_expert,
