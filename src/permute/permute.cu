@@ -35,12 +35,14 @@ struct Args {
   int chunk_tokens;
   int n_chunks;
   int routing_floats;  // shared floats per warp for routing scratch
-  bool pre_scored;     // single block, DeepSeek-V3, <= kPreScoreMaxTokens: score_tokens() runs
+  bool pre_scored;     // single block, pre_scoring(), <= kPreScoreMaxTokens: score_tokens() runs
 };
 
-// DeepSeek-V3 up to this many tokens: the single-block kernel scores every (token, expert) and
-// (token, group) with the whole block before the per-token selection (score_tokens).
-constexpr int64_t kPreScoreMaxTokens = 8;
+// DeepSeek-V3 with 8+ experts per lane, up to this many tokens: the single-block kernel scores
+// every (token, expert) and (token, group) with the whole block before the per-token selection
+// (score_tokens). Measured on the H200 (bench/results, session 7): at 1 token it takes ~1 us
+// off the permute; at 8, where 8 warps route one token each anyway, it added ~2.7 us.
+constexpr int64_t kPreScoreMaxTokens = 4;
 
 // Routes (or validates the caller's ids of) token t. Lane s < k writes slot s to topk_ids /
 // topk_weights and returns its local expert, or -1 when the slot does not run here.
@@ -74,9 +76,14 @@ __device__ int32_t route_slots(const Args& a, int64_t t, float* scores, int lane
     }
   } else {
     const int E = a.r.experts;
-    const routing::warp::Slot s = routing::warp::route_token<kPerLane>(
-        a.r, a.logits + t * E, scores, lane, pre != nullptr ? pre + t * E : nullptr,
-        pre != nullptr && a.r.n_group > 1 ? pre + a.tokens * E + t * a.r.n_group : nullptr);
+    routing::warp::PreScores ps;
+    if (pre != nullptr) {  // score_tokens()'s layout
+      ps.sel = pre + t * E;
+      ps.sigmoid = pre + (a.tokens + t) * E;
+      if (a.r.n_group > 1) ps.groups = pre + 2 * a.tokens * E + t * a.r.n_group;
+    }
+    const routing::warp::Slot s =
+        routing::warp::route_token<kPerLane>(a.r, a.logits + t * E, scores, lane, ps);
     id = s.id;
     w = s.weight;
   }
@@ -157,25 +164,26 @@ __device__ void scatter_row(const Args& a, int64_t t, int32_t row, int lane) {
   }
 }
 
-// DeepSeek-V3 at a few tokens, by the whole block: pre[t * E + e] = selection score of (t, e),
-// then pre[tokens * E + t * n_group + g] = group score of (t, g), one warp per (token, group).
-// One warp per token would otherwise run all of its 256 double-precision sigmoids and 8 group
-// scans as one dependent chain while the block's other warps wait (~5 us of the T=1 permute,
-// bench/results session 6). Ends with the block synchronized.
+// DeepSeek-V3 at a few tokens, by the whole block, into `pre`: [tokens][E] selection scores,
+// [tokens][E] sigmoids, then [tokens][n_group] group scores, one warp per (token, group). One
+// warp per token would otherwise run all of its 256 double-precision sigmoids and 8 group scans
+// as one dependent chain while the block's other warps wait (~5 us of the T=1 permute, bench/
+// results session 6). Ends with the block synchronized. int indices: tokens <= kPreScoreMaxTokens.
 __device__ void score_tokens(const Args& a, float* pre) {
-  const int E = a.r.experts, G = a.r.n_group;
-  const int64_t n = a.tokens * E;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-    pre[i] = routing::warp::selection_score(a.r, routing::warp::clean(__ldg(a.logits + i)),
-                                            static_cast<int>(i % E));
+  const int E = a.r.experts, G = a.r.n_group, T = static_cast<int>(a.tokens);
+  for (int t = 0; t < T; ++t)
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+      const float s = routing::warp::sigmoid_f(routing::warp::clean(__ldg(a.logits + t * E + e)));
+      pre[t * E + e] = routing::warp::selection_score(a.r, s, e);
+      pre[(T + t) * E + e] = s;
+    }
   __syncthreads();
   if (G <= 1) return;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group_size = E / G;
-  for (int64_t task = warp; task < a.tokens * G; task += kSingleWarps) {
-    const int64_t t = task / G;
-    const int g = static_cast<int>(task - t * G);
+  for (int task = warp; task < T * G; task += kSingleWarps) {
+    const int t = task / G, g = task - t * G;
     const float v = routing::warp::group_top_two(pre + t * E + g * group_size, group_size, lane);
-    if (lane == 0) pre[n + task] = v;
+    if (lane == 0) pre[2 * T * E + task] = v;
   }
   __syncthreads();
 }
@@ -187,7 +195,9 @@ __device__ void score_tokens(const Args& a, float* pre) {
 constexpr int kSingleKept = static_cast<int>(kSingleBlockMaxTokens / kSingleWarps);
 constexpr int kSingleRows = 1024;
 
-template <int kPerLane, bool kGather>
+// kPreScore: score_tokens() runs first when a.pre_scored (instantiated where pre_scoring() can
+// hold, so the other kernels carry none of it).
+template <int kPerLane, bool kGather, bool kPreScore>
 __global__ void __launch_bounds__(kSingleWarps * 32) single_block_kernel(Args a) {
   // Launched normally (it follows the caller's work); the next kernel reads nothing of ours
   // before its own wait (pipeline/pdl.cuh), so it may start now.
@@ -201,8 +211,8 @@ __global__ void __launch_bounds__(kSingleWarps * 32) single_block_kernel(Args a)
   int* rows = offs + L + 1;              // [kSingleRows]: slot rows, when the slots fit
   float* scratch = reinterpret_cast<float*>(rows + kSingleRows);
   float* scores = scratch + warp * a.routing_floats;
-  // [tokens][E] + [tokens][n_group] floats after every warp's scratch (single_smem)
-  float* pre = a.pre_scored ? scratch + kSingleWarps * a.routing_floats : nullptr;
+  // score_tokens()'s floats, after every warp's scratch (single_smem)
+  float* pre = kPreScore && a.pre_scored ? scratch + kSingleWarps * a.routing_floats : nullptr;
   int* my_hist = hist + warp * L;
   const int64_t pairs = a.tokens * k;
   if (kGather) {
@@ -364,13 +374,19 @@ __global__ void __launch_bounds__(kMultiWarps * 32) scatter_kernel(Args a) {
 
 using KernelFn = void (*)(Args);
 
-KernelFn pick_single(int per_lane, bool gather) {
+template <int kPerLane, bool kPreScore = false>
+KernelFn pick_single(bool gather) {
+  return gather ? single_block_kernel<kPerLane, true, kPreScore>
+                : single_block_kernel<kPerLane, false, kPreScore>;
+}
+// pre_score: only with 8+ experts per lane (pre_scoring()).
+KernelFn pick_single(int per_lane, bool gather, bool pre_score) {
   switch (per_lane) {
-    case 1: return gather ? single_block_kernel<1, true> : single_block_kernel<1, false>;
-    case 2: return gather ? single_block_kernel<2, true> : single_block_kernel<2, false>;
-    case 4: return gather ? single_block_kernel<4, true> : single_block_kernel<4, false>;
-    case 8: return gather ? single_block_kernel<8, true> : single_block_kernel<8, false>;
-    default: return gather ? single_block_kernel<16, true> : single_block_kernel<16, false>;
+    case 1: return pick_single<1>(gather);
+    case 2: return pick_single<2>(gather);
+    case 4: return pick_single<4>(gather);
+    case 8: return pre_score ? pick_single<8, true>(gather) : pick_single<8>(gather);
+    default: return pre_score ? pick_single<16, true>(gather) : pick_single<16>(gather);
   }
 }
 
@@ -387,17 +403,22 @@ KernelFn pick_route_rank(int per_lane) {
 int routing_floats(const Config& c) {
   return static_cast<int>(routing::routing_smem_per_warp(c.routing) / sizeof(float));
 }
-bool deepseek(const Config& c) {
-  return c.routing.method == static_cast<int>(RoutingMethod::kDeepSeekV3);
+// DeepSeek-V3 routing with 8+ experts per lane (256 experts: 8): a per-token chain long enough
+// that scoring with the whole block first pays at a few tokens (kPreScoreMaxTokens).
+bool pre_scoring(const Config& c) {
+  return c.routing.method == static_cast<int>(RoutingMethod::kDeepSeekV3) &&
+         c.routing.per_lane >= 8;
 }
 std::size_t single_smem(const Config& c) {
-  const int64_t pre_tokens = deepseek(c) ? std::min(c.max_tokens, kPreScoreMaxTokens) : 0;
-  const int64_t pre_floats = pre_tokens * (c.routing.experts + c.routing.n_group);
-  return sizeof(int) * (static_cast<std::size_t>(kSingleWarps) * (c.local_experts + routing_floats(c)) +
-                        c.local_experts + 1 + kSingleRows + pre_floats);
+  const int64_t pre_tokens = pre_scoring(c) ? std::min(c.max_tokens, kPreScoreMaxTokens) : 0;
+  const int64_t pre_floats = pre_tokens * (2 * c.routing.experts + c.routing.n_group);
+  const int64_t per_warp = c.local_experts + routing_floats(c);
+  return sizeof(int) * static_cast<std::size_t>(kSingleWarps * per_warp + c.local_experts + 1 +
+                                                kSingleRows + pre_floats);
 }
 std::size_t multi_smem(const Config& c) {
-  return sizeof(int) * static_cast<std::size_t>(kMultiWarps) * (c.local_experts + routing_floats(c));
+  return sizeof(int) * static_cast<std::size_t>(kMultiWarps) *
+         static_cast<std::size_t>(c.local_experts + routing_floats(c));
 }
 
 Status cuda_status(cudaError_t e, const char* what) {
@@ -407,8 +428,8 @@ Status cuda_status(cudaError_t e, const char* what) {
 
 Status load(KernelFn f, std::size_t smem) {
   if (smem > 48 * 1024) {
-    const cudaError_t e =
-        cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(smem));
     if (e != cudaSuccess) return cuda_status(e, "setting the permute kernel's shared memory");
   }
   cudaFuncAttributes attr;
@@ -448,10 +469,11 @@ Status prepare(const Config& c) {
   if (c.max_tokens * c.routing.top_k >= (int64_t{1} << 31))
     return Status(ErrorCode::kUnsupported, "max_tokens " + std::to_string(c.max_tokens) +
                                                " times top_k exceeds int32 row indices");
-  for (bool gather : {false, true}) {
-    Status s = load(pick_single(c.routing.per_lane, gather), single_smem(c));
-    if (!s.ok()) return s;
-  }
+  for (bool gather : {false, true})
+    for (bool pre_score : {false, pre_scoring(c)}) {
+      Status s = load(pick_single(c.routing.per_lane, gather, pre_score), single_smem(c));
+      if (!s.ok()) return s;
+    }
   for (auto [f, smem] : {std::pair<KernelFn, std::size_t>{pick_route_rank(c.routing.per_lane),
                                                           multi_smem(c)},
                          {gather_kernel, 0}, {chunk_scan_kernel, 0}, {scatter_kernel, 0}}) {
@@ -488,10 +510,11 @@ Status run(const Config& c, const Buffers& b, int64_t tokens, const Inputs& in,
   if (single) {
     a.chunk_tokens = static_cast<int>((tokens + kSingleWarps - 1) / kSingleWarps);
     a.n_chunks = kSingleWarps;
-    a.pre_scored = deepseek(c) && tokens <= kPreScoreMaxTokens;
+    a.pre_scored = pre_scoring(c) && tokens <= kPreScoreMaxTokens;
     const int64_t rows = tokens * std::min<int64_t>(k, c.local_experts);
     const bool gather = rows * c.row_bytes <= kFusedGatherMaxBytes;
-    pick_single(c.routing.per_lane, gather)<<<1, kSingleWarps * 32, single_smem(c), stream>>>(a);
+    pick_single(c.routing.per_lane, gather, a.pre_scored)<<<1, kSingleWarps * 32, single_smem(c),
+                                                           stream>>>(a);
     if (!gather) {
       const cudaError_t e = cudaGetLastError();
       if (e != cudaSuccess) return cuda_status(e, "launching the permute kernels");

@@ -45,13 +45,22 @@ __device__ __forceinline__ int warp_argmax(uint32_t key, int id) {
   return static_cast<int>(__reduce_min_sync(kFull, cand));
 }
 
-// DeepSeek-V3 selection score of expert e from its cleaned logit x: sigmoid (double, rounded
-// once) plus the correction bias.
-__device__ __forceinline__ float selection_score(const DeviceRouting& r, float x, int e) {
-  float s = static_cast<float>(sigmoid_d(x));
+// DeepSeek-V3 selection score of expert e from its sigmoid s (double, rounded once: also its
+// weight): s plus the correction bias.
+__device__ __forceinline__ float selection_score(const DeviceRouting& r, float s, int e) {
   if (r.correction_bias != nullptr && e < r.experts) s += __ldg(r.correction_bias + e);
   return clean(s);
 }
+__device__ __forceinline__ float sigmoid_f(float x) { return static_cast<float>(sigmoid_d(x)); }
+
+// One token's DeepSeek-V3 scores computed beforehand by the whole block (the fused permute at a
+// few tokens), so the routing warp's chain skips the sigmoids and the group scan. Null: the
+// warp computes them.
+struct PreScores {
+  const float* sel = nullptr;      // [E] selection scores (selection_score)
+  const float* sigmoid = nullptr;  // [E] sigmoids (the weights before renormalization)
+  const float* groups = nullptr;   // [n_group] group scores (group_top_two); null when 1 group
+};
 
 // The group score of `values` [group_size] (selection scores) by one warp: the sum of the two
 // largest, equal values counted twice (the host's scan), or the largest alone for groups of
@@ -125,14 +134,11 @@ __device__ uint32_t select_groups(const DeviceRouting& r, const float (&sel)[kPe
   return mask;
 }
 
-// Routes one token: `row` is its logits [E]. Every lane of the warp must call it.
-// `pre_sel` / `pre_groups` (DeepSeek-V3, may be null): the token's selection scores [E] and
-// group scores [n_group], computed beforehand by the whole block (selection_score,
-// group_top_two), so this warp's chain skips the sigmoids and the group scan.
+// Routes one token: `row` is its logits [E]. Every lane of the warp must call it. `pre`:
+// DeepSeek-V3 scores computed beforehand (PreScores), or none.
 template <int kPerLane>
 __device__ Slot route_token(const DeviceRouting& r, const float* __restrict__ row, float* scores,
-                            int lane, const float* pre_sel = nullptr,
-                            const float* pre_groups = nullptr) {
+                            int lane, PreScores pre = {}) {
   const int method = r.method;
   const bool deepseek = method == static_cast<int>(RoutingMethod::kDeepSeekV3);
   float x[kPerLane];      // cleaned logits
@@ -147,12 +153,12 @@ __device__ Slot route_token(const DeviceRouting& r, const float* __restrict__ ro
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) {
       const int e = lane + 32 * j;
-      sel[j] = pre_sel != nullptr ? (e < r.experts ? pre_sel[e] : -INFINITY)
-                                  : selection_score(r, x[j], e);
+      sel[j] = pre.sel != nullptr ? (e < r.experts ? pre.sel[e] : -INFINITY)
+                                  : selection_score(r, sigmoid_f(x[j]), e);
       key[j] = e < r.experts ? order_key(sel[j]) : 0u;
     }
     if (r.n_group > 1) {
-      const uint32_t mask = select_groups<kPerLane>(r, sel, scores, lane, pre_groups);
+      const uint32_t mask = select_groups<kPerLane>(r, sel, scores, lane, pre.groups);
       const int group_size = r.experts / r.n_group;
       // Power-of-two groups (DeepSeek-V3: 32) by shift: an integer division is ~20 dependent
       // instructions per expert on this warp's chain.
@@ -217,7 +223,7 @@ __device__ Slot route_token(const DeviceRouting& r, const float* __restrict__ ro
     // Every logit -inf (or NaN): zeros, not NaN.
     w = mx == -INFINITY ? 0.0 : exp(static_cast<double>(my_x) - mx) / denom * r.scale;
   } else if (deepseek) {
-    const float s = mine ? static_cast<float>(sigmoid_d(my_x)) : 0.0f;
+    const float s = !mine ? 0.0f : pre.sigmoid != nullptr ? pre.sigmoid[slot.id] : sigmoid_f(my_x);
     double denom = 1.0;
     if (r.renormalize) {
       double sum = 0.0;

@@ -191,10 +191,11 @@ TEST_F(PermuteTest, RoutedTokensBothPaths) {
     }
 }
 
-// DeepSeek-V3 group selection inside the permute kernels, both paths. Up to 8 tokens the single
-// block scores every (token, expert) and (token, group) with all its warps first; past that a
-// warp per token does it alone. Group sizes 32, 8, 1 and 64 (by shift; 64 puts two values of
-// a group on each lane), 24 (by division), and no groups.
+// DeepSeek-V3 group selection on both paths against the host. At up to 4 tokens and 8+ experts
+// per lane (256+ experts) the single block scores every (token, expert) and (token, group) with
+// all its warps first; otherwise a warp per token does it alone. Group sizes 32, 8, 1 and 64
+// (by shift; 64 puts two values of a group on each lane), 24 and 36 (by division), and no
+// groups; each on the pre-scored path too except 1.
 TEST_F(PermuteTest, DeepSeekGroupsBothPaths) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0xd5e3);
   struct Shape {
@@ -202,10 +203,11 @@ TEST_F(PermuteTest, DeepSeekGroupsBothPaths) {
     int top_k, n_group, topk_group;
     bool bias;
   };
-  const Shape shapes[] = {{256, 8, 8, 4, true}, {64, 6, 8, 3, false}, {32, 4, 32, 8, true},
-                          {96, 8, 4, 2, true},  {128, 8, 2, 1, true}, {512, 8, 1, 1, true}};
+  const Shape shapes[] = {{256, 8, 8, 4, true},  {64, 6, 8, 3, false},  {32, 4, 32, 8, true},
+                          {96, 8, 4, 2, true},   {128, 8, 2, 1, true},  {512, 8, 1, 1, true},
+                          {256, 8, 32, 8, false}, {288, 6, 8, 3, true}, {512, 8, 8, 2, false}};
   for (const Shape& sh : shapes)
-    for (int64_t tokens : {1, 3, 8, 9, 64})
+    for (int64_t tokens : {1, 3, 4, 5, 9, 64})
       for (Path path : {Path::kSingleBlock, Path::kMultiBlock}) {
         PermuteCase su;
         su.params.method = RoutingMethod::kDeepSeekV3;
