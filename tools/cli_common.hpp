@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "kernel_trace.hpp"
 #include "moekit/io.hpp"
 #include "moekit/layer.hpp"
 #include "moekit/spec.hpp"
@@ -52,6 +53,7 @@ struct BenchRow {
   int reps = 0;
   int64_t experts_hit = 0;
   double bytes = 0, flops = 0;
+  ForwardTrace trace;  // replays 0: not traced
 };
 struct Floors {
   double copy_bytes_per_s = 0;  // device-to-device copy, read + write bytes counted
@@ -69,7 +71,10 @@ enum class L2Flush { kRead, kWrite, kNone };
 // "read", "write" or "none"; Error(kInvalidArgument) names any other value.
 L2Flush parse_l2_flush(const std::string& text);
 const char* to_string(L2Flush f);
-// Times graph replays of layer.forward (L2 flushed before each) and fills median/p10/p90.
-void bench_layer_on_device(MoeLayer& layer, const HostInputs& in, L2Flush flush, BenchRow& row);
+// Times graph replays of layer.forward (L2 flushed before each) and fills median/p10/p90;
+// then, with trace_replays > 0, that many more replays of a fresh capture under KernelTracer
+// fill row.trace (kept apart so that the timed replays run without CUPTI).
+void bench_layer_on_device(MoeLayer& layer, const HostInputs& in, L2Flush flush, BenchRow& row,
+                           int trace_replays = 0);
 
 }  // namespace moekit::cli

@@ -145,7 +145,8 @@ class L2Flusher {
   cublasHandle_t handle_ = nullptr;
 };
 
-void bench_layer_on_device(MoeLayer& layer, const HostInputs& in, L2Flush flush_mode, BenchRow& row) {
+void bench_layer_on_device(MoeLayer& layer, const HostInputs& in, L2Flush flush_mode, BenchRow& row,
+                           int trace_replays) {
   int device = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
   DeviceInputs d(layer.spec(), in, device);
@@ -179,6 +180,23 @@ void bench_layer_on_device(MoeLayer& layer, const HostInputs& in, L2Flush flush_
     total += ms * 1e3;
   }
   throw_if_error(layer.poll_errors());
+  if (trace_replays > 0) {
+    KernelTracer tracer;
+    cudaGraph_t traced;
+    cudaGraphExec_t traced_exec;
+    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+    layer.forward(d.args);
+    check(cudaStreamEndCapture(stream, &traced), "end capture");
+    check(cudaGraphInstantiate(&traced_exec, traced, 0), "graph instantiate");
+    for (int rep = 0; rep < trace_replays; ++rep) {  // as the timed loop: flush, replay, wait
+      flush.run(rep);
+      check(cudaGraphLaunch(traced_exec, stream), "graph launch");
+      check(cudaStreamSynchronize(stream), "traced replay");
+    }
+    row.trace = summarize_replays(tracer.collect(), trace_replays);
+    cudaGraphExecDestroy(traced_exec);
+    cudaGraphDestroy(traced);
+  }
   row.reps = static_cast<int>(us.size());
   row.median_us = median_of(us, 0.5);
   row.p10_us = median_of(us, 0.1);

@@ -9,6 +9,6 @@ namespace {
 }
 }  // namespace
 RunResult run_layer_on_device(MoeLayer&, const HostInputs&) { no_cuda("running on the device"); }
-void bench_layer_on_device(MoeLayer&, const HostInputs&, L2Flush, BenchRow&) { no_cuda("moekit bench"); }
+void bench_layer_on_device(MoeLayer&, const HostInputs&, L2Flush, BenchRow&, int) { no_cuda("moekit bench"); }
 Floors measure_floors() { no_cuda("moekit bench"); }
 }  // namespace moekit::cli

@@ -202,7 +202,7 @@ int cmd_resolve(const LayerOpts& lo, bool json) {
 }
 
 int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& flush_text,
-              const std::string& json_path) {
+              const std::string& json_path, int trace_replays) {
   const std::vector<int64_t> tokens = parse_tokens(tokens_list);
   const L2Flush flush = parse_l2_flush(flush_text);
   const int64_t max_t = *std::max_element(tokens.begin(), tokens.end());
@@ -251,18 +251,23 @@ int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& f
       row.experts_hit = static_cast<int64_t>(hit.size());
       row.bytes = row.experts_hit * expert_bytes + 2.0 * t * spec.hidden * es + 4.0 * t * spec.num_experts;
       row.flops = 2.0 * t * spec.top_k * (lp.fc1_rows * lp.hidden + lp.hidden * lp.intermediate);
-      bench_layer_on_device(*layer, in, flush, row);
+      bench_layer_on_device(*layer, in, flush, row, trace_replays);
       const double s = row.median_us * 1e-6;
       const double floor_us = std::max(row.bytes / floors.copy_bytes_per_s, row.flops / floors.gemm_flops_per_s) * 1e6;
       std::printf("%-16s %6lld %10.1f %9.1f %9.1f %6lld %8.0f %5.0f%% %8.1f %5.0f%% %10.1f  %s\n", name.c_str(),
                   (long long)t, row.median_us, row.p10_us, row.p90_us, (long long)row.experts_hit, row.bytes / s / 1e9,
                   100.0 * row.bytes / s / floors.copy_bytes_per_s, row.flops / s / 1e12,
                   100.0 * row.flops / s / floors.gemm_flops_per_s, floor_us, layer->resolution().chosen->id().c_str());
+      if (row.trace.replays > 0) print_trace(row.trace);
       std::fflush(stdout);
+      nlohmann::json traced = nlohmann::json::array();
+      for (const TracedKernel& k : row.trace.kernels)
+        traced.push_back({{"kernel", k.name}, {"median_us", k.median_us}, {"median_gap_us", k.median_gap_us}});
       rows.push_back({{"preset", name}, {"tokens", t}, {"median_us", row.median_us}, {"p10_us", row.p10_us},
                       {"p90_us", row.p90_us}, {"reps", row.reps}, {"experts_hit", row.experts_hit},
                       {"bytes", row.bytes}, {"flops", row.flops}, {"floor_us", floor_us},
-                      {"implementation", layer->resolution().chosen->id()}, {"l2_flush", to_string(flush)}});
+                      {"implementation", layer->resolution().chosen->id()}, {"l2_flush", to_string(flush)},
+                      {"trace", traced}});
     }
   }
   if (!json_path.empty()) {
@@ -309,6 +314,7 @@ int main(int argc, char** argv) {
   LayerOpts bench_lo;
   bench_lo.preset = "qwen3-30b-a3b,mixtral-8x7b,deepseek-v3,gpt-oss-120b";
   std::string tokens = "1,8,64,512,4096,16384", json_path, flush = "read";
+  int trace_replays = 0;
   auto* bench = app.add_subcommand("bench", "time full forwards (CUDA graph replays) of presets on the GPU");
   bench_lo.add_to(bench);
   bench->add_option("--tokens", tokens, "comma-separated token counts")->capture_default_str();
@@ -317,6 +323,10 @@ int main(int argc, char** argv) {
                     "how L2 is emptied before each replay: read (256 MiB read, L2 left clean), "
                     "write (256 MiB written, L2 left dirty), none")
       ->capture_default_str();
+  bench->add_option("--trace", trace_replays,
+                    "then replay each forward this many more times with CUPTI recording every "
+                    "kernel, and print each kernel's median duration and gap from the one before")
+      ->check(CLI::NonNegativeNumber);
 
   try {
     app.parse(argc, argv);
@@ -328,7 +338,7 @@ int main(int argc, char** argv) {
     if (*presets) return cmd_presets();
     if (*run) return cmd_run(run_lo, ro);
     if (*res) return cmd_resolve(res_lo, json);
-    if (*bench) return cmd_bench(bench_lo, tokens, flush, json_path);
+    if (*bench) return cmd_bench(bench_lo, tokens, flush, json_path, trace_replays);
   } catch (const moekit::Error& e) {
     std::fprintf(stderr, "moekit: error: %s\n", e.what());
     return 1;

@@ -13,6 +13,9 @@
 #include "moekit/layer.hpp"
 #include "moekit/presets.hpp"
 #include "quant/quant.hpp"
+#ifdef MOEKIT_WITH_CUDA
+#include "support/gpu.hpp"
+#endif
 
 namespace {
 
@@ -85,8 +88,25 @@ TEST(Cli, ErrorsAreOneLineAndNonZero) {
   EXPECT_NE(moekit("run --preset no-such-model").err.find("no-such-model"), std::string::npos);
   EXPECT_NE(moekit("bench --flush sideways").err.find("sideways"), std::string::npos);
   EXPECT_EQ(moekit("run --tokens 0").code, 2);  // command-line error
+  EXPECT_EQ(moekit("bench --trace -1").code, 2);
   EXPECT_EQ(moekit("frobnicate").code, 2);
 }
+
+#ifdef MOEKIT_WITH_CUDA
+// bench --trace on a small layer: one table line per kernel of the forward, finalize last.
+TEST(Cli, BenchTraceListsTheForwardsKernels) {
+  const std::string reason = moekit::devtest::gpu_skip_reason();
+  if (!reason.empty()) GTEST_SKIP() << reason;
+  Ran r = moekit("bench --preset qwen3-30b-a3b --experts 8 --hidden 256 --intermediate 128 "
+                 "--tokens 3 --trace 7");
+  if (r.code == 1 && r.err.find("built without it") != std::string::npos) GTEST_SKIP() << r.err;
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const size_t head = r.out.find("# trace of 7 replays (CUPTI)");
+  ASSERT_NE(head, std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("permute", head), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("finalize", head), std::string::npos) << r.out;
+}
+#endif
 
 TEST(Cli, ResolveTableAndJson) {
   Ran t = moekit(std::string("resolve ") + kSmall);
