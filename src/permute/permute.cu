@@ -188,23 +188,6 @@ __device__ void score_tokens(const Args& a, float* pre) {
   __syncthreads();
 }
 
-// One warp copies a row of n 16-byte vectors, kCopyUnroll loads in flight per lane before their
-// stores: the single-block gather is on a decode step's critical path, and a row of 7168 bf16
-// takes 28 loads per lane.
-constexpr int kCopyUnroll = 8;
-__device__ __forceinline__ void copy_row(uint4* __restrict__ dst, const uint4* __restrict__ src,
-                                         int64_t n, int lane) {
-  for (int64_t base = lane; base < n; base += 32 * kCopyUnroll) {
-    uint4 v[kCopyUnroll];
-#pragma unroll
-    for (int u = 0; u < kCopyUnroll; ++u)
-      if (base + 32 * u < n) v[u] = __ldg(src + base + 32 * u);
-#pragma unroll
-    for (int u = 0; u < kCopyUnroll; ++u)
-      if (base + 32 * u < n) dst[base + 32 * u] = v[u];
-  }
-}
-
 // Everything in one block: warps are the chunks. The block runs alone on the critical path of
 // a decode step, so it keeps what it needs on chip: each warp's slots in registers (the chunks
 // of up to kSingleBlockMaxTokens tokens), the rows of up to kSingleRows slots in shared memory,
@@ -288,7 +271,7 @@ __global__ void __launch_bounds__(kSingleWarps * 32) single_block_kernel(Args a)
       if (row < 0) continue;
       const uint4* src = a.hidden + (p / k) * a.row_vecs;
       uint4* dst = a.permuted + static_cast<int64_t>(row) * a.row_vecs;
-      copy_row(dst, src, a.row_vecs, lane);
+      for (int64_t i = lane; i < a.row_vecs; i += 32) dst[i] = __ldg(src + i);
     }
   }
 }
