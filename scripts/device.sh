@@ -14,7 +14,9 @@
 # MOEKIT_BENCH_TOKENS alternately with both builds, twice each, in one process per run on this
 # machine: H200 machines differ by ~2% on bandwidth-bound rows, so only such an A/B shows 1-2%.
 # Step "ncu": kernel durations of one forward per preset at MOEKIT_NCU_TOKENS (default 1) under
-# ncu (kernels serialized, caches flushed before each).
+# ncu (kernels serialized, caches flushed before each), with the bench's inputs (seed 1 + T, so
+# the same experts are hit; deepseek's correction bias comes with the weights and still differs). `moekit bench --trace N` times the kernels inside the
+# replays instead (PDL overlap and gaps included).
 # Environment: MOEKIT_TEST_FILTER (gtest filter), MOEKIT_BENCH_PRESETS, MOEKIT_BENCH_TOKENS,
 # MOEKIT_FLUSH (read|write|none: how bench and torch empty the L2 before each rep; default read),
 # MOEKIT_SWEEP_TOKENS.
@@ -104,7 +106,7 @@ if want ncu; then
     for t in $(echo "${MOEKIT_NCU_TOKENS:-1}" | tr , ' '); do
       echo "== ncu $preset T=$t"
       ncu --clock-control none --metrics gpu__time_duration.sum $bin/tools/moekit run --preset "$preset" \
-        --weights-format bf16 --tokens "$t" 2>&1 | grep -E '^  [a-zA-Z]|gpu__time_duration' |
+        --weights-format bf16 --tokens "$t" --seed $((1 + t)) 2>&1 | grep -E '^  [a-zA-Z]|gpu__time_duration' |
         sed -E 's/\(unnamed namespace\)|<unnamed>:://g; s/^ +//' | paste - - | awk -F'\t' '{n=split($2, a, " +"); printf "  %-70.70s %8s %s\n", $1, a[n], a[n-1]}'
     done
   done >"$OUT/ncu.txt" 2>&1
