@@ -145,6 +145,29 @@ class L2Flusher {
   cublasHandle_t handle_ = nullptr;
 };
 
+// One forward of `layer` captured on `stream` into an instantiated graph.
+class ForwardGraph {
+ public:
+  ForwardGraph(MoeLayer& layer, const ForwardArgs& args, cudaStream_t stream) : stream_(stream) {
+    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+    layer.forward(args);
+    check(cudaStreamEndCapture(stream, &graph_), "end capture");
+    check(cudaGraphInstantiate(&exec_, graph_, 0), "graph instantiate");
+  }
+  ~ForwardGraph() {
+    cudaGraphExecDestroy(exec_);
+    cudaGraphDestroy(graph_);
+  }
+  ForwardGraph(const ForwardGraph&) = delete;
+  ForwardGraph& operator=(const ForwardGraph&) = delete;
+  void launch() { check(cudaGraphLaunch(exec_, stream_), "graph launch"); }
+
+ private:
+  cudaStream_t stream_;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
 void bench_layer_on_device(MoeLayer& layer, const HostInputs& in, L2Flush flush_mode, BenchRow& row,
                            int trace_replays) {
   int device = 0;
@@ -156,12 +179,7 @@ void bench_layer_on_device(MoeLayer& layer, const HostInputs& in, L2Flush flush_
   layer.forward(d.args);  // eager warm-up; the graph below replays the same work
   check(cudaStreamSynchronize(stream), "warm-up forward");
   throw_if_error(layer.poll_errors());
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
-  layer.forward(d.args);
-  check(cudaStreamEndCapture(stream, &graph), "end capture");
-  check(cudaGraphInstantiate(&exec, graph, 0), "graph instantiate");
+  ForwardGraph graph(layer, d.args, stream);
   L2Flusher flush(flush_mode, stream);
   cudaEvent_t start, stop;
   check(cudaEventCreate(&start), "cudaEventCreate");
@@ -171,7 +189,7 @@ void bench_layer_on_device(MoeLayer& layer, const HostInputs& in, L2Flush flush_
   for (int rep = 0; rep < 500 && (rep < 30 || total < 1.5e6); ++rep) {
     flush.run(rep);
     check(cudaEventRecord(start, stream), "cudaEventRecord");
-    check(cudaGraphLaunch(exec, stream), "graph launch");
+    graph.launch();
     check(cudaEventRecord(stop, stream), "cudaEventRecord");
     check(cudaEventSynchronize(stop), "graph replay");
     float ms = 0;
@@ -182,20 +200,13 @@ void bench_layer_on_device(MoeLayer& layer, const HostInputs& in, L2Flush flush_
   throw_if_error(layer.poll_errors());
   if (trace_replays > 0) {
     KernelTracer tracer;
-    cudaGraph_t traced;
-    cudaGraphExec_t traced_exec;
-    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
-    layer.forward(d.args);
-    check(cudaStreamEndCapture(stream, &traced), "end capture");
-    check(cudaGraphInstantiate(&traced_exec, traced, 0), "graph instantiate");
+    ForwardGraph traced(layer, d.args, stream);  // captured under the tracer
     for (int rep = 0; rep < trace_replays; ++rep) {  // as the timed loop: flush, replay, wait
       flush.run(rep);
-      check(cudaGraphLaunch(traced_exec, stream), "graph launch");
+      traced.launch();
       check(cudaStreamSynchronize(stream), "traced replay");
     }
     row.trace = summarize_replays(tracer.collect(), trace_replays);
-    cudaGraphExecDestroy(traced_exec);
-    cudaGraphDestroy(traced);
   }
   row.reps = static_cast<int>(us.size());
   row.median_us = median_of(us, 0.5);
@@ -203,8 +214,6 @@ void bench_layer_on_device(MoeLayer& layer, const HostInputs& in, L2Flush flush_
   row.p90_us = median_of(us, 0.9);
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
 }
 
