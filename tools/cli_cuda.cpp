@@ -71,11 +71,6 @@ std::vector<float> to_float(const std::vector<uint8_t>& raw, DType t) {
   return out;
 }
 
-double median_of(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<std::size_t>(q * (v.size() - 1) + 0.5))];
-}
-
 }  // namespace
 
 RunResult run_layer_on_device(MoeLayer& layer, const HostInputs& in) {
@@ -209,9 +204,9 @@ void bench_layer_on_device(MoeLayer& layer, const HostInputs& in, L2Flush flush_
     row.trace = summarize_replays(tracer.collect(), trace_replays);
   }
   row.reps = static_cast<int>(us.size());
-  row.median_us = median_of(us, 0.5);
-  row.p10_us = median_of(us, 0.1);
-  row.p90_us = median_of(us, 0.9);
+  row.median_us = quantile(us, 0.5);
+  row.p10_us = quantile(us, 0.1);
+  row.p90_us = quantile(us, 0.9);
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   cudaStreamDestroy(stream);
@@ -237,7 +232,7 @@ Floors measure_floors() {
       check(cudaEventElapsedTime(&m, start, stop), "cudaEventElapsedTime");
       ms.push_back(m);
     }
-    return median_of(ms, 0.5) * 1e-3;
+    return quantile(ms, 0.5) * 1e-3;
   };
   {  // Device copy: 2 GiB, bytes read plus bytes written.
     const std::size_t bytes = 2ull << 30;

@@ -7,14 +7,12 @@
 #include "moekit/status.hpp"
 
 namespace moekit::cli {
-namespace {
 
-double median(std::vector<double> v) {
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
+  return v[std::min(v.size() - 1, static_cast<std::size_t>(q * double(v.size() - 1) + 0.5))];
 }
-
-}  // namespace
 
 ForwardTrace summarize_replays(const std::vector<KernelRecord>& records, int replays) {
   if (replays < 1)
@@ -24,6 +22,9 @@ ForwardTrace summarize_replays(const std::vector<KernelRecord>& records, int rep
     if (r.graph != 0) by_node[{r.graph, r.node}].push_back(&r);
   if (by_node.empty())
     throw Error(ErrorCode::kInvalidArgument, "the trace holds no kernel launched by a graph");
+  const auto by_start = [](const KernelRecord* a, const KernelRecord* b) {
+    return a->start_ns < b->start_ns;
+  };
   // runs[i][j]: replay i's record of node j; a node's i-th record (by start) is replay i's.
   std::vector<std::vector<const KernelRecord*>> runs(replays);
   for (auto& [key, recs] : by_node) {
@@ -32,13 +33,9 @@ ForwardTrace summarize_replays(const std::vector<KernelRecord>& records, int rep
                   "trace: kernel '" + recs.front()->name + "' (graph node " +
                       std::to_string(key.second) + ") ran " + std::to_string(recs.size()) +
                       " times in " + std::to_string(replays) + " replays");
-    std::sort(recs.begin(), recs.end(),
-              [](const KernelRecord* a, const KernelRecord* b) { return a->start_ns < b->start_ns; });
+    std::sort(recs.begin(), recs.end(), by_start);
     for (int i = 0; i < replays; ++i) runs[i].push_back(recs[i]);
   }
-  const auto by_start = [](const KernelRecord* a, const KernelRecord* b) {
-    return a->start_ns < b->start_ns;
-  };
   // Node order by start in the first replay; every replay is read in that order.
   std::vector<size_t> order(by_node.size());
   for (size_t j = 0; j < order.size(); ++j) order[j] = j;
@@ -59,9 +56,9 @@ ForwardTrace summarize_replays(const std::vector<KernelRecord>& records, int rep
     }
     spans.push_back((last - first) * 1e-3);
   }
-  t.median_span_us = median(spans);
+  t.median_span_us = quantile(spans, 0.5);
   for (size_t j = 0; j < order.size(); ++j)
-    t.kernels.push_back({runs[0][order[j]]->name, median(dur[j]), median(gap[j])});
+    t.kernels.push_back({runs[0][order[j]]->name, quantile(dur[j], 0.5), quantile(gap[j], 0.5)});
   return t;
 }
 
@@ -77,8 +74,9 @@ void print_trace(const ForwardTrace& t) {
 
 #if !defined(MOEKIT_WITH_CUPTI)
 KernelTracer::KernelTracer() {
-  throw Error(ErrorCode::kUnsupported,
-              "--trace needs CUPTI, and this moekit was built without it (CUDA toolkit's libcupti)");
+  throw Error(
+      ErrorCode::kUnsupported,
+      "--trace needs CUPTI, and this moekit was built without it (CUDA toolkit's libcupti)");
 }
 KernelTracer::~KernelTracer() = default;
 std::vector<KernelRecord> KernelTracer::collect() { return {}; }

@@ -9,10 +9,13 @@
 
 namespace moekit::cli {
 
+// The q-quantile of samples (q = 0.5: the median), nearest rank; used by the bench and the trace.
+double quantile(std::vector<double> v, double q);
+
 struct KernelRecord {
-  std::string name;     // demangled
-  uint32_t graph = 0;   // CUDA graph id, 0 for a kernel launched outside a graph
-  uint64_t node = 0;    // graph node id
+  std::string name;    // demangled
+  uint32_t graph = 0;  // CUDA graph id, 0 for a kernel launched outside a graph
+  uint64_t node = 0;   // graph node id
   int64_t start_ns = 0, end_ns = 0;
 };
 
@@ -24,7 +27,7 @@ struct TracedKernel {
 };
 struct ForwardTrace {
   int replays = 0;
-  double median_span_us = 0;  // first kernel's start to last kernel's end
+  double median_span_us = 0;          // first kernel's start to last kernel's end
   std::vector<TracedKernel> kernels;  // in order of start
 };
 
