@@ -131,21 +131,41 @@ __device__ void route_and_rank(const Args& a, int64_t t0, int64_t t1, int* hist,
   }
 }
 
+// Sum of x over lanes 0..lane.
+__device__ __forceinline__ int warp_inclusive_scan(int x, int lane) {
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int y = __shfl_up_sync(kFull, x, o);
+    if (lane >= o) x += y;
+  }
+  return x;
+}
+
 // Exclusive scan of v[0, n) in place by one warp; v[n] receives the total.
 __device__ void warp_exclusive_scan(int* v, int n, int lane) {
   int carry = 0;
   for (int base = 0; base < n; base += 32) {
     const int x = base + lane < n ? v[base + lane] : 0;
-    int inc = x;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int y = __shfl_up_sync(kFull, inc, o);
-      if (lane >= o) inc += y;
-    }
+    const int inc = warp_inclusive_scan(x, lane);
     if (base + lane < n) v[base + lane] = carry + inc - x;
     carry += __shfl_sync(kFull, inc, 31);
   }
   if (lane == 0) v[n] = carry;
+}
+
+// Exclusive scan of x over the single-block kernel's threads (every thread calls it; it
+// synchronizes the block). s_warp holds kSingleWarps ints.
+__device__ int block_exclusive_scan(int x, int* s_warp, int lane, int warp) {
+  const int inc = warp_inclusive_scan(x, lane);
+  if (lane == 31) s_warp[warp] = inc;
+  __syncthreads();
+  if (warp == 0) {
+    const int total = lane < kSingleWarps ? s_warp[lane] : 0;
+    const int through = warp_inclusive_scan(total, lane);
+    if (lane < kSingleWarps) s_warp[lane] = through - total;
+  }
+  __syncthreads();
+  return s_warp[warp] + inc - x;
 }
 
 // Copies hidden row t to the permuted rows held by lanes 0..k-1 (`row`, -1 = none); the row
@@ -214,6 +234,7 @@ __global__ void __launch_bounds__(kSingleWarps * 32) single_block_kernel(Args a)
   // score_tokens()'s floats, after every warp's scratch (single_smem)
   float* pre = kPreScore && a.pre_scored ? scratch + kSingleWarps * a.routing_floats : nullptr;
   int* my_hist = hist + warp * L;
+  __shared__ int s_scan[kSingleWarps];
   const int64_t pairs = a.tokens * k;
   if (kGather) {
     const char* hidden = reinterpret_cast<const char*>(a.hidden);
@@ -227,20 +248,27 @@ __global__ void __launch_bounds__(kSingleWarps * 32) single_block_kernel(Args a)
   KeptSlots<kSingleKept> kept;
   route_and_rank<kPerLane>(a, t0, t1, my_hist, scores, lane, kept, pre);
   __syncthreads();
-  for (int e = threadIdx.x; e < L; e += blockDim.x) {
-    int run = 0;
-    for (int w = 0; w < kSingleWarps; ++w) {
-      const int c = hist[w * L + e];
-      hist[w * L + e] = run;
-      run += c;
+  {  // One expert per thread (L <= kMaxLocalExperts = the block's threads): each warp's start
+     // within the expert, then the experts' offsets by one block-wide scan (a single warp
+     // scanning 256 experts in turn was ~8 dependent shuffle rounds on the critical path).
+    static_assert(kMaxLocalExperts <= kSingleWarps * 32, "one expert per thread");
+    const int e = threadIdx.x;
+    int count = 0;
+    if (e < L)
+      for (int w = 0; w < kSingleWarps; ++w) {
+        const int c = hist[w * L + e];
+        hist[w * L + e] = count;
+        count += c;
+      }
+    const int offset = block_exclusive_scan(count, s_scan, lane, warp);
+    if (e < L) {
+      offs[e] = offset;
+      a.b.offsets[e] = offset;
     }
-    offs[e] = run;
-  }
-  __syncthreads();
-  if (warp == 0) {
-    warp_exclusive_scan(offs, L, lane);
-    __syncwarp();
-    for (int e = lane; e <= L; e += 32) a.b.offsets[e] = offs[e];
+    if (e == L - 1) {
+      offs[L] = offset + count;
+      a.b.offsets[L] = offset + count;
+    }
   }
   __syncthreads();
   const bool rows_on_chip = pairs <= kSingleRows;
