@@ -23,6 +23,14 @@ Status cuda_status(cudaError_t err, const char* what, const std::string& context
                 context + ": " + what + " failed: " + cudaGetErrorString(err));
 }
 
+std::vector<TacticEntry> all_tactics(Elem elem) {
+  std::vector<TacticEntry> v = sm90_gemv_tactics(elem);
+  for (auto& e : sm90_gemv_tma_tactics(elem)) v.push_back(std::move(e));
+  for (auto& e : elem == Elem::kBF16 ? sm90_bf16_bf16_tactics() : sm90_fp16_fp16_tactics())
+    v.push_back(std::move(e));
+  return v;
+}
+
 }  // namespace detail
 
 namespace {
@@ -81,13 +89,6 @@ __global__ void write_problems_kernel(ProblemBatch batch) {
   p.arrays.ptr_d[g] = p.d + row0 * p.d_ld * kElemBytes;
 }
 
-std::vector<TacticEntry> all_tactics(Elem elem) {
-  std::vector<TacticEntry> v = detail::sm90_gemv_tactics(elem);
-  std::vector<TacticEntry> c = elem == Elem::kBF16 ? detail::sm90_bf16_bf16_tactics()
-                                                   : detail::sm90_fp16_fp16_tactics();
-  for (auto& e : c) v.push_back(std::move(e));
-  return v;
-}
 
 const char* elem_name(Elem e) { return e == Elem::kBF16 ? "bf16" : "fp16"; }
 
@@ -177,7 +178,7 @@ struct GroupedGemm::State {
 
 std::vector<std::string> tactic_names(Elem elem) {
   std::vector<std::string> names;
-  for (const auto& e : all_tactics(elem))
+  for (const auto& e : detail::all_tactics(elem))
     if (!e.applies_activation) names.push_back(e.name);
   return names;
 }
@@ -241,7 +242,7 @@ GroupedGemm::GroupedGemm(const GroupedShape& shape, int device,
   if (err != cudaSuccess) throw Error(detail::cuda_status(err, "cudaFuncGetAttributes", what));
 
   TacticContext ctx{shape, st.act ? &*st.act : nullptr, st.arrays, device, st.sm_count};
-  for (auto& e : all_tactics(shape.elem)) {
+  for (auto& e : detail::all_tactics(shape.elem)) {
     if (e.applies_activation && !st.act) continue;  // "+act" kernels need the activation
     std::unique_ptr<Tactic> t = e.make();
     throw_if_error(t->init(ctx));
