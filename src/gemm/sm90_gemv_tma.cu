@@ -62,7 +62,7 @@ struct Layout {
 };
 __device__ __forceinline__ Layout layout(uint8_t* raw) {
   Layout l;
-  const uintptr_t base = reinterpret_cast<uintptr_t>(raw);
+  const uint32_t base = smem_addr(raw);  // the swizzle follows shared-memory addresses
   l.ring = raw + ((kRingAlign - base % kRingAlign) % kRingAlign);
   l.full = reinterpret_cast<uint64_t*>(l.ring + kStages * kStageBytes);
   l.empty = l.full + kStages;
