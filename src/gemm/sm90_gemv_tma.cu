@@ -81,7 +81,7 @@ struct Walk {
 };
 
 template <bool kBF16, bool kAct>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 3)
     grouped_gemv_tma_kernel(const __grid_constant__ CUtensorMap weights, GemvParams p) {
   extern __shared__ uint8_t smem_raw[];
   __shared__ int s_warp_live[kWarps];
@@ -152,17 +152,22 @@ __global__ void __launch_bounds__(kThreads)
     const int mg = p.row_offsets[g + 1] - m0;
     for (int c0 = 0; c0 < mg; c0 += 8) {
       float acc[4] = {0.f, 0.f, 0.f, 0.f};
-      // B fragment: token c0 + r, k pairs (2q, 2q + 1) and (2q + 8, 2q + 9) of each 16-k step.
+      // B fragment: token c0 + r, k pairs (2q, 2q + 1) and (2q + 8, 2q + 9) of each 16-k step;
+      // loaded one box ahead, so their latency overlaps the wait for the weights.
       const bool tok_in = c0 + r < mg;
       const uint32_t* x = reinterpret_cast<const uint32_t*>(p.a + int64_t(m0 + c0 + r) * p.k);
-      for (int kb = 0; kb < walk.k_boxes; ++kb) {
-        uint32_t b[4][2];
+      const auto load_b = [&](int kb, uint32_t(&b)[4][2]) {
 #pragma unroll
-        for (int s = 0; s < 4; ++s) {  // issued before the wait: they do not depend on it
+        for (int s = 0; s < 4; ++s) {
           const int kk = kb * kBoxK + s * 16 + 2 * q;  // even, and k % 8 == 0
           b[s][0] = tok_in && kk < p.k ? __ldg(x + kk / 2) : 0u;
           b[s][1] = tok_in && kk + 8 < p.k ? __ldg(x + kk / 2 + 4) : 0u;
         }
+      };
+      uint32_t b[4][2], b_next[4][2] = {};
+      load_b(0, b);
+      for (int kb = 0; kb < walk.k_boxes; ++kb) {
+        if (kb + 1 < walk.k_boxes) load_b(kb + 1, b_next);
         FullBarrier::wait(&sm.full[stage], phase);
         const uint32_t base = smem_addr(sm.ring + stage * kStageBytes) + a_row * 128;
 #pragma unroll
@@ -177,6 +182,11 @@ __global__ void __launch_bounds__(kThreads)
         if (++stage == kStages) {
           stage = 0;
           phase ^= 1;
+        }
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+          b[s][0] = b_next[s][0];
+          b[s][1] = b_next[s][1];
         }
       }
       if constexpr (kAct) {
