@@ -138,6 +138,17 @@ class GemvTacticBase : public Tactic {
     return {};
   }
 
+  // p_ with this run's pointers.
+  GemvParams params(const RunArgs& a) const {
+    GemvParams p = p_;
+    p.a = static_cast<const uint16_t*>(a.a);
+    p.w = static_cast<const uint16_t*>(a.b);
+    p.d = static_cast<uint16_t*>(a.d);
+    p.row_offsets = a.row_offsets;
+    p.offsets_ready = a.offsets_ready ? 1 : 0;
+    return p;
+  }
+
   GemvParams p_{};
   std::size_t smem_ = 0;
   int grid_ = 0;

@@ -195,12 +195,7 @@ class GemvTactic final : public GemvTacticBase {
 
   Status run(const RunArgs& a) override {
     if (grid_ == 0) return {};  // max_rows == 0: nothing can ever be computed
-    GemvParams p = p_;
-    p.a = static_cast<const uint16_t*>(a.a);
-    p.w = static_cast<const uint16_t*>(a.b);
-    p.d = static_cast<uint16_t*>(a.d);
-    p.row_offsets = a.row_offsets;
-    p.offsets_ready = a.offsets_ready ? 1 : 0;
+    const GemvParams p = params(a);
     const cudaError_t err = pipeline::launch_pdl(grouped_gemv_kernel<kBF16, NT, kAct>, grid_,
                                                  kThreads, smem_, a.stream, p);
     if (err != cudaSuccess) return cuda_status(err, "kernel launch", what_);

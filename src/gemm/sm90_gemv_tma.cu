@@ -257,12 +257,7 @@ class GemvTmaTactic final : public GemvTacticBase {
                                             std::to_string(r) + ")");
       mapped_ = a.b;
     }
-    GemvParams p = p_;
-    p.a = static_cast<const uint16_t*>(a.a);
-    p.w = static_cast<const uint16_t*>(a.b);
-    p.d = static_cast<uint16_t*>(a.d);
-    p.row_offsets = a.row_offsets;
-    p.offsets_ready = a.offsets_ready ? 1 : 0;
+    const GemvParams p = params(a);
     const cudaError_t err = pipeline::launch_pdl(grouped_gemv_tma_kernel<kBF16, kAct>, grid_,
                                                  kThreads, smem_, a.stream, map_, p);
     if (err != cudaSuccess) return cuda_status(err, "kernel launch", what_);
