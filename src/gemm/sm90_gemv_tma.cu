@@ -225,10 +225,8 @@ class GemvTmaTactic final : public GemvTacticBase {
   Status init(const TacticContext& ctx) override {
     Status s = setup(ctx, "sm90.gemv.tma64", kAct);
     if (!s.ok()) return s;
-    // TMA: the row pitch (k * 2 bytes) must be a multiple of 16; rows are addressed as int32.
-    if (ctx.shape.k % 8 != 0)
-      return Status(ErrorCode::kUnsupported,
-                    what_ + ": k " + std::to_string(ctx.shape.k) + " is not a multiple of 8");
+    // The row pitch (k * 2 bytes) is a multiple of 16, as TMA needs: validate() keeps k % 8 == 0.
+    // Box rows are int32 coordinates.
     if (int64_t(ctx.shape.groups) * ctx.shape.n + kBoxRows > INT32_MAX)
       return Status(ErrorCode::kUnsupported, what_ + ": groups x n exceeds int32 rows");
     encode_ = tensor_map_encoder(s);
