@@ -289,6 +289,9 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint) const {
   if (h <= 1.0 && stream_bytes <= 256e6)
     // EXPERIMENT (session 7, not measured yet): the TMA GEMV ahead of the register one.
     names = {"sm90.gemv.tma64", "sm90.gemv.n8", "sm90.swapab.128x16x128.c1x1"};
+  else if (h <= 1.0)
+    // EXPERIMENT 2: the TMA GEMV on the long streams too (mixtral / deepseek FC1 at T=1).
+    names = {"sm90.gemv.tma64", "sm90.swapab.128x16x128.c1x1"};
   else if (h <= 2.5)
     names = {"sm90.swapab.128x16x128.c1x1", "sm90.swapab.128x32x128.c1x1"};
   else if (h <= 24)
