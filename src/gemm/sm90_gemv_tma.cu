@@ -32,7 +32,9 @@ namespace moekit::gemm::detail {
 namespace {
 
 constexpr int kBoxRows = 64, kBoxK = 64;           // 64 x 2 bytes: one 128-byte row
-constexpr int kStageBytes = kBoxRows * kBoxK * 2;  // 8 KB
+constexpr int kStageBytes = kBoxRows * kBoxK * 2;  // 8 KB of weights
+constexpr int kTokens = 8;                         // token rows per chunk: the MMA's n
+constexpr int kActBytes = kTokens * kBoxK * 2;     // 1 KB of activations, one swizzle period
 constexpr int kStages = 8;                         // 64 KB in flight per block
 constexpr int kConsumers = kBoxRows / 16;          // warps, 16 rows each
 constexpr int kWarps = kConsumers + 1;             // + the producer
@@ -53,10 +55,12 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t& r0, uint32_
                : "r"(addr));
 }
 
-// Dynamic shared memory: the ring (1024-aligned), then the barriers, then the live groups.
+// Dynamic shared memory: the weight ring and the activation ring (1024-aligned), then the
+// barriers, then the live groups.
 struct Layout {
   uint8_t* ring;
-  uint64_t* full;   // [kStages]: the box has landed
+  uint8_t* acts;    // [kStages][kTokens][kBoxK]
+  uint64_t* full;   // [kStages]: the box and its activations have landed
   uint64_t* empty;  // [kStages]: the consumers are done with it
   int* active;      // [groups]
 };
@@ -64,13 +68,15 @@ __device__ __forceinline__ Layout layout(uint8_t* raw) {
   Layout l;
   const uint32_t base = smem_addr(raw);  // the swizzle follows shared-memory addresses
   l.ring = raw + ((kRingAlign - base % kRingAlign) % kRingAlign);
-  l.full = reinterpret_cast<uint64_t*>(l.ring + kStages * kStageBytes);
+  l.acts = l.ring + kStages * kStageBytes;
+  l.full = reinterpret_cast<uint64_t*>(l.acts + kStages * kActBytes);
   l.empty = l.full + kStages;
   l.active = reinterpret_cast<int*>(l.empty + kStages);
   return l;
 }
 std::size_t smem_bytes(int groups) {
-  return kRingAlign + std::size_t(kStages) * kStageBytes + 2 * kStages * sizeof(uint64_t) +
+  return kRingAlign + std::size_t(kStages) * (kStageBytes + kActBytes) +
+         2 * kStages * sizeof(uint64_t) +
          sizeof(int) * static_cast<std::size_t>(groups);
 }
 
@@ -82,7 +88,8 @@ struct Walk {
 
 template <bool kBF16, bool kAct>
 __global__ void __launch_bounds__(kThreads, 3)
-    grouped_gemv_tma_kernel(const __grid_constant__ CUtensorMap weights, GemvParams p) {
+    grouped_gemv_tma_kernel(const __grid_constant__ CUtensorMap weights,
+                            const __grid_constant__ CUtensorMap acts, GemvParams p) {
   extern __shared__ uint8_t smem_raw[];
   __shared__ int s_warp_live[kWarps];
   const Layout sm = layout(smem_raw);
@@ -102,25 +109,43 @@ __global__ void __launch_bounds__(kThreads, 3)
   if (warp == kConsumers) {  // the producer warp; one thread issues the copies
     if (lane == 0) {
       cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&weights));
+      cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&acts));
+      const auto load_acts = [&](int stage, int kb, int token_row) {
+        cute::SM90_TMA_LOAD_2D::copy(&acts, &sm.full[stage],
+                                     uint64_t(cute::TMA::CacheHintSm90::EVICT_LAST),
+                                     sm.acts + stage * kActBytes, kb * kBoxK, token_row);
+      };
+      // The activations come from the kernel before: before its wait, the producer copies
+      // weights only and notes where each stage's activations are, (k box, token row).
       bool waited = !p.offsets_ready;
+      int pending_kb[kStages], pending_row[kStages];
+      const auto wait_and_flush = [&](int pending) {
+        pipeline::pdl_wait();
+        pipeline::pdl_launch_dependents();
+        for (int s = 0; s < pending; ++s) load_acts(s, pending_kb[s], pending_row[s]);
+        waited = true;
+      };
       int stage = 0, issued = 0;
       uint32_t phase = 0;
       for (int64_t item = blockIdx.x; item < walk.items(); item += gridDim.x) {
         const int g = sm.active[item / walk.row_tiles];
         const int row = g * p.n + int(item % walk.row_tiles) * kBoxRows;
-        const int mg = p.row_offsets[g + 1] - p.row_offsets[g];
-        for (int c0 = 0; c0 < mg; c0 += 8)
+        const int m0 = p.row_offsets[g];
+        const int mg = p.row_offsets[g + 1] - m0;
+        for (int c0 = 0; c0 < mg; c0 += kTokens)
           for (int kb = 0; kb < walk.k_boxes; ++kb) {
-            if (!waited && issued == kStages) {  // the ring is full: the PDL protocol's wait
-              pipeline::pdl_wait();
-              pipeline::pdl_launch_dependents();
-              waited = true;
-            }
+            if (!waited && issued == kStages) wait_and_flush(kStages);  // the ring is full
             EmptyBarrier::wait(&sm.empty[stage], phase ^ 1);
-            FullBarrier::arrive_and_expect_tx(&sm.full[stage], kStageBytes);
+            FullBarrier::arrive_and_expect_tx(&sm.full[stage], kStageBytes + kActBytes);
             cute::SM90_TMA_LOAD_2D::copy(&weights, &sm.full[stage],
                                          uint64_t(cute::TMA::CacheHintSm90::EVICT_FIRST),
                                          sm.ring + stage * kStageBytes, kb * kBoxK, row);
+            if (waited) {
+              load_acts(stage, kb, m0 + c0);
+            } else {
+              pending_kb[issued] = kb;
+              pending_row[issued] = m0 + c0;
+            }
             ++issued;
             if (++stage == kStages) {
               stage = 0;
@@ -128,7 +153,7 @@ __global__ void __launch_bounds__(kThreads, 3)
             }
           }
       }
-      if (!waited) pipeline::pdl_wait();
+      if (!waited) wait_and_flush(issued);
     } else {
       pipeline::pdl_wait();
     }
@@ -136,13 +161,15 @@ __global__ void __launch_bounds__(kThreads, 3)
     return;
   }
 
-  if (p.offsets_ready) pipeline::pdl_wait();  // the activations come from the kernel before
+  if (p.offsets_ready) pipeline::pdl_wait();  // the outputs may still be read by the kernel before
   pipeline::pdl_launch_dependents();
   // ldmatrix.x4 of a 16 x 16 A tile: lanes 8j..8j+7 address matrix j's rows; matrices 0..3 are
   // (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15).
   const int a_row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
   const int a_chunk = lane >> 4;  // 16-byte chunk within the 16-k step
-  const int q = lane & 3, r = lane >> 2;
+  // ldmatrix.x4 of the 8 tokens x 32 k: matrix j is k chunk j (8 k) of all 8 token rows, so
+  // lane l gets token l / 4, k 2(l % 4) + {0, 1} of each: the B fragments of two 16-k steps.
+  const int b_row = lane & 7, b_chunk = lane >> 3;
   int stage = 0;
   uint32_t phase = 0;
   for (int64_t item = blockIdx.x; item < walk.items(); item += gridDim.x) {
@@ -150,31 +177,24 @@ __global__ void __launch_bounds__(kThreads, 3)
     const int row16 = int(item % walk.row_tiles) * kBoxRows + warp * 16;
     const int m0 = p.row_offsets[g];
     const int mg = p.row_offsets[g + 1] - m0;
-    for (int c0 = 0; c0 < mg; c0 += 8) {
+    // Token rows past the chunk's mg (the next expert's, or zeros past the tensor) give columns
+    // of the product that are not stored.
+    for (int c0 = 0; c0 < mg; c0 += kTokens) {
       float acc[4] = {0.f, 0.f, 0.f, 0.f};
-      // B fragment: token c0 + r, k pairs (2q, 2q + 1) and (2q + 8, 2q + 9) of each 16-k step;
-      // loaded one box ahead, so their latency overlaps the wait for the weights.
-      const bool tok_in = c0 + r < mg;
-      const uint32_t* x = reinterpret_cast<const uint32_t*>(p.a + int64_t(m0 + c0 + r) * p.k);
-      const auto load_b = [&](int kb, uint32_t(&b)[4][2]) {
-#pragma unroll
-        for (int s = 0; s < 4; ++s) {
-          const int kk = kb * kBoxK + s * 16 + 2 * q;  // even, and k % 8 == 0
-          b[s][0] = tok_in && kk < p.k ? __ldg(x + kk / 2) : 0u;
-          b[s][1] = tok_in && kk + 8 < p.k ? __ldg(x + kk / 2 + 4) : 0u;
-        }
-      };
-      uint32_t b[4][2], b_next[4][2] = {};
-      load_b(0, b);
       for (int kb = 0; kb < walk.k_boxes; ++kb) {
-        if (kb + 1 < walk.k_boxes) load_b(kb + 1, b_next);
         FullBarrier::wait(&sm.full[stage], phase);
-        const uint32_t base = smem_addr(sm.ring + stage * kStageBytes) + a_row * 128;
+        const uint32_t a_base = smem_addr(sm.ring + stage * kStageBytes) + a_row * 128;
+        const uint32_t b_base = smem_addr(sm.acts + stage * kActBytes) + b_row * 128;
+        uint32_t b[4][2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h)  // the 128-byte swizzle: chunk ^ (row & 7)
+          ldmatrix_x4(b_base + (((4 * h + b_chunk) ^ b_row) * 16), b[2 * h][0], b[2 * h][1],
+                      b[2 * h + 1][0], b[2 * h + 1][1]);
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
-          const int chunk = (s * 2 + a_chunk) ^ (a_row & 7);  // the 128-byte swizzle
+          const int chunk = (s * 2 + a_chunk) ^ (a_row & 7);
           uint32_t a0, a1, a2, a3;
-          ldmatrix_x4(base + chunk * 16, a0, a1, a2, a3);
+          ldmatrix_x4(a_base + chunk * 16, a0, a1, a2, a3);
           mma16816<kBF16>(acc, a0, a1, a2, a3, b[s][0], b[s][1]);
         }
         __syncwarp();
@@ -182,11 +202,6 @@ __global__ void __launch_bounds__(kThreads, 3)
         if (++stage == kStages) {
           stage = 0;
           phase ^= 1;
-        }
-#pragma unroll
-        for (int s = 0; s < 4; ++s) {
-          b[s][0] = b_next[s][0];
-          b[s][1] = b_next[s][1];
         }
       }
       if constexpr (kAct) {
@@ -226,9 +241,12 @@ class GemvTmaTactic final : public GemvTacticBase {
     Status s = setup(ctx, "sm90.gemv.tma64", kAct);
     if (!s.ok()) return s;
     // The row pitch (k * 2 bytes) is a multiple of 16, as TMA needs: validate() keeps k % 8 == 0.
-    // Box rows are int32 coordinates.
-    if (int64_t(ctx.shape.groups) * ctx.shape.n + kBoxRows > INT32_MAX)
-      return Status(ErrorCode::kUnsupported, what_ + ": groups x n exceeds int32 rows");
+    // Box rows are int32 coordinates. The activations' map spans max_rows rows (run()'s
+    // contract: `a` holds max_rows rows).
+    if (int64_t(ctx.shape.groups) * ctx.shape.n + kBoxRows > INT32_MAX ||
+        ctx.shape.max_rows + kTokens > INT32_MAX)
+      return Status(ErrorCode::kUnsupported, what_ + ": groups x n or max_rows exceed int32 rows");
+    max_rows_ = ctx.shape.max_rows;
     encode_ = tensor_map_encoder(s);
     if (!s.ok()) return Status(s.code(), what_ + ": " + s.message());
     p_.row_tiles = static_cast<int>((ctx.shape.n + kBoxRows - 1) / kBoxRows);
@@ -238,34 +256,49 @@ class GemvTmaTactic final : public GemvTacticBase {
 
   Status run(const RunArgs& a) override {
     if (grid_ == 0) return {};  // max_rows == 0: nothing can ever be computed
-    if (a.b != mapped_) {       // the weights' tensor map, made again only when they move
-      if (reinterpret_cast<uintptr_t>(a.b) % 16 != 0)
-        return Status(ErrorCode::kInvalidArgument, what_ + ": weights not 16-byte aligned");
-      const cuuint64_t dims[2] = {cuuint64_t(p_.k), cuuint64_t(p_.groups) * cuuint64_t(p_.n)};
-      const cuuint64_t pitch[1] = {cuuint64_t(p_.k) * 2};
-      const cuuint32_t box[2] = {kBoxK, kBoxRows};
-      const cuuint32_t unit[2] = {1, 1};
-      const CUresult r =
-          encode_(&map_, kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-                  2, const_cast<void*>(a.b), dims, pitch, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-      if (r != CUDA_SUCCESS)
-        return Status(ErrorCode::kCuda, what_ + ": cuTensorMapEncodeTiled failed (CUresult " +
-                                            std::to_string(r) + ")");
-      mapped_ = a.b;
-    }
+    // The tensor maps are made again only when their tensors move (graph replays reuse them).
+    Status s = weights_.map(a.b, int64_t(p_.groups) * p_.n, kBoxRows, "weights", *this);
+    if (s.ok()) s = acts_.map(a.a, max_rows_, kTokens, "activations", *this);
+    if (!s.ok()) return s;
     const GemvParams p = params(a);
     const cudaError_t err = pipeline::launch_pdl(grouped_gemv_tma_kernel<kBF16, kAct>, grid_,
-                                                 kThreads, smem_, a.stream, map_, p);
+                                                 kThreads, smem_, a.stream, weights_.map_,
+                                                 acts_.map_, p);
     if (err != cudaSuccess) return cuda_status(err, "kernel launch", what_);
     return {};
   }
 
  private:
+  // A [rows, k] tensor read in boxes of box_rows x kBoxK, 128-byte swizzled.
+  struct TensorMap {
+    CUtensorMap map_{};
+    const void* base_ = nullptr;
+    Status map(const void* base, int64_t rows, int box_rows, const char* name,
+               const GemvTmaTactic& t) {
+      if (base == base_) return {};
+      if (reinterpret_cast<uintptr_t>(base) % 16 != 0)
+        return Status(ErrorCode::kInvalidArgument,
+                      t.what_ + ": " + name + " not 16-byte aligned");
+      const cuuint64_t dims[2] = {cuuint64_t(t.p_.k), cuuint64_t(rows)};
+      const cuuint64_t pitch[1] = {cuuint64_t(t.p_.k) * 2};
+      const cuuint32_t box[2] = {kBoxK, cuuint32_t(box_rows)};
+      const cuuint32_t unit[2] = {1, 1};
+      const CUresult r = t.encode_(
+          &map_, kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
+          const_cast<void*>(base), dims, pitch, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
+          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+      if (r != CUDA_SUCCESS)
+        return Status(ErrorCode::kCuda, t.what_ + ": cuTensorMapEncodeTiled failed for the " +
+                                            name + " (CUresult " + std::to_string(r) + ")");
+      base_ = base;
+      return {};
+    }
+  };
+
   PFN_cuTensorMapEncodeTiled_v12000 encode_ = nullptr;
-  CUtensorMap map_{};
-  const void* mapped_ = nullptr;
+  int64_t max_rows_ = 0;
+  TensorMap weights_, acts_;
 };
 
 template <bool kBF16>
