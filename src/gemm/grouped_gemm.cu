@@ -274,10 +274,14 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint) const {
   // mixtral-8x7b, deepseek-v3 and gpt-oss-120b, random top-k routing; bench/results/). Each
   // choice lists fallbacks for builds that keep one tactic per family.
   //  - Up to ~1 row per expert (most experts empty, the rest one token) the weights of the
-  //    hit experts are streamed once: the GEMV does it best while they are short (up to ~256 MB,
-  //    e.g. qwen3 FC1 at T=1: 21.7 vs 27.5 us; qwen3 FC2 at T=8, 0.5 rows per expert, 179 MB:
-  //    55.3 vs 58.7), the swap-AB TMA pipeline on longer streams (deepseek FC1 at T=1, 470 MB:
-  //    126 vs 139 us; T=8: 753 vs 834 us).
+  //    hit experts are streamed once, by the TMA GEMV (gemv.tma64), ahead of the register GEMV
+  //    (gemv.n8) at every decode shape of the four presets (H200 probe, session 8: qwen3 FC1 at
+  //    T=1 20.0 vs 21.1 us, deepseek FC2 68.8 vs 73.0, gpt-oss FC1 at T=8 271 vs 296). On
+  //    streams over ~256 MB the swap-AB TMA pipeline was ahead of the register GEMV (deepseek
+  //    FC1 at T=1, 470 MB: 126 vs 139 us); there gemv.tma64 takes over where the stream spreads
+  //    over 4+ experts (forward, with FC2's change: qwen3 at T=8 151.5 -> 140.8 us, deepseek
+  //    at T=1 192.8 -> 189.0, at T=8 1006 -> 1001), not on mixtral's two experts at T=1
+  //    (forward +16 us; there every block reads the same two token rows).
   //  - Up to ~2 rows per expert the 16-token swap-AB tile wastes least (mixtral at T=8, 2 rows:
   //    FC1+act 379.7 vs 386.3 us, FC2 227.0 vs 229.7 against the 32-token tile; qwen3 at T=8
   //    -1 us; deepseek and gpt-oss at T=64 within 0.3%).
@@ -286,12 +290,10 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint) const {
   const double live = sh.groups * (1.0 - std::exp(-h));  // expected non-empty experts
   const double stream_bytes = live * static_cast<double>(sh.n) * sh.k * kElemBytes;
   std::vector<const char*> names;
-  if (h <= 1.0 && stream_bytes <= 256e6)
-    // EXPERIMENT (session 7, not measured yet): the TMA GEMV ahead of the register one.
+  if (h <= 1.0 && (stream_bytes <= 256e6 || live >= 4.0))
     names = {"sm90.gemv.tma64", "sm90.gemv.n8", "sm90.swapab.128x16x128.c1x1"};
   else if (h <= 1.0)
-    // EXPERIMENT 2: the TMA GEMV on the long streams too (mixtral / deepseek FC1 at T=1).
-    names = {"sm90.gemv.tma64", "sm90.swapab.128x16x128.c1x1"};
+    names = {"sm90.swapab.128x16x128.c1x1", "sm90.gemv.tma64"};
   else if (h <= 2.5)
     names = {"sm90.swapab.128x16x128.c1x1", "sm90.swapab.128x32x128.c1x1"};
   else if (h <= 24)
