@@ -274,14 +274,15 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint) const {
   // mixtral-8x7b, deepseek-v3 and gpt-oss-120b, random top-k routing; bench/results/). Each
   // choice lists fallbacks for builds that keep one tactic per family.
   //  - Up to ~1 row per expert (most experts empty, the rest one token) the weights of the
-  //    hit experts are streamed once, by the TMA GEMV (gemv.tma64), ahead of the register GEMV
-  //    (gemv.n8) at every decode shape of the four presets (H200 probe, session 8: qwen3 FC1 at
-  //    T=1 20.0 vs 21.1 us, deepseek FC2 68.8 vs 73.0, gpt-oss FC1 at T=8 271 vs 296). On
-  //    streams over ~256 MB the swap-AB TMA pipeline was ahead of the register GEMV (deepseek
-  //    FC1 at T=1, 470 MB: 126 vs 139 us); there gemv.tma64 takes over where the stream spreads
-  //    over 4+ experts (forward, with FC2's change: qwen3 at T=8 151.5 -> 140.8 us, deepseek
-  //    at T=1 192.8 -> 189.0, at T=8 1006 -> 1001), not on mixtral's two experts at T=1
-  //    (forward +16 us; there every block reads the same two token rows).
+  //    hit experts are streamed once. The TMA GEMV (gemv.tma64) beats the register GEMV
+  //    (gemv.n8) at every decode shape of the four presets (probe, session 8: qwen3 FC1 at T=1
+  //    20.0 vs 21.1 us, deepseek FC2 68.8 vs 73.0, gpt-oss FC1 at T=8 271 vs 296). Against the
+  //    swap-AB pipeline on streams over 256 MB (forward A/B, session 8), it wins where the
+  //    stream spreads over 4+ experts and stays under ~1 GB: qwen3 at T=8 (FC1 ~320 MB) 147.3
+  //    -> 140.1 us, deepseek at T=1 (FC1 ~465 MB) 192.8 -> 189.0 on one machine, equal on
+  //    another; not on mixtral's two experts at T=1 (+16 us, every block on the same two token
+  //    rows), nor on deepseek's 1.7-3.3 GB at T=8 (+16 us), where swap-AB reads at the
+  //    read-only stream rate (FC1 4.4 TB/s).
   //  - Up to ~2 rows per expert the 16-token swap-AB tile wastes least (mixtral at T=8, 2 rows:
   //    FC1+act 379.7 vs 386.3 us, FC2 227.0 vs 229.7 against the 32-token tile; qwen3 at T=8
   //    -1 us; deepseek and gpt-oss at T=64 within 0.3%).
@@ -290,7 +291,7 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint) const {
   const double live = sh.groups * (1.0 - std::exp(-h));  // expected non-empty experts
   const double stream_bytes = live * static_cast<double>(sh.n) * sh.k * kElemBytes;
   std::vector<const char*> names;
-  if (h <= 1.0 && (stream_bytes <= 256e6 || live >= 4.0))
+  if (h <= 1.0 && (stream_bytes <= 256e6 || (live >= 4.0 && stream_bytes <= 1e9)))
     names = {"sm90.gemv.tma64", "sm90.gemv.n8", "sm90.swapab.128x16x128.c1x1"};
   else if (h <= 1.0)
     names = {"sm90.swapab.128x16x128.c1x1", "sm90.gemv.tma64"};
