@@ -23,6 +23,14 @@ Status cuda_status(cudaError_t err, const char* what, const std::string& context
                 context + ": " + what + " failed: " + cudaGetErrorString(err));
 }
 
+std::vector<TacticEntry> all_tactics(Elem elem) {
+  std::vector<TacticEntry> v = sm90_gemv_tactics(elem);
+  for (auto& e : sm90_gemv_tma_tactics(elem)) v.push_back(std::move(e));
+  for (auto& e : elem == Elem::kBF16 ? sm90_bf16_bf16_tactics() : sm90_fp16_fp16_tactics())
+    v.push_back(std::move(e));
+  return v;
+}
+
 }  // namespace detail
 
 namespace {
@@ -81,13 +89,6 @@ __global__ void write_problems_kernel(ProblemBatch batch) {
   p.arrays.ptr_d[g] = p.d + row0 * p.d_ld * kElemBytes;
 }
 
-std::vector<TacticEntry> all_tactics(Elem elem) {
-  std::vector<TacticEntry> v = detail::sm90_gemv_tactics(elem);
-  std::vector<TacticEntry> c = elem == Elem::kBF16 ? detail::sm90_bf16_bf16_tactics()
-                                                   : detail::sm90_fp16_fp16_tactics();
-  for (auto& e : c) v.push_back(std::move(e));
-  return v;
-}
 
 const char* elem_name(Elem e) { return e == Elem::kBF16 ? "bf16" : "fp16"; }
 
@@ -177,7 +178,7 @@ struct GroupedGemm::State {
 
 std::vector<std::string> tactic_names(Elem elem) {
   std::vector<std::string> names;
-  for (const auto& e : all_tactics(elem))
+  for (const auto& e : detail::all_tactics(elem))
     if (!e.applies_activation) names.push_back(e.name);
   return names;
 }
@@ -241,7 +242,7 @@ GroupedGemm::GroupedGemm(const GroupedShape& shape, int device,
   if (err != cudaSuccess) throw Error(detail::cuda_status(err, "cudaFuncGetAttributes", what));
 
   TacticContext ctx{shape, st.act ? &*st.act : nullptr, st.arrays, device, st.sm_count};
-  for (auto& e : all_tactics(shape.elem)) {
+  for (auto& e : detail::all_tactics(shape.elem)) {
     if (e.applies_activation && !st.act) continue;  // "+act" kernels need the activation
     std::unique_ptr<Tactic> t = e.make();
     throw_if_error(t->init(ctx));
@@ -273,10 +274,15 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint) const {
   // mixtral-8x7b, deepseek-v3 and gpt-oss-120b, random top-k routing; bench/results/). Each
   // choice lists fallbacks for builds that keep one tactic per family.
   //  - Up to ~1 row per expert (most experts empty, the rest one token) the weights of the
-  //    hit experts are streamed once: the GEMV does it best while they are short (up to ~256 MB,
-  //    e.g. qwen3 FC1 at T=1: 21.7 vs 27.5 us; qwen3 FC2 at T=8, 0.5 rows per expert, 179 MB:
-  //    55.3 vs 58.7), the swap-AB TMA pipeline on longer streams (deepseek FC1 at T=1, 470 MB:
-  //    126 vs 139 us; T=8: 753 vs 834 us).
+  //    hit experts are streamed once. The TMA GEMV (gemv.tma64) beats the register GEMV
+  //    (gemv.n8) at every decode shape of the four presets (probe, session 8: qwen3 FC1 at T=1
+  //    20.0 vs 21.1 us, deepseek FC2 68.8 vs 73.0, gpt-oss FC1 at T=8 271 vs 296). Against the
+  //    swap-AB pipeline on streams over 256 MB (forward A/B, session 8), it wins where the
+  //    stream spreads over 4+ experts and stays under ~1 GB: qwen3 at T=8 (FC1 ~320 MB) 147.3
+  //    -> 140.1 us, deepseek at T=1 (FC1 ~465 MB) 192.8 -> 189.0 on one machine, equal on
+  //    another; not on mixtral's two experts at T=1 (+16 us, every block on the same two token
+  //    rows), nor on deepseek's 1.7-3.3 GB at T=8 (+16 us), where swap-AB reads at the
+  //    read-only stream rate (FC1 4.4 TB/s).
   //  - Up to ~2 rows per expert the 16-token swap-AB tile wastes least (mixtral at T=8, 2 rows:
   //    FC1+act 379.7 vs 386.3 us, FC2 227.0 vs 229.7 against the 32-token tile; qwen3 at T=8
   //    -1 us; deepseek and gpt-oss at T=64 within 0.3%).
@@ -285,8 +291,10 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint) const {
   const double live = sh.groups * (1.0 - std::exp(-h));  // expected non-empty experts
   const double stream_bytes = live * static_cast<double>(sh.n) * sh.k * kElemBytes;
   std::vector<const char*> names;
-  if (h <= 1.0 && stream_bytes <= 256e6)
-    names = {"sm90.gemv.n8", "sm90.swapab.128x16x128.c1x1"};
+  if (h <= 1.0 && (stream_bytes <= 256e6 || (live >= 4.0 && stream_bytes <= 1e9)))
+    names = {"sm90.gemv.tma64", "sm90.gemv.n8", "sm90.swapab.128x16x128.c1x1"};
+  else if (h <= 1.0)
+    names = {"sm90.swapab.128x16x128.c1x1", "sm90.gemv.tma64"};
   else if (h <= 2.5)
     names = {"sm90.swapab.128x16x128.c1x1", "sm90.swapab.128x32x128.c1x1"};
   else if (h <= 24)

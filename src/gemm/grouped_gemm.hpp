@@ -70,7 +70,8 @@ class GroupedGemm {
   // Enqueues on `stream`: a tiny kernel that writes per-group shapes and pointers from
   // row_offsets (int32 [groups + 1], device), then the GEMM. Correct for any row distribution
   // (all rows in one group, empty groups). No allocation, no host sync.
-  // Contract: row_offsets is non-decreasing with row_offsets[groups] <= max_rows; a, b, d are
+  // Contract: row_offsets is non-decreasing with row_offsets[groups] <= max_rows; `a` holds
+  // max_rows rows (those past row_offsets[groups] may be read, never used); a, b, d are
   // 16-byte aligned; `device` is current. One run in flight per object (its per-group device
   // arrays are rewritten by each run): use one object per GEMM of the forward.
   // Errors: kNotFound (tactic not built), kInvalidArgument (null/misaligned pointer), kCuda.

@@ -29,9 +29,8 @@
 #include <string>
 #include <vector>
 
-#include "activation/activation_math.hpp"
+#include "gemm/gemv_common.cuh"
 #include "gemm/live_groups.cuh"
-#include "gemm/tactic.hpp"
 #include "pipeline/pdl.cuh"
 
 namespace moekit::gemm::detail {
@@ -47,18 +46,6 @@ constexpr int kSub = NT >= 4 ? 2 : 4;
 // Largest block item (16 * rw weight rows) that FC2 prefetches into L2 before its wait.
 constexpr int64_t kPrefetchMaxBytes = 48 * 1024;
 
-struct GemvParams {
-  const uint16_t* a;  // [rows, k]
-  const uint16_t* w;  // [groups, n, k]
-  uint16_t* d;        // [rows, n], or [rows, n / 2] for "+act"
-  const int32_t* row_offsets;
-  int groups, n, k;
-  int kw, rw, row_tiles;
-  int offsets_ready;       // row_offsets settled before the previous kernel started
-  activation::Params act;  // "+act" only
-  const float* bias;       // "+act" only: [groups, n] or null
-};
-
 // Weights are read once: keep them out of L1.
 __device__ __forceinline__ uint4 load_stream(const uint16_t* p) {
   uint4 v;
@@ -66,33 +53,6 @@ __device__ __forceinline__ uint4 load_stream(const uint16_t* p) {
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
       : "l"(p));
   return v;
-}
-
-template <bool kBF16>
-__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                         uint32_t a3, uint32_t b0, uint32_t b1) {
-  if constexpr (kBF16) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  }
-}
-
-template <bool kBF16>
-__device__ __forceinline__ uint16_t to_elem(float v) {
-  if constexpr (kBF16) {
-    return __bfloat16_as_ushort(__float2bfloat16_rn(v));
-  } else {
-    return __half_as_ushort(__float2half_rn(v));
-  }
 }
 
 template <bool kBF16, int NT, bool kAct>
@@ -186,8 +146,6 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
         for (int i = 0; i < 4; ++i) s_red[warp][j * 4 + i][lane] = acc[j][i];
       __syncthreads();
       if constexpr (kAct) {
-        // mma C fragment entries i and i + 2 (rows l/4 and l/4 + 8): a gate and its up.
-        const int64_t half = n / 2;
         for (int idx = tid; idx < p.rw * NT * 2 * 32; idx += kThreads) {
           const int l = idx & 31, ji = (idx >> 5) % (NT * 2), wr = (idx >> 5) / (NT * 2);
           const int i = ji & 1, j = ji >> 1;
@@ -196,27 +154,14 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
             gate += s_red[wr * p.kw + x2][j * 4 + i][l];
             up += s_red[wr * p.kw + x2][j * 4 + i + 2][l];
           }
-          const int gate_row = tile_row0 + wr * 16 + (l >> 2);
-          const int tok = c0 + j * 8 + (l & 3) * 2 + i;
-          if (gate_row < n && tok < mg) {
-            if (p.bias != nullptr) {
-              gate += p.bias[int64_t(g) * n + gate_row];
-              up += p.bias[int64_t(g) * n + gate_row + 8];
-            }
-            p.d[int64_t(m0 + tok) * half + (gate_row >> 4) * 8 + (gate_row & 7)] =
-                to_elem<kBF16>(activation::apply_gated(p.act, gate, up));
-          }
+          store_gated<kBF16>(p, g, tile_row0 + wr * 16, c0 + j * 8, m0, mg, l, i, gate, up);
         }
       } else {
         for (int idx = tid; idx < p.rw * NT * 4 * 32; idx += kThreads) {
           const int l = idx & 31, ji = (idx >> 5) % (NT * 4), wr = (idx >> 5) / (NT * 4);
           float s = 0.f;
           for (int x2 = 0; x2 < p.kw; ++x2) s += s_red[wr * p.kw + x2][ji][l];
-          const int i = ji & 3, j = ji >> 2;
-          // mma C fragment: c0,c1 at (row l/4, col 2(l%4) + {0,1}); c2,c3 at row l/4 + 8.
-          const int out_row = tile_row0 + wr * 16 + (l >> 2) + (i >= 2 ? 8 : 0);
-          const int tok = c0 + j * 8 + (l & 3) * 2 + (i & 1);
-          if (out_row < n && tok < mg) p.d[int64_t(m0 + tok) * n + out_row] = to_elem<kBF16>(s);
+          store_entry<kBF16>(p, tile_row0 + wr * 16, c0 + (ji >> 2) * 8, m0, mg, l, ji & 3, s);
         }
       }
     }
@@ -226,23 +171,11 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
 std::string gemv_name(int nt) { return "sm90.gemv.n" + std::to_string(8 * nt); }
 
 template <bool kBF16, int NT, bool kAct>
-class GemvTactic final : public Tactic {
+class GemvTactic final : public GemvTacticBase {
  public:
   Status init(const TacticContext& ctx) override {
-    const std::string what = "tactic " + gemv_name(NT) + (kAct ? "+act" : "") + " (groups " +
-                             std::to_string(ctx.shape.groups) + ", n " +
-                             std::to_string(ctx.shape.n) + ", k " + std::to_string(ctx.shape.k) +
-                             ")";
-    what_ = what;
-    if (kAct) {
-      if (ctx.act == nullptr)
-        return Status(ErrorCode::kInternal, what + ": built without an activation to apply");
-      p_.act = ctx.act->params;
-      p_.bias = ctx.act->bias;
-    }
-    p_.groups = ctx.shape.groups;
-    p_.n = static_cast<int>(ctx.shape.n);
-    p_.k = static_cast<int>(ctx.shape.k);
+    Status s = setup(ctx, gemv_name(NT), kAct);
+    if (!s.ok()) return s;
     // Split k over warps (a power of two up to 8) so that each gets at least two warp steps:
     // its second step's loads are then in flight during the first's latency. The rest of the
     // block's warps take further 16-row slices. (One step per warp, as qwen3's FC2 had with k =
@@ -256,57 +189,18 @@ class GemvTactic final : public Tactic {
     p_.rw = kWarps / p_.kw;
     const int64_t rows_per_tile = 16 * p_.rw;
     p_.row_tiles = static_cast<int>((ctx.shape.n + rows_per_tile - 1) / rows_per_tile);
-
-    auto kernel = grouped_gemv_kernel<kBF16, NT, kAct>;
-    smem_ = sizeof(int) * static_cast<size_t>(ctx.shape.groups);
-    cudaFuncAttributes attr{};
-    cudaError_t err = cudaFuncGetAttributes(&attr, kernel);  // also loads the kernel now
-    if (err != cudaSuccess) return cuda_status(err, "cudaFuncGetAttributes", what);
-    int optin = 0;
-    err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, ctx.device);
-    if (err != cudaSuccess) return cuda_status(err, "cudaDeviceGetAttribute", what);
-    if (smem_ + attr.sharedSizeBytes > static_cast<size_t>(optin))
-      return Status(ErrorCode::kUnsupported,
-                    what + ": " + std::to_string(ctx.shape.groups) +
-                        " groups need more shared memory than the device's " +
-                        std::to_string(optin) + " bytes");
-    if (smem_ > 48 * 1024) {
-      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(smem_));
-      if (err != cudaSuccess) return cuda_status(err, "cudaFuncSetAttribute", what);
-    }
-    int per_sm = 0;
-    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem_);
-    if (err != cudaSuccess)
-      return cuda_status(err, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", what);
-    // At most min(groups, max_rows) groups are non-empty.
-    const int64_t live_max = std::min<int64_t>(ctx.shape.groups, ctx.shape.max_rows);
-    const int64_t items = live_max * p_.row_tiles;
-    grid_ = static_cast<int>(std::min<int64_t>(items, int64_t(std::max(per_sm, 1)) * ctx.sm_count));
-    return {};
+    return size_grid(reinterpret_cast<const void*>(grouped_gemv_kernel<kBF16, NT, kAct>), ctx,
+                     sizeof(int) * static_cast<std::size_t>(ctx.shape.groups), kThreads);
   }
 
   Status run(const RunArgs& a) override {
     if (grid_ == 0) return {};  // max_rows == 0: nothing can ever be computed
-    GemvParams p = p_;
-    p.a = static_cast<const uint16_t*>(a.a);
-    p.w = static_cast<const uint16_t*>(a.b);
-    p.d = static_cast<uint16_t*>(a.d);
-    p.row_offsets = a.row_offsets;
-    p.offsets_ready = a.offsets_ready ? 1 : 0;
+    const GemvParams p = params(a);
     const cudaError_t err = pipeline::launch_pdl(grouped_gemv_kernel<kBF16, NT, kAct>, grid_,
                                                  kThreads, smem_, a.stream, p);
     if (err != cudaSuccess) return cuda_status(err, "kernel launch", what_);
     return {};
   }
-
-  std::size_t workspace_bytes() const override { return 0; }
-
- private:
-  GemvParams p_{};
-  size_t smem_ = 0;
-  int grid_ = 0;
-  std::string what_;
 };
 
 template <bool kBF16, int NT>

@@ -81,6 +81,9 @@ inline void add_store_and_act(std::vector<TacticEntry>& v, const std::string& na
 std::vector<TacticEntry> sm90_bf16_bf16_tactics();
 std::vector<TacticEntry> sm90_fp16_fp16_tactics();
 std::vector<TacticEntry> sm90_gemv_tactics(Elem elem);
+std::vector<TacticEntry> sm90_gemv_tma_tactics(Elem elem);
+// All of the above for `elem`, GEMV tactics first.
+std::vector<TacticEntry> all_tactics(Elem elem);
 
 // "cuda call failed" sentence with the call's name and the CUDA error string.
 Status cuda_status(cudaError_t err, const char* what, const std::string& context);

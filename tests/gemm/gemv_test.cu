@@ -2,7 +2,7 @@
 // kernel that writes their offsets and activations (and lets them start at once), they must
 // wait for it, eagerly and inside a graph; outputs poisoned (NaN) before each run, compared
 // with a CPU reference. MOEKIT_GEMV_TIMING=1 also times every GEMV tactic and the tactic
-// GroupedGemm::pick_tactic chooses on the decode shapes of qwen3-30b-a3b and mixtral-8x7b
+// GroupedGemm::pick_tactic chooses on the decode shapes of the four presets
 // (L2 flushed before each run) and prints the achieved weight bandwidth.
 #include <gtest/gtest.h>
 
@@ -180,7 +180,9 @@ TEST_F(GemvPdl, DecodeTiming) {
     int64_t H, I;
   };
   const Shape shapes[] = {{"qwen3-30b-a3b", 128, 8, 2048, 768},
-                          {"mixtral-8x7b", 8, 2, 4096, 14336}};
+                          {"mixtral-8x7b", 8, 2, 4096, 14336},
+                          {"deepseek-v3", 256, 8, 7168, 2048},
+                          {"gpt-oss-120b", 128, 4, 2880, 2880}};
   std::mt19937 rng(1234);
   DeviceBuffer flush(256u << 20);
   cudaStream_t stream;

@@ -435,10 +435,7 @@ TEST(GroupedGemmShape, WriteProblemsRefusesBadCallLists) {
 // Host-only: the registration pairs every kernel with its "+act" kernel, same kind.
 TEST(GroupedGemmShape, EveryTacticHasAnActivationKernel) {
   for (Elem elem : {Elem::kBF16, Elem::kFP16}) {
-    std::vector<detail::TacticEntry> all = detail::sm90_gemv_tactics(elem);
-    for (auto& e : elem == Elem::kBF16 ? detail::sm90_bf16_bf16_tactics()
-                                       : detail::sm90_fp16_fp16_tactics())
-      all.push_back(std::move(e));
+    const std::vector<detail::TacticEntry> all = detail::all_tactics(elem);
     int stores = 0;
     for (const auto& e : all) {
       if (e.applies_activation) continue;

@@ -1,0 +1,320 @@
+// Grouped GEMV for decode with the weights streamed by TMA (`sm90.gemv.tma64`): one producer
+// thread copies 64-row x 64-k boxes of weights (8 KB, 128-byte swizzle) into a ring of kStages
+// shared-memory stages, without a break from one item to the next; four consumer warps each
+// multiply 16 of a box's 64 rows by up to 8 token rows (mma.sync m16n8k16, A by ldmatrix) and
+// keep the whole k sum in registers. So there is no split-k reduction and no block barrier per
+// item, the two costs sm90_gemv.cu pays per 16-row item (bench/NOTES.md).
+//
+// Items are (non-empty expert, 64-row tile), persistent as in sm90_gemv.cu; an expert with more
+// than 8 rows runs in chunks of 8 that stream its tile again. Weights are constant, so with
+// settled offsets (FC2) the producer fills the ring before the PDL wait, while the kernel before
+// finishes; the consumers wait before they read activations or write outputs.
+//
+// The box rows past an expert's n belong to the next expert (or lie past the tensor and read as
+// zeros): their products are computed and not stored. k past the end reads as zeros.
+#include <cuda.h>  // CUtensorMap
+#include <cudaTypedefs.h>
+
+#include <cutlass/arch/barrier.h>
+#include <cute/arch/copy_sm90_desc.hpp>
+#include <cute/arch/copy_sm90_tma.hpp>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "gemm/gemv_common.cuh"
+#include "gemm/live_groups.cuh"
+#include "pipeline/pdl.cuh"
+
+namespace moekit::gemm::detail {
+namespace {
+
+constexpr int kBoxRows = 64, kBoxK = 64;           // 64 x 2 bytes: one 128-byte row
+constexpr int kStageBytes = kBoxRows * kBoxK * 2;  // 8 KB of weights
+constexpr int kTokens = 8;                         // token rows per chunk: the MMA's n
+constexpr int kActBytes = kTokens * kBoxK * 2;     // 1 KB of activations, one swizzle period
+constexpr int kStages = 8;                         // 64 KB in flight per block
+constexpr int kConsumers = kBoxRows / 16;          // warps, 16 rows each
+constexpr int kWarps = kConsumers + 1;             // + the producer
+constexpr int kThreads = kWarps * 32;
+constexpr std::size_t kRingAlign = 1024;  // the 128-byte swizzle's period
+
+using FullBarrier = cutlass::arch::ClusterTransactionBarrier;
+using EmptyBarrier = cutlass::arch::ClusterBarrier;
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2,
+                                            uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+
+// Dynamic shared memory: the weight ring and the activation ring (1024-aligned), then the
+// barriers, then the live groups.
+struct Layout {
+  uint8_t* ring;
+  uint8_t* acts;    // [kStages][kTokens][kBoxK]
+  uint64_t* full;   // [kStages]: the box and its activations have landed
+  uint64_t* empty;  // [kStages]: the consumers are done with it
+  int* active;      // [groups]
+};
+__device__ __forceinline__ Layout layout(uint8_t* raw) {
+  Layout l;
+  const uint32_t base = smem_addr(raw);  // the swizzle follows shared-memory addresses
+  l.ring = raw + ((kRingAlign - base % kRingAlign) % kRingAlign);
+  l.acts = l.ring + kStages * kStageBytes;
+  l.full = reinterpret_cast<uint64_t*>(l.acts + kStages * kActBytes);
+  l.empty = l.full + kStages;
+  l.active = reinterpret_cast<int*>(l.empty + kStages);
+  return l;
+}
+std::size_t smem_bytes(int groups) {
+  return kRingAlign + std::size_t(kStages) * (kStageBytes + kActBytes) +
+         2 * kStages * sizeof(uint64_t) +
+         sizeof(int) * static_cast<std::size_t>(groups);
+}
+
+// The (item, chunk, k box) sequence, walked the same way by the producer and the consumers.
+struct Walk {
+  int live, row_tiles, k_boxes;
+  __device__ int64_t items() const { return int64_t(live) * row_tiles; }
+};
+
+template <bool kBF16, bool kAct>
+__global__ void __launch_bounds__(kThreads, 3)
+    grouped_gemv_tma_kernel(const __grid_constant__ CUtensorMap weights,
+                            const __grid_constant__ CUtensorMap acts, GemvParams p) {
+  extern __shared__ uint8_t smem_raw[];
+  __shared__ int s_warp_live[kWarps];
+  const Layout sm = layout(smem_raw);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      FullBarrier::init(&sm.full[s], 1);
+      EmptyBarrier::init(&sm.empty[s], kConsumers);
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  if (!p.offsets_ready) pipeline::pdl_wait();  // row_offsets come from the kernel before
+  // Synchronizes the block: the barriers are initialized from here on.
+  const Walk walk{compact_live_groups<kWarps>(p.row_offsets, p.groups, sm.active, s_warp_live),
+                  p.row_tiles, (p.k + kBoxK - 1) / kBoxK};
+
+  if (warp == kConsumers) {  // the producer warp; one thread issues the copies
+    if (lane == 0) {
+      cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&weights));
+      cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&acts));
+      const auto load_acts = [&](int stage, int kb, int token_row) {
+        cute::SM90_TMA_LOAD_2D::copy(&acts, &sm.full[stage],
+                                     uint64_t(cute::TMA::CacheHintSm90::EVICT_LAST),
+                                     sm.acts + stage * kActBytes, kb * kBoxK, token_row);
+      };
+      // The activations come from the kernel before: before its wait, the producer copies
+      // weights only and notes where each stage's activations are, (k box, token row).
+      bool waited = !p.offsets_ready;
+      int pending_kb[kStages], pending_row[kStages];
+      const auto wait_and_flush = [&](int pending) {
+        pipeline::pdl_wait();
+        pipeline::pdl_launch_dependents();
+        for (int s = 0; s < pending; ++s) load_acts(s, pending_kb[s], pending_row[s]);
+        waited = true;
+      };
+      int stage = 0, issued = 0;
+      uint32_t phase = 0;
+      for (int64_t item = blockIdx.x; item < walk.items(); item += gridDim.x) {
+        const int g = sm.active[item / walk.row_tiles];
+        const int row = g * p.n + int(item % walk.row_tiles) * kBoxRows;
+        const int m0 = p.row_offsets[g];
+        const int mg = p.row_offsets[g + 1] - m0;
+        for (int c0 = 0; c0 < mg; c0 += kTokens)
+          for (int kb = 0; kb < walk.k_boxes; ++kb) {
+            if (!waited && issued == kStages) wait_and_flush(kStages);  // the ring is full
+            EmptyBarrier::wait(&sm.empty[stage], phase ^ 1);
+            FullBarrier::arrive_and_expect_tx(&sm.full[stage], kStageBytes + kActBytes);
+            cute::SM90_TMA_LOAD_2D::copy(&weights, &sm.full[stage],
+                                         uint64_t(cute::TMA::CacheHintSm90::EVICT_FIRST),
+                                         sm.ring + stage * kStageBytes, kb * kBoxK, row);
+            if (waited) {
+              load_acts(stage, kb, m0 + c0);
+            } else {
+              pending_kb[issued] = kb;
+              pending_row[issued] = m0 + c0;
+            }
+            ++issued;
+            if (++stage == kStages) {
+              stage = 0;
+              phase ^= 1;
+            }
+          }
+      }
+      if (!waited) wait_and_flush(issued);
+    } else {
+      pipeline::pdl_wait();
+    }
+    pipeline::pdl_launch_dependents();
+    return;
+  }
+
+  if (p.offsets_ready) pipeline::pdl_wait();  // the outputs may still be read by the kernel before
+  pipeline::pdl_launch_dependents();
+  // ldmatrix.x4 of a 16 x 16 A tile: lanes 8j..8j+7 address matrix j's rows; matrices 0..3 are
+  // (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15).
+  const int a_row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+  const int a_chunk = lane >> 4;  // 16-byte chunk within the 16-k step
+  // ldmatrix.x4 of the 8 tokens x 32 k: matrix j is k chunk j (8 k) of all 8 token rows, so
+  // lane l gets token l / 4, k 2(l % 4) + {0, 1} of each: the B fragments of two 16-k steps.
+  const int b_row = lane & 7, b_chunk = lane >> 3;
+  int stage = 0;
+  uint32_t phase = 0;
+  for (int64_t item = blockIdx.x; item < walk.items(); item += gridDim.x) {
+    const int g = sm.active[item / walk.row_tiles];
+    const int row16 = int(item % walk.row_tiles) * kBoxRows + warp * 16;
+    const int m0 = p.row_offsets[g];
+    const int mg = p.row_offsets[g + 1] - m0;
+    // Token rows past the chunk's mg (the next expert's, or zeros past the tensor) give columns
+    // of the product that are not stored.
+    for (int c0 = 0; c0 < mg; c0 += kTokens) {
+      float acc[4] = {0.f, 0.f, 0.f, 0.f};
+      for (int kb = 0; kb < walk.k_boxes; ++kb) {
+        FullBarrier::wait(&sm.full[stage], phase);
+        const uint32_t a_base = smem_addr(sm.ring + stage * kStageBytes) + a_row * 128;
+        const uint32_t b_base = smem_addr(sm.acts + stage * kActBytes) + b_row * 128;
+        uint32_t b[4][2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h)  // the 128-byte swizzle: chunk ^ (row & 7)
+          ldmatrix_x4(b_base + (((4 * h + b_chunk) ^ b_row) * 16), b[2 * h][0], b[2 * h][1],
+                      b[2 * h + 1][0], b[2 * h + 1][1]);
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+          const int chunk = (s * 2 + a_chunk) ^ (a_row & 7);
+          uint32_t a0, a1, a2, a3;
+          ldmatrix_x4(a_base + chunk * 16, a0, a1, a2, a3);
+          mma16816<kBF16>(acc, a0, a1, a2, a3, b[s][0], b[s][1]);
+        }
+        __syncwarp();
+        if (lane == 0) EmptyBarrier::arrive(&sm.empty[stage]);
+        if (++stage == kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+      if constexpr (kAct) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+          store_gated<kBF16>(p, g, row16, c0, m0, mg, lane, i, acc[i], acc[i + 2]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) store_entry<kBF16>(p, row16, c0, m0, mg, lane, i, acc[i]);
+      }
+    }
+  }
+}
+
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder(Status& status) {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+  static cudaError_t err = cudaSuccess;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
+                                           &q);
+    if (err == cudaSuccess && q == cudaDriverEntryPointSuccess)
+      fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  });
+  if (fn == nullptr)
+    status = Status(ErrorCode::kCuda, std::string("the driver has no cuTensorMapEncodeTiled (") +
+                                          cudaGetErrorString(err) + ")");
+  return fn;
+}
+
+template <bool kBF16, bool kAct>
+class GemvTmaTactic final : public GemvTacticBase {
+ public:
+  Status init(const TacticContext& ctx) override {
+    Status s = setup(ctx, "sm90.gemv.tma64", kAct);
+    if (!s.ok()) return s;
+    // The row pitch (k * 2 bytes) is a multiple of 16, as TMA needs: validate() keeps k % 8 == 0.
+    // Box rows are int32 coordinates. The activations' map spans max_rows rows (run()'s
+    // contract: `a` holds max_rows rows).
+    if (int64_t(ctx.shape.groups) * ctx.shape.n + kBoxRows > INT32_MAX ||
+        ctx.shape.max_rows + kTokens > INT32_MAX)
+      return Status(ErrorCode::kUnsupported, what_ + ": groups x n or max_rows exceed int32 rows");
+    max_rows_ = ctx.shape.max_rows;
+    encode_ = tensor_map_encoder(s);
+    if (!s.ok()) return Status(s.code(), what_ + ": " + s.message());
+    p_.row_tiles = static_cast<int>((ctx.shape.n + kBoxRows - 1) / kBoxRows);
+    return size_grid(reinterpret_cast<const void*>(grouped_gemv_tma_kernel<kBF16, kAct>), ctx,
+                     smem_bytes(ctx.shape.groups), kThreads);
+  }
+
+  Status run(const RunArgs& a) override {
+    if (grid_ == 0) return {};  // max_rows == 0: nothing can ever be computed
+    // The tensor maps are made again only when their tensors move (graph replays reuse them).
+    Status s = weights_.map(a.b, int64_t(p_.groups) * p_.n, kBoxRows, "weights", *this);
+    if (s.ok()) s = acts_.map(a.a, max_rows_, kTokens, "activations", *this);
+    if (!s.ok()) return s;
+    const GemvParams p = params(a);
+    const cudaError_t err = pipeline::launch_pdl(grouped_gemv_tma_kernel<kBF16, kAct>, grid_,
+                                                 kThreads, smem_, a.stream, weights_.map_,
+                                                 acts_.map_, p);
+    if (err != cudaSuccess) return cuda_status(err, "kernel launch", what_);
+    return {};
+  }
+
+ private:
+  // A [rows, k] tensor read in boxes of box_rows x kBoxK, 128-byte swizzled.
+  struct TensorMap {
+    CUtensorMap map_{};
+    const void* base_ = nullptr;
+    Status map(const void* base, int64_t rows, int box_rows, const char* name,
+               const GemvTmaTactic& t) {
+      if (base == base_) return {};
+      if (reinterpret_cast<uintptr_t>(base) % 16 != 0)
+        return Status(ErrorCode::kInvalidArgument,
+                      t.what_ + ": " + name + " not 16-byte aligned");
+      const cuuint64_t dims[2] = {cuuint64_t(t.p_.k), cuuint64_t(rows)};
+      const cuuint64_t pitch[1] = {cuuint64_t(t.p_.k) * 2};
+      const cuuint32_t box[2] = {kBoxK, cuuint32_t(box_rows)};
+      const cuuint32_t unit[2] = {1, 1};
+      const CUresult r = t.encode_(
+          &map_, kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
+          const_cast<void*>(base), dims, pitch, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
+          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+      if (r != CUDA_SUCCESS)
+        return Status(ErrorCode::kCuda, t.what_ + ": cuTensorMapEncodeTiled failed for the " +
+                                            name + " (CUresult " + std::to_string(r) + ")");
+      base_ = base;
+      return {};
+    }
+  };
+
+  PFN_cuTensorMapEncodeTiled_v12000 encode_ = nullptr;
+  int64_t max_rows_ = 0;
+  TensorMap weights_, acts_;
+};
+
+template <bool kBF16>
+std::vector<TacticEntry> gemv_tma_list() {
+  std::vector<TacticEntry> v;
+  add_store_and_act(
+      v, "sm90.gemv.tma64", TacticKind::kGemv,
+      []() -> std::unique_ptr<Tactic> { return std::make_unique<GemvTmaTactic<kBF16, false>>(); },
+      []() -> std::unique_ptr<Tactic> { return std::make_unique<GemvTmaTactic<kBF16, true>>(); });
+  return v;
+}
+
+}  // namespace
+
+std::vector<TacticEntry> sm90_gemv_tma_tactics(Elem elem) {
+  return elem == Elem::kBF16 ? gemv_tma_list<true>() : gemv_tma_list<false>();
+}
+
+}  // namespace moekit::gemm::detail
