@@ -1,17 +1,21 @@
 // Grouped GEMV for decode with the weights streamed by TMA (`sm90.gemv.tma64`): one producer
-// thread copies 64-row x 64-k boxes of weights (8 KB, 128-byte swizzle) into a ring of kStages
-// shared-memory stages, without a break from one item to the next; four consumer warps each
-// multiply 16 of a box's 64 rows by up to 8 token rows (mma.sync m16n8k16, A by ldmatrix) and
-// keep the whole k sum in registers. So there is no split-k reduction and no block barrier per
-// item, the two costs sm90_gemv.cu pays per 16-row item (bench/NOTES.md).
+// thread copies 64-row x 64-k boxes of weights (8 KB, 128-byte swizzle), each with the 8 token
+// rows x 64 k of activations it multiplies (1 KB), into a ring of kStages shared-memory stages,
+// without a break from one item to the next; four consumer warps each multiply 16 of a box's
+// 64 rows by the 8 token rows (mma.sync m16n8k16, both operands by ldmatrix) and keep the whole
+// k sum in registers. So there is no split-k reduction and no block barrier per item, the two
+// costs sm90_gemv.cu pays per 16-row item, and no global load on the consumers' path: loading
+// the activations one box ahead from global memory held each block to ~10 GB/s (H200, session
+// 8), slower than gemv.n8 at T=1.
 //
 // Items are (non-empty expert, 64-row tile), persistent as in sm90_gemv.cu; an expert with more
 // than 8 rows runs in chunks of 8 that stream its tile again. Weights are constant, so with
-// settled offsets (FC2) the producer fills the ring before the PDL wait, while the kernel before
-// finishes; the consumers wait before they read activations or write outputs.
+// settled offsets (FC2) the producer copies the first kStages weight boxes before the PDL wait,
+// while the kernel before finishes, and their activations after it.
 //
 // The box rows past an expert's n belong to the next expert (or lie past the tensor and read as
-// zeros): their products are computed and not stored. k past the end reads as zeros.
+// zeros), and so do the token rows past its mg: their products are computed and not stored.
+// k past the end reads as zeros.
 #include <cuda.h>  // CUtensorMap
 #include <cudaTypedefs.h>
 
