@@ -201,6 +201,11 @@ __global__ void __launch_bounds__(kThreads, 3)
           ldmatrix_x4(a_base + chunk * 16, a0, a1, a2, a3);
           mma16816<kBF16>(acc, a0, a1, a2, a3, b[s][0], b[s][1]);
         }
+        // The stage's next TMA write (async proxy) must follow these ldmatrix reads (generic
+        // proxy): the barrier's release alone does not order the two proxies. Without the fence
+        // ptxas let the release issue with the last two ldmatrix still in flight, and a refill
+        // could land under them (wrong bits in one warp's rows; session 11).
+        cutlass::arch::fence_view_async_shared();
         __syncwarp();
         if (lane == 0) EmptyBarrier::arrive(&sm.empty[stage]);
         if (++stage == kStages) {

@@ -107,7 +107,8 @@ void check_view(const TensorView& v, const char* name, DType dtype,
 
 class Sm90Engine final : public Engine {
  public:
-  Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int device);
+  Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int device,
+             const Sm90Options& options);
   void forward(const ForwardArgs& args) override;
   std::size_t workspace_bytes() const override {
     return workspace_bytes_ + fc1_->workspace_bytes() + fc2_->workspace_bytes();
@@ -116,6 +117,7 @@ class Sm90Engine final : public Engine {
 
  private:
   MoeSpec spec_;
+  Sm90Options options_;
   LocalProblem lp_;
   int device_;
   DType elem_;
@@ -130,11 +132,13 @@ class Sm90Engine final : public Engine {
   void* fc1_out_ = nullptr;   // [P, fc1_rows]; only for non-gated kinds (gated: FC1 applies it)
   void* act_out_ = nullptr;   // [P, I]
   void* fc2_out_ = nullptr;   // [P, H], shares the gathered input's memory (dead after FC1)
+  std::size_t permuted_bytes_ = 0, act_out_bytes_ = 0, slot_count_ = 0;
   std::unique_ptr<gemm::GroupedGemm> fc1_, fc2_;
 };
 
-Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int device)
-    : spec_(spec), device_(device), elem_(spec.act_dtype) {
+Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int device,
+                       const Sm90Options& options)
+    : spec_(spec), options_(options), device_(device), elem_(spec.act_dtype) {
   spec.validate_or_throw();
   const WeightFormat wf = spec.weights.format;
   const bool bf16 = spec.act_dtype == DType::kBFloat16 && wf == WeightFormat::kBF16;
@@ -268,6 +272,7 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
     permute::Buffers b;
     b.error_word = c.take<unsigned long long>(1);
     b.topk_ids = c.take<int32_t>(n.per_slot);
+    slot_count_ = static_cast<std::size_t>(n.per_slot);
     b.topk_weights = c.take<float>(n.per_slot);
     b.slot_expert = c.take<int32_t>(n.per_slot);
     b.slot_rank = c.take<int32_t>(n.per_slot);
@@ -276,10 +281,12 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
     b.expert_totals = c.take<int32_t>(n.experts);
     b.offsets = c.take<int32_t>(n.offsets);
     b.row_expert = c.take<int32_t>(n.rows);
-    b.permuted = c.take<char>(std::max(n.permuted_bytes, P * H * es));
+    permuted_bytes_ = static_cast<std::size_t>(std::max(n.permuted_bytes, P * H * es));
+    b.permuted = c.take<char>(static_cast<int64_t>(permuted_bytes_));
     // Gated kinds never store FC1's raw output (every FC1 tactic has a "+act" kernel): that
     // saves P * 2I elements, 1.9 GB for mixtral at 16384 tokens.
     fc1_out_ = gated ? nullptr : c.take<char>(P * lp_.fc1_rows * es);
+    act_out_bytes_ = static_cast<std::size_t>(P * I * es);
     act_out_ = c.take<char>(P * I * es);
     fc2_out_ = b.permuted;
     return b;
@@ -333,6 +340,17 @@ void Sm90Engine::forward(const ForwardArgs& args) {
 
   DeviceGuard guard(device_);
   cudaStream_t stream = static_cast<cudaStream_t>(args.stream);
+  if (options_.poison_gathered_rows)
+    check_cuda(cudaMemsetAsync(pbuf_.permuted, 0xff, permuted_bytes_, stream),
+               "poisoning the gathered rows");
+  if (options_.poison_activations)
+    check_cuda(cudaMemsetAsync(act_out_, 0xff, act_out_bytes_, stream),
+               "poisoning FC1's activated output");
+  if (options_.poison_slots) {
+    for (void* p : {static_cast<void*>(pbuf_.slot_row), static_cast<void*>(pbuf_.topk_weights),
+                    static_cast<void*>(pbuf_.slot_expert)})
+      check_cuda(cudaMemsetAsync(p, 0xff, slot_count_ * 4, stream), "poisoning the slots");
+  }
   permute::Inputs in;
   in.hidden = args.hidden.data;
   if (external) {
@@ -388,8 +406,8 @@ Status Sm90Engine::poll_errors() {
 }  // namespace
 
 std::unique_ptr<Engine> make_sm90_engine(const MoeSpec& spec, const MoeWeights& weights,
-                                         int device) {
-  return std::make_unique<Sm90Engine>(spec, weights, device);
+                                         int device, const Sm90Options& options) {
+  return std::make_unique<Sm90Engine>(spec, weights, device, options);
 }
 
 }  // namespace moekit::pipeline

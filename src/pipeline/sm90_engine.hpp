@@ -16,6 +16,19 @@
 
 namespace moekit::pipeline {
 
-std::unique_ptr<Engine> make_sm90_engine(const MoeSpec& spec, const MoeWeights& weights, int device);
+// Choices that change how the forward runs, not what it computes (for tests).
+struct Sm90Options {
+  // Test hooks: fill the gathered rows (which FC2's output shares) or FC1's activated output
+  // with NaN before each forward, so that a read of an element the forward has not written yet
+  // shows in the output. They add a memset each and change the timing.
+  bool poison_gathered_rows = false;
+  bool poison_activations = false;
+  // And the permute's slots (rows, weights, experts: -1 rows, NaN weights), which the finalize
+  // reads before its PDL wait.
+  bool poison_slots = false;
+};
+
+std::unique_ptr<Engine> make_sm90_engine(const MoeSpec& spec, const MoeWeights& weights, int device,
+                                         const Sm90Options& options = {});
 
 }  // namespace moekit::pipeline
