@@ -39,7 +39,6 @@ constexpr int kBoxRows = 64, kBoxK = 64;           // 64 x 2 bytes: one 128-byte
 constexpr int kStageBytes = kBoxRows * kBoxK * 2;  // 8 KB of weights
 constexpr int kTokens = 8;                         // token rows per chunk: the MMA's n
 constexpr int kActBytes = kTokens * kBoxK * 2;     // 1 KB of activations, one swizzle period
-constexpr int kStages = 8;                         // 64 KB in flight per block
 constexpr int kConsumers = kBoxRows / 16;          // warps, 16 rows each
 constexpr int kWarps = kConsumers + 1;             // + the producer
 constexpr int kThreads = kWarps * 32;
@@ -61,6 +60,7 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t& r0, uint32_
 
 // Dynamic shared memory: the weight ring and the activation ring (1024-aligned), then the
 // barriers, then the live groups.
+template <int kStages>
 struct Layout {
   uint8_t* ring;
   uint8_t* acts;    // [kStages][kTokens][kBoxK]
@@ -68,8 +68,9 @@ struct Layout {
   uint64_t* empty;  // [kStages]: the consumers are done with it
   int* active;      // [groups]
 };
-__device__ __forceinline__ Layout layout(uint8_t* raw) {
-  Layout l;
+template <int kStages>
+__device__ __forceinline__ Layout<kStages> layout(uint8_t* raw) {
+  Layout<kStages> l;
   const uint32_t base = smem_addr(raw);  // the swizzle follows shared-memory addresses
   l.ring = raw + ((kRingAlign - base % kRingAlign) % kRingAlign);
   l.acts = l.ring + kStages * kStageBytes;
@@ -78,6 +79,7 @@ __device__ __forceinline__ Layout layout(uint8_t* raw) {
   l.active = reinterpret_cast<int*>(l.empty + kStages);
   return l;
 }
+template <int kStages>
 std::size_t smem_bytes(int groups) {
   return kRingAlign + std::size_t(kStages) * (kStageBytes + kActBytes) +
          2 * kStages * sizeof(uint64_t) +
@@ -90,13 +92,15 @@ struct Walk {
   __device__ int64_t items() const { return int64_t(live) * row_tiles; }
 };
 
-template <bool kBF16, bool kAct>
-__global__ void __launch_bounds__(kThreads, 3)
+// kStages ring stages of 9 KB, for kBlocksPerSm blocks per SM (the variants trade blocks for
+// bytes in flight per block).
+template <bool kBF16, bool kAct, int kStages, int kBlocksPerSm>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     grouped_gemv_tma_kernel(const __grid_constant__ CUtensorMap weights,
                             const __grid_constant__ CUtensorMap acts, GemvParams p) {
   extern __shared__ uint8_t smem_raw[];
   __shared__ int s_warp_live[kWarps];
-  const Layout sm = layout(smem_raw);
+  const auto sm = layout<kStages>(smem_raw);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -238,11 +242,16 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder(Status& status) {
   return fn;
 }
 
-template <bool kBF16, bool kAct>
+template <bool kBF16, bool kAct, int kStages, int kBlocksPerSm>
 class GemvTmaTactic final : public GemvTacticBase {
  public:
+  // sm90.gemv.tma64 (8 stages), sm90.gemv.tma64.s12, ...
+  static std::string name() {
+    return kStages == 8 ? "sm90.gemv.tma64" : "sm90.gemv.tma64.s" + std::to_string(kStages);
+  }
+
   Status init(const TacticContext& ctx) override {
-    Status s = setup(ctx, "sm90.gemv.tma64", kAct);
+    Status s = setup(ctx, name(), kAct);
     if (!s.ok()) return s;
     // The row pitch (k * 2 bytes) is a multiple of 16, as TMA needs: validate() keeps k % 8 == 0.
     // Box rows are int32 coordinates. The activations' map spans max_rows rows (run()'s
@@ -254,8 +263,8 @@ class GemvTmaTactic final : public GemvTacticBase {
     encode_ = tensor_map_encoder(s);
     if (!s.ok()) return Status(s.code(), what_ + ": " + s.message());
     p_.row_tiles = static_cast<int>((ctx.shape.n + kBoxRows - 1) / kBoxRows);
-    return size_grid(reinterpret_cast<const void*>(grouped_gemv_tma_kernel<kBF16, kAct>), ctx,
-                     smem_bytes(ctx.shape.groups), kThreads);
+    return size_grid(reinterpret_cast<const void*>(kernel), ctx, smem_bytes<kStages>(ctx.shape.groups),
+                     kThreads);
   }
 
   Status run(const RunArgs& a) override {
@@ -265,14 +274,15 @@ class GemvTmaTactic final : public GemvTacticBase {
     if (s.ok()) s = acts_.map(a.a, max_rows_, kTokens, "activations", *this);
     if (!s.ok()) return s;
     const GemvParams p = params(a);
-    const cudaError_t err = pipeline::launch_pdl(grouped_gemv_tma_kernel<kBF16, kAct>, grid_,
-                                                 kThreads, smem_, a.stream, weights_.map_,
-                                                 acts_.map_, p);
+    const cudaError_t err = pipeline::launch_pdl(kernel, grid_, kThreads, smem_, a.stream,
+                                                 weights_.map_, acts_.map_, p);
     if (err != cudaSuccess) return cuda_status(err, "kernel launch", what_);
     return {};
   }
 
  private:
+  static constexpr auto kernel = grouped_gemv_tma_kernel<kBF16, kAct, kStages, kBlocksPerSm>;
+
   // A [rows, k] tensor read in boxes of box_rows x kBoxK, 128-byte swizzled.
   struct TensorMap {
     CUtensorMap map_{};
@@ -305,13 +315,24 @@ class GemvTmaTactic final : public GemvTacticBase {
   TensorMap weights_, acts_;
 };
 
+template <bool kBF16, int kStages, int kBlocksPerSm>
+void add_gemv_tma(std::vector<TacticEntry>& v) {
+  using Store = GemvTmaTactic<kBF16, false, kStages, kBlocksPerSm>;
+  using Act = GemvTmaTactic<kBF16, true, kStages, kBlocksPerSm>;
+  add_store_and_act(
+      v, Store::name(), TacticKind::kGemv,
+      []() -> std::unique_ptr<Tactic> { return std::make_unique<Store>(); },
+      []() -> std::unique_ptr<Tactic> { return std::make_unique<Act>(); });
+}
+
 template <bool kBF16>
 std::vector<TacticEntry> gemv_tma_list() {
   std::vector<TacticEntry> v;
-  add_store_and_act(
-      v, "sm90.gemv.tma64", TacticKind::kGemv,
-      []() -> std::unique_ptr<Tactic> { return std::make_unique<GemvTmaTactic<kBF16, false>>(); },
-      []() -> std::unique_ptr<Tactic> { return std::make_unique<GemvTmaTactic<kBF16, true>>(); });
+  add_gemv_tma<kBF16, 8, 3>(v);  // 72 KB in flight per block, 3 blocks per SM
+#if !defined(MOEKIT_ONE_TACTIC)
+  add_gemv_tma<kBF16, 12, 2>(v);  // 108 KB, 2 per SM
+  add_gemv_tma<kBF16, 24, 1>(v);  // 216 KB, 1 per SM
+#endif
   return v;
 }
 
