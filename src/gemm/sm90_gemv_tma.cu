@@ -1,12 +1,13 @@
-// Grouped GEMV for decode with the weights streamed by TMA (`sm90.gemv.tma64`): one producer
-// thread copies 64-row x 64-k boxes of weights (8 KB, 128-byte swizzle), each with the 8 token
-// rows x 64 k of activations it multiplies (1 KB), into a ring of kStages shared-memory stages,
-// without a break from one item to the next; four consumer warps each multiply 16 of a box's
-// 64 rows by the 8 token rows (mma.sync m16n8k16, both operands by ldmatrix) and keep the whole
-// k sum in registers. So there is no split-k reduction and no block barrier per item, the two
-// costs sm90_gemv.cu pays per 16-row item, and no global load on the consumers' path: loading
-// the activations one box ahead from global memory held each block to ~10 GB/s (H200, session
-// 8), slower than gemv.n8 at T=1.
+// Grouped GEMV for decode with the weights streamed by TMA (`sm90.gemv.tma64`; variants with
+// more stages or 128-row boxes are listed for measurement in full builds, see gemv_tma_list):
+// one producer thread copies 64-row x 64-k boxes of weights (8 KB, 128-byte swizzle), each
+// with the 8 token rows x 64 k of activations it multiplies (1 KB), into a ring of kStages
+// shared-memory stages, without a break from one item to the next; four consumer warps each
+// multiply 16 of a box's 64 rows by the 8 token rows (mma.sync m16n8k16, both operands by
+// ldmatrix) and keep the whole k sum in registers. So there is no split-k reduction and no
+// block barrier per item, the two costs sm90_gemv.cu pays per 16-row item, and no global load
+// on the consumers' path: loading the activations one box ahead from global memory held each
+// block to ~10 GB/s (H200, session 8), slower than gemv.n8 at T=1.
 //
 // Items are (non-empty expert, 64-row tile), persistent as in sm90_gemv.cu; an expert with more
 // than 8 rows runs in chunks of 8 that stream its tile again. Weights are constant, so with
@@ -35,15 +36,10 @@
 namespace moekit::gemm::detail {
 namespace {
 
-constexpr int kBoxRows = 64, kBoxK = 64;           // 64 x 2 bytes: one 128-byte row
-constexpr int kStageBytes = kBoxRows * kBoxK * 2;  // 8 KB of weights
-constexpr int kTokens = 8;                         // token rows per chunk: the MMA's n
-constexpr int kActBytes = kTokens * kBoxK * 2;     // 1 KB of activations, one swizzle period
-constexpr int kStages = 8;                         // 64 KB in flight per block
-constexpr int kConsumers = kBoxRows / 16;          // warps, 16 rows each
-constexpr int kWarps = kConsumers + 1;             // + the producer
-constexpr int kThreads = kWarps * 32;
-constexpr std::size_t kRingAlign = 1024;  // the 128-byte swizzle's period
+constexpr int kBoxK = 64;                       // 64 x 2 bytes: one 128-byte row
+constexpr int kTokens = 8;                      // token rows per chunk: the MMA's n
+constexpr int kActBytes = kTokens * kBoxK * 2;  // 1 KB of activations, one swizzle period
+constexpr std::size_t kRingAlign = 1024;        // the 128-byte swizzle's period
 
 using FullBarrier = cutlass::arch::ClusterTransactionBarrier;
 using EmptyBarrier = cutlass::arch::ClusterBarrier;
@@ -59,30 +55,35 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t& r0, uint32_
                : "r"(addr));
 }
 
-// Dynamic shared memory: the weight ring and the activation ring (1024-aligned), then the
-// barriers, then the live groups.
-struct Layout {
-  uint8_t* ring;
-  uint8_t* acts;    // [kStages][kTokens][kBoxK]
-  uint64_t* full;   // [kStages]: the box and its activations have landed
-  uint64_t* empty;  // [kStages]: the consumers are done with it
-  int* active;      // [groups]
+// A variant's shape: weight boxes of kRows rows (one consumer warp per 16), kStages ring
+// stages. Dynamic shared memory: the weight ring and the activation ring (1024-aligned), then
+// the barriers, then the live groups.
+template <int kRows, int kStages>
+struct Ring {
+  static constexpr int kStageBytes = kRows * kBoxK * 2;  // 8 KB of weights at 64 rows
+  static constexpr int kConsumers = kRows / 16;
+  static constexpr int kWarps = kConsumers + 1;  // + the producer
+  static constexpr int kThreads = kWarps * 32;
+
+  uint8_t* weights;  // [kStages][kRows][kBoxK]
+  uint8_t* acts;     // [kStages][kTokens][kBoxK]
+  uint64_t* full;    // [kStages]: the box and its activations have landed
+  uint64_t* empty;   // [kStages]: the consumers are done with it
+  int* active;       // [groups]
+
+  __device__ __forceinline__ explicit Ring(uint8_t* raw) {
+    const uint32_t base = smem_addr(raw);  // the swizzle follows shared-memory addresses
+    weights = raw + ((kRingAlign - base % kRingAlign) % kRingAlign);
+    acts = weights + kStages * kStageBytes;
+    full = reinterpret_cast<uint64_t*>(acts + kStages * kActBytes);
+    empty = full + kStages;
+    active = reinterpret_cast<int*>(empty + kStages);
+  }
+  static std::size_t smem_bytes(int groups) {
+    return kRingAlign + std::size_t(kStages) * (kStageBytes + kActBytes) +
+           2 * kStages * sizeof(uint64_t) + sizeof(int) * static_cast<std::size_t>(groups);
+  }
 };
-__device__ __forceinline__ Layout layout(uint8_t* raw) {
-  Layout l;
-  const uint32_t base = smem_addr(raw);  // the swizzle follows shared-memory addresses
-  l.ring = raw + ((kRingAlign - base % kRingAlign) % kRingAlign);
-  l.acts = l.ring + kStages * kStageBytes;
-  l.full = reinterpret_cast<uint64_t*>(l.acts + kStages * kActBytes);
-  l.empty = l.full + kStages;
-  l.active = reinterpret_cast<int*>(l.empty + kStages);
-  return l;
-}
-std::size_t smem_bytes(int groups) {
-  return kRingAlign + std::size_t(kStages) * (kStageBytes + kActBytes) +
-         2 * kStages * sizeof(uint64_t) +
-         sizeof(int) * static_cast<std::size_t>(groups);
-}
 
 // The (item, chunk, k box) sequence, walked the same way by the producer and the consumers.
 struct Walk {
@@ -90,13 +91,16 @@ struct Walk {
   __device__ int64_t items() const { return int64_t(live) * row_tiles; }
 };
 
-template <bool kBF16, bool kAct>
-__global__ void __launch_bounds__(kThreads, 3)
+// kBlocksPerSm blocks per SM: the variants trade blocks for bytes in flight per block.
+template <bool kBF16, bool kAct, int kRows, int kStages, int kBlocksPerSm>
+__global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
     grouped_gemv_tma_kernel(const __grid_constant__ CUtensorMap weights,
                             const __grid_constant__ CUtensorMap acts, GemvParams p) {
+  using R = Ring<kRows, kStages>;
+  constexpr int kConsumers = R::kConsumers, kWarps = R::kWarps, kStageBytes = R::kStageBytes;
   extern __shared__ uint8_t smem_raw[];
   __shared__ int s_warp_live[kWarps];
-  const Layout sm = layout(smem_raw);
+  const R sm(smem_raw);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -133,7 +137,7 @@ __global__ void __launch_bounds__(kThreads, 3)
       uint32_t phase = 0;
       for (int64_t item = blockIdx.x; item < walk.items(); item += gridDim.x) {
         const int g = sm.active[item / walk.row_tiles];
-        const int row = g * p.n + int(item % walk.row_tiles) * kBoxRows;
+        const int row = g * p.n + int(item % walk.row_tiles) * kRows;
         const int m0 = p.row_offsets[g];
         const int mg = p.row_offsets[g + 1] - m0;
         for (int c0 = 0; c0 < mg; c0 += kTokens)
@@ -143,7 +147,7 @@ __global__ void __launch_bounds__(kThreads, 3)
             FullBarrier::arrive_and_expect_tx(&sm.full[stage], kStageBytes + kActBytes);
             cute::SM90_TMA_LOAD_2D::copy(&weights, &sm.full[stage],
                                          uint64_t(cute::TMA::CacheHintSm90::EVICT_FIRST),
-                                         sm.ring + stage * kStageBytes, kb * kBoxK, row);
+                                         sm.weights + stage * kStageBytes, kb * kBoxK, row);
             if (waited) {
               load_acts(stage, kb, m0 + c0);
             } else {
@@ -178,7 +182,7 @@ __global__ void __launch_bounds__(kThreads, 3)
   uint32_t phase = 0;
   for (int64_t item = blockIdx.x; item < walk.items(); item += gridDim.x) {
     const int g = sm.active[item / walk.row_tiles];
-    const int row16 = int(item % walk.row_tiles) * kBoxRows + warp * 16;
+    const int row16 = int(item % walk.row_tiles) * kRows + warp * 16;
     const int m0 = p.row_offsets[g];
     const int mg = p.row_offsets[g + 1] - m0;
     // Token rows past the chunk's mg (the next expert's, or zeros past the tensor) give columns
@@ -187,7 +191,7 @@ __global__ void __launch_bounds__(kThreads, 3)
       float acc[4] = {0.f, 0.f, 0.f, 0.f};
       for (int kb = 0; kb < walk.k_boxes; ++kb) {
         FullBarrier::wait(&sm.full[stage], phase);
-        const uint32_t a_base = smem_addr(sm.ring + stage * kStageBytes) + a_row * 128;
+        const uint32_t a_base = smem_addr(sm.weights + stage * kStageBytes) + a_row * 128;
         const uint32_t b_base = smem_addr(sm.acts + stage * kActBytes) + b_row * 128;
         uint32_t b[4][2];
 #pragma unroll
@@ -238,41 +242,50 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder(Status& status) {
   return fn;
 }
 
-template <bool kBF16, bool kAct>
+template <bool kBF16, bool kAct, int kRows, int kStages, int kBlocksPerSm, int kDefaultStages>
 class GemvTmaTactic final : public GemvTacticBase {
+  using R = Ring<kRows, kStages>;
+
  public:
+  // sm90.gemv.tma64 (its default stage count), sm90.gemv.tma64.s12 (another), ...
+  static std::string name() {
+    const std::string base = "sm90.gemv.tma" + std::to_string(kRows);
+    return kStages == kDefaultStages ? base : base + ".s" + std::to_string(kStages);
+  }
+
   Status init(const TacticContext& ctx) override {
-    Status s = setup(ctx, "sm90.gemv.tma64", kAct);
+    Status s = setup(ctx, name(), kAct);
     if (!s.ok()) return s;
     // The row pitch (k * 2 bytes) is a multiple of 16, as TMA needs: validate() keeps k % 8 == 0.
     // Box rows are int32 coordinates. The activations' map spans max_rows rows (run()'s
     // contract: `a` holds max_rows rows).
-    if (int64_t(ctx.shape.groups) * ctx.shape.n + kBoxRows > INT32_MAX ||
+    if (int64_t(ctx.shape.groups) * ctx.shape.n + kRows > INT32_MAX ||
         ctx.shape.max_rows + kTokens > INT32_MAX)
       return Status(ErrorCode::kUnsupported, what_ + ": groups x n or max_rows exceed int32 rows");
     max_rows_ = ctx.shape.max_rows;
     encode_ = tensor_map_encoder(s);
     if (!s.ok()) return Status(s.code(), what_ + ": " + s.message());
-    p_.row_tiles = static_cast<int>((ctx.shape.n + kBoxRows - 1) / kBoxRows);
-    return size_grid(reinterpret_cast<const void*>(grouped_gemv_tma_kernel<kBF16, kAct>), ctx,
-                     smem_bytes(ctx.shape.groups), kThreads);
+    p_.row_tiles = static_cast<int>((ctx.shape.n + kRows - 1) / kRows);
+    return size_grid(reinterpret_cast<const void*>(kernel), ctx,
+                     R::smem_bytes(ctx.shape.groups), R::kThreads);
   }
 
   Status run(const RunArgs& a) override {
     if (grid_ == 0) return {};  // max_rows == 0: nothing can ever be computed
     // The tensor maps are made again only when their tensors move (graph replays reuse them).
-    Status s = weights_.map(a.b, int64_t(p_.groups) * p_.n, kBoxRows, "weights", *this);
+    Status s = weights_.map(a.b, int64_t(p_.groups) * p_.n, kRows, "weights", *this);
     if (s.ok()) s = acts_.map(a.a, max_rows_, kTokens, "activations", *this);
     if (!s.ok()) return s;
     const GemvParams p = params(a);
-    const cudaError_t err = pipeline::launch_pdl(grouped_gemv_tma_kernel<kBF16, kAct>, grid_,
-                                                 kThreads, smem_, a.stream, weights_.map_,
-                                                 acts_.map_, p);
+    const cudaError_t err = pipeline::launch_pdl(kernel, grid_, R::kThreads, smem_, a.stream,
+                                                 weights_.map_, acts_.map_, p);
     if (err != cudaSuccess) return cuda_status(err, "kernel launch", what_);
     return {};
   }
 
  private:
+  static constexpr auto kernel = grouped_gemv_tma_kernel<kBF16, kAct, kRows, kStages, kBlocksPerSm>;
+
   // A [rows, k] tensor read in boxes of box_rows x kBoxK, 128-byte swizzled.
   struct TensorMap {
     CUtensorMap map_{};
@@ -305,13 +318,27 @@ class GemvTmaTactic final : public GemvTacticBase {
   TensorMap weights_, acts_;
 };
 
+template <bool kBF16, int kRows, int kStages, int kBlocksPerSm, int kDefaultStages = kStages>
+void add_gemv_tma(std::vector<TacticEntry>& v) {
+  using Store = GemvTmaTactic<kBF16, false, kRows, kStages, kBlocksPerSm, kDefaultStages>;
+  using Act = GemvTmaTactic<kBF16, true, kRows, kStages, kBlocksPerSm, kDefaultStages>;
+  add_store_and_act(
+      v, Store::name(), TacticKind::kGemv,
+      []() -> std::unique_ptr<Tactic> { return std::make_unique<Store>(); },
+      []() -> std::unique_ptr<Tactic> { return std::make_unique<Act>(); });
+}
+
+// Bytes in flight per block = stages x (weight box + 1 KB of activations).
 template <bool kBF16>
 std::vector<TacticEntry> gemv_tma_list() {
   std::vector<TacticEntry> v;
-  add_store_and_act(
-      v, "sm90.gemv.tma64", TacticKind::kGemv,
-      []() -> std::unique_ptr<Tactic> { return std::make_unique<GemvTmaTactic<kBF16, false>>(); },
-      []() -> std::unique_ptr<Tactic> { return std::make_unique<GemvTmaTactic<kBF16, true>>(); });
+  add_gemv_tma<kBF16, 64, 8, 3>(v);  // sm90.gemv.tma64: 72 KB, 3 blocks per SM
+#if !defined(MOEKIT_ONE_TACTIC)
+  add_gemv_tma<kBF16, 64, 12, 2, 8>(v);  // .s12: 108 KB, 2 per SM
+  add_gemv_tma<kBF16, 64, 24, 1, 8>(v);  // .s24: 216 KB, 1 per SM
+  add_gemv_tma<kBF16, 128, 6, 2>(v);     // sm90.gemv.tma128: 16 KB boxes as CUTLASS's tiles
+  add_gemv_tma<kBF16, 128, 12, 1, 6>(v);  // .s12: 204 KB, 1 per SM
+#endif
   return v;
 }
 
