@@ -23,7 +23,7 @@ struct GemvParams {
   const int32_t* row_offsets;
   int groups, n, k;
   int kw, rw, row_tiles;   // sm90_gemv.cu's split; the TMA kernel uses row_tiles only
-  int offsets_ready;       // row_offsets settled before the previous kernel started
+  int offsets_ready;       // row_offsets final before this kernel can start (GemmCall)
   activation::Params act;  // "+act" only
   const float* bias;       // "+act" only: [groups, n] or null
 };

@@ -88,9 +88,11 @@ class GroupedGemm {
     const void* b = nullptr;
     void* d = nullptr;
     std::string tactic;
-    // row_offsets were written before the previous kernel on the stream started (FC2 right
-    // after FC1): the GEMV then reads them, and prefetches its first weight rows, before it
-    // waits for that kernel (pipeline/pdl.cuh).
+    // row_offsets are final before this kernel can start: written before the previous kernel
+    // on the stream started (FC2 right after FC1), or by an earlier kernel that the previous
+    // one waits for before it lets this one start (FC1 after the permute's gather kernel). The
+    // GEMV then reads them, and starts on its first weight rows, before it waits for the
+    // previous kernel (pipeline/pdl.cuh).
     bool offsets_ready = false;
   };
   static constexpr int kMaxCallsPerWrite = 2;

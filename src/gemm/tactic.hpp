@@ -47,7 +47,7 @@ struct RunArgs {
   void* d = nullptr;
   const int32_t* row_offsets = nullptr;
   cudaStream_t stream = nullptr;
-  // row_offsets were final before the previous kernel on the stream started (see GemmCall).
+  // row_offsets are final before this kernel can start (see GemmCall).
   bool offsets_ready = false;
 };
 

@@ -511,6 +511,21 @@ Status prepare(const Config& c) {
   return {};
 }
 
+namespace {
+bool single_block(int64_t tokens, Path path) {
+  return path == Path::kSingleBlock || (path == Path::kAuto && tokens <= kSingleBlockMaxTokens);
+}
+// The single-block kernel gathers too (else a grid-wide gather kernel follows it).
+bool fused_gather(const Config& c, int64_t tokens) {
+  return tokens * std::min<int64_t>(c.routing.top_k, c.local_experts) * c.row_bytes <=
+         kFusedGatherMaxBytes;
+}
+}  // namespace
+
+bool offsets_final_for_next_kernel(const Config& c, int64_t tokens, Path path) {
+  return tokens > 0 && !(single_block(tokens, path) && fused_gather(c, tokens));
+}
+
 Status run(const Config& c, const Buffers& b, int64_t tokens, const Inputs& in,
            cudaStream_t stream, Path path) {
   if (tokens < 0 || tokens > c.max_tokens)
@@ -531,16 +546,11 @@ Status run(const Config& c, const Buffers& b, int64_t tokens, const Inputs& in,
   a.b = b;
   a.tokens = tokens;
   a.routing_floats = routing_floats(c);
-  const int k = c.routing.top_k;
-
-  const bool single =
-      path == Path::kSingleBlock || (path == Path::kAuto && tokens <= kSingleBlockMaxTokens);
-  if (single) {
+  if (single_block(tokens, path)) {
     a.chunk_tokens = static_cast<int>((tokens + kSingleWarps - 1) / kSingleWarps);
     a.n_chunks = kSingleWarps;
     a.pre_scored = pre_scoring(c) && tokens <= kPreScoreMaxTokens;
-    const int64_t rows = tokens * std::min<int64_t>(k, c.local_experts);
-    const bool gather = rows * c.row_bytes <= kFusedGatherMaxBytes;
+    const bool gather = fused_gather(c, tokens);
     pick_single(c.routing.per_lane, gather, a.pre_scored)<<<1, kSingleWarps * 32, single_smem(c),
                                                            stream>>>(a);
     if (!gather) {

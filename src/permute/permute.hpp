@@ -80,6 +80,12 @@ Status prepare(const Config& c);
 Status run(const Config& c, const Buffers& b, int64_t tokens, const Inputs& in,
            cudaStream_t stream, Path path = Path::kAuto);
 
+// Whether the offsets are final by the time the kernel after run()'s last one can start: true
+// unless that last kernel is the one writing them (the single-block kernel with its fused
+// gather); every other last kernel waits for their writer before it lets the next one start.
+// The GEMM after the permute may then read them before its own PDL wait.
+bool offsets_final_for_next_kernel(const Config& c, int64_t tokens, Path path = Path::kAuto);
+
 // Turns an error word into a status naming token, slot and value (ok for kNoError).
 Status decode_error(unsigned long long word, int experts, int top_k);
 

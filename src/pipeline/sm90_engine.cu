@@ -354,9 +354,11 @@ void Sm90Engine::forward(const ForwardArgs& args) {
     throw Error(ErrorCode::kInternal, "FC1 tactic " + fc1_tactic +
                                           " does not apply the gated activation and no buffer "
                                           "holds its raw output");
-  // FC2's offsets were written before FC1 started: it may read them before its PDL wait.
+  // FC2's offsets were written before FC1 started: it may read them before its PDL wait, and
+  // so may FC1 unless the permute's last kernel is the one that writes them.
   const Call calls[2] = {
-      Call{fc1_.get(), pbuf_.permuted, w1_, fused ? act_out_ : fc1_out_, fc1_tactic},
+      Call{fc1_.get(), pbuf_.permuted, w1_, fused ? act_out_ : fc1_out_, fc1_tactic,
+           permute::offsets_final_for_next_kernel(pcfg_, T)},
       Call{fc2_.get(), act_out_, w2_, fc2_out_, fc2_->pick_tactic(hint), true}};
   throw_if_error(gemm::GroupedGemm::write_problems(calls, 2, pbuf_.offsets, stream));
   throw_if_error(fc1_->launch(calls[0], pbuf_.offsets, stream));

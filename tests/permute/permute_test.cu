@@ -365,5 +365,25 @@ TEST(PermuteLimits, DecodesErrorWords) {
   EXPECT_NE(s.message().find("9"), std::string::npos) << s.message();
 }
 
+// The GEMM after the permute reads the offsets before its PDL wait only when the permute's last
+// kernel is not their writer: the single-block kernel writes them and, for small rows, gathers.
+TEST(PermuteLimits, OffsetsAreFinalForTheNextKernelUnlessTheSingleBlockKernelGathers) {
+  Config c;
+  c.routing.top_k = 8;
+  c.local_experts = 128;
+  c.row_bytes = 4096;  // qwen3's hidden 2048 in bf16
+  c.max_tokens = 4096;
+  EXPECT_FALSE(offsets_final_for_next_kernel(c, 0));  // nothing runs
+  EXPECT_FALSE(offsets_final_for_next_kernel(c, 1));  // 32 KB of rows: gathered in the kernel
+  EXPECT_FALSE(offsets_final_for_next_kernel(c, 4));  // 128 KB: still
+  EXPECT_TRUE(offsets_final_for_next_kernel(c, 5));   // the gather kernel follows
+  EXPECT_TRUE(offsets_final_for_next_kernel(c, kSingleBlockMaxTokens + 1));  // multi-block
+  EXPECT_FALSE(offsets_final_for_next_kernel(c, 1, Path::kSingleBlock));
+  EXPECT_TRUE(offsets_final_for_next_kernel(c, 1, Path::kMultiBlock));
+  c.local_experts = 2;  // a rank with 2 experts keeps at most 2 rows per token
+  EXPECT_FALSE(offsets_final_for_next_kernel(c, 16));  // 16 x 2 x 4 KB = 128 KB
+  EXPECT_TRUE(offsets_final_for_next_kernel(c, 17));
+}
+
 }  // namespace
 }  // namespace moekit::permute

@@ -262,6 +262,18 @@ TEST_F(Sm90EngineTest, PresetShapesAcrossTokenCounts) {
   }
 }
 
+// Decode where the permute's rows exceed its fused gather (a gather kernel follows it): FC1's
+// GEMV then reads the offsets before its PDL wait. 4 KB rows, up to one row per expert.
+TEST_F(Sm90EngineTest, DecodeGemvAfterTheGatherKernel) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0x9004);
+  for (const char* name : {"qwen3-30b-a3b", "gpt-oss-120b"}) {
+    MoeSpec s = scaled_preset(name, 64, 2048, 256);
+    s.max_tokens = 64;
+    Layer l = make_layer(s, rng());
+    for (int64_t T : {1, 5, 8, 16}) check_forward(l, T, Ids::kRouted, rng);
+  }
+}
+
 TEST_F(Sm90EngineTest, EveryRoutingMethodTimesActivation) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x9002);
   const RoutingMethod methods[] = {RoutingMethod::kSoftmaxTopK, RoutingMethod::kTopKSoftmax,
