@@ -393,7 +393,7 @@ Status GroupedGemm::launch(const GemmCall& call, const int32_t* row_offsets,
   bool skip = false;
   Status s = check_call(call, row_offsets, &slot, &skip);
   if (!s.ok() || skip) return s;
-  RunArgs args{call.a, call.b, call.d, row_offsets, stream, call.offsets_ready};
+  RunArgs args{call.a, call.b, call.d, row_offsets, stream, call.offsets_ready, call.offsets_flag};
   return slot->tactic->run(args);
 }
 

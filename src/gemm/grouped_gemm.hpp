@@ -94,6 +94,10 @@ class GroupedGemm {
     // GEMV then reads them, and starts on its first weight rows, before it waits for the
     // previous kernel (pipeline/pdl.cuh).
     bool offsets_ready = false;
+    // Or null: row_offsets become final once *offsets_flag reads non-zero, set by a kernel that
+    // runs while this one starts (the permute, permute::OffsetsFinal::kAtFlag). The GEMV waits
+    // for it instead of the previous kernel before it reads them; other tactics ignore it.
+    const uint32_t* offsets_flag = nullptr;
   };
   static constexpr int kMaxCallsPerWrite = 2;
   static Status write_problems(const GemmCall* calls, int count, const int32_t* row_offsets,

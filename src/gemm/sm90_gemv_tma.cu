@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
     }
     cutlass::arch::fence_barrier_init();
   }
-  if (!p.offsets_ready) pipeline::pdl_wait();  // row_offsets come from the kernel before
+  wait_for_offsets(p);
   // Synchronizes the block: the barriers are initialized from here on.
   const Walk walk{compact_live_groups<kWarps>(p.row_offsets, p.groups, sm.active, s_warp_live),
                   p.row_tiles, (p.k + kBoxK - 1) / kBoxK};

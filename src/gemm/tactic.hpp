@@ -47,8 +47,10 @@ struct RunArgs {
   void* d = nullptr;
   const int32_t* row_offsets = nullptr;
   cudaStream_t stream = nullptr;
-  // row_offsets are final before this kernel can start (see GemmCall).
+  // row_offsets are final before this kernel can start, or once *offsets_flag reads non-zero
+  // (see GemmCall).
   bool offsets_ready = false;
+  const uint32_t* offsets_flag = nullptr;
 };
 
 class Tactic {

@@ -220,7 +220,15 @@ constexpr int kSingleRows = 1024;
 template <int kPerLane, bool kGather, bool kPreScore>
 __global__ void __launch_bounds__(kSingleWarps * 32) single_block_kernel(Args a) {
   // Launched normally (it follows the caller's work); the next kernel reads nothing of ours
-  // before its own wait (pipeline/pdl.cuh), so it may start now.
+  // before its own wait (pipeline/pdl.cuh), except the offsets flag: cleared first, it may
+  // start then.
+  if (a.b.offsets_flag != nullptr) {
+    if (threadIdx.x == 0) {
+      *a.b.offsets_flag = 0;
+      __threadfence();
+    }
+    __syncthreads();
+  }
   pipeline::pdl_launch_dependents();
   extern __shared__ int smem[];
   const int L = a.local_experts;
@@ -269,8 +277,10 @@ __global__ void __launch_bounds__(kSingleWarps * 32) single_block_kernel(Args a)
       offs[L] = offset + count;
       a.b.offsets[L] = offset + count;
     }
+    if (a.b.offsets_flag != nullptr) __threadfence();  // the offsets before the flag
   }
   __syncthreads();
+  if (a.b.offsets_flag != nullptr && threadIdx.x == 0) pipeline::store_release(a.b.offsets_flag, 1u);
   const bool rows_on_chip = pairs <= kSingleRows;
   for (int64_t t = t0; t < t1; ++t) {
     if (lane < k) {
@@ -522,8 +532,10 @@ bool fused_gather(const Config& c, int64_t tokens) {
 }
 }  // namespace
 
-bool offsets_final_for_next_kernel(const Config& c, int64_t tokens, Path path) {
-  return tokens > 0 && !(single_block(tokens, path) && fused_gather(c, tokens));
+OffsetsFinal offsets_final_for_next_kernel(const Config& c, int64_t tokens, Path path) {
+  if (tokens <= 0) return OffsetsFinal::kAfterItsWait;
+  return single_block(tokens, path) && fused_gather(c, tokens) ? OffsetsFinal::kAtFlag
+                                                               : OffsetsFinal::kAtItsStart;
 }
 
 Status run(const Config& c, const Buffers& b, int64_t tokens, const Inputs& in,

@@ -267,6 +267,7 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
   auto carve = [&](Carver& c) {
     permute::Buffers b;
     b.error_word = c.take<unsigned long long>(1);
+    b.offsets_flag = c.take<uint32_t>(1);
     b.topk_ids = c.take<int32_t>(n.per_slot);
     b.topk_weights = c.take<float>(n.per_slot);
     b.slot_expert = c.take<int32_t>(n.per_slot);
@@ -354,12 +355,15 @@ void Sm90Engine::forward(const ForwardArgs& args) {
     throw Error(ErrorCode::kInternal, "FC1 tactic " + fc1_tactic +
                                           " does not apply the gated activation and no buffer "
                                           "holds its raw output");
-  // FC2's offsets were written before FC1 started: it may read them before its PDL wait, and
-  // so may FC1 unless the permute's last kernel is the one that writes them.
+  // FC2's offsets were written before FC1 started: it may read them before its PDL wait. So
+  // may FC1 where the permute's last kernel is not their writer, or else once the permute's
+  // flag says they are written; either way it starts on its weights before the gather ends.
+  const permute::OffsetsFinal ready = permute::offsets_final_for_next_kernel(pcfg_, T);
+  Call fc1_call{fc1_.get(), pbuf_.permuted, w1_, fused ? act_out_ : fc1_out_, fc1_tactic};
+  fc1_call.offsets_ready = ready == permute::OffsetsFinal::kAtItsStart;
+  if (ready == permute::OffsetsFinal::kAtFlag) fc1_call.offsets_flag = pbuf_.offsets_flag;
   const Call calls[2] = {
-      Call{fc1_.get(), pbuf_.permuted, w1_, fused ? act_out_ : fc1_out_, fc1_tactic,
-           permute::offsets_final_for_next_kernel(pcfg_, T)},
-      Call{fc2_.get(), act_out_, w2_, fc2_out_, fc2_->pick_tactic(hint), true}};
+      fc1_call, Call{fc2_.get(), act_out_, w2_, fc2_out_, fc2_->pick_tactic(hint), true}};
   throw_if_error(gemm::GroupedGemm::write_problems(calls, 2, pbuf_.offsets, stream));
   throw_if_error(fc1_->launch(calls[0], pbuf_.offsets, stream));
   if (!fused)

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "gemm/grouped_gemm.hpp"
+#include "pipeline/pdl.cuh"
 #include "support/gemm_problem.hpp"
 #include "support/gpu.hpp"
 #include "support/pdl_writer.cuh"
@@ -83,6 +84,19 @@ __global__ void slow_writer(int32_t* off, const int32_t* src_off, int n_off, uin
   for (int64_t i = threadIdx.x; i < a_vecs; i += blockDim.x) a[i] = src_a[i];
 }
 
+// The permute's case at T=1 (OffsetsFinal::kAtFlag): lets its dependent start at once, spins
+// ~`ns`, writes the offsets, sets the flag, spins ~`ns` again, then writes the activations.
+__global__ void flagging_writer(int32_t* off, const int32_t* src_off, int n_off, uint32_t* flag,
+                                uint4* a, const uint4* src_a, int64_t a_vecs, long long ns) {
+  launch_dependents_then_spin(ns);
+  for (int i = threadIdx.x; i < n_off; i += blockDim.x) off[i] = src_off[i];
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) pipeline::store_release(flag, 1u);
+  spin_ns(ns);
+  for (int64_t i = threadIdx.x; i < a_vecs; i += blockDim.x) a[i] = src_a[i];
+}
+
 class GemvPdl : public GpuTest {};
 
 TEST_F(GemvPdl, WaitsForThePreviousKernel) {
@@ -124,6 +138,41 @@ TEST_F(GemvPdl, WaitsForThePreviousKernel) {
       ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
       expect_matches(p, to_host<uint16_t>(d.ptr, d.bytes / 2));
     }
+  }
+  cudaStreamDestroy(stream);
+}
+
+// FC1's case at T=1: the offsets come while the previous kernel runs, announced by a flag; the
+// GEMV reads them after the flag (not before: they are stale until then) and the activations
+// after its wait.
+TEST_F(GemvPdl, FlaggedOffsetsAreReadAfterTheFlag) {
+  std::mt19937 rng(static_cast<unsigned>(base_seed() ^ 0x6e06));
+  const Problem p = make_problem(128, 256, {3, 0, 9, 1}, rng);
+  const DeviceBuffer a_src(to_device(p.a_bits)), w(to_device(p.w_bits)),
+      off_src(to_device(p.offsets));
+  DeviceBuffer a(p.a_bits.size() * 2), off(p.offsets.size() * 4), flag(4),
+      d(static_cast<std::size_t>(p.max_rows * p.n) * 2);
+  GroupedGemm gemm(GroupedShape{Elem::kBF16, p.groups, p.n, p.k, p.max_rows}, 0);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  for (const auto& t : gemv_tactics()) {
+    SCOPED_TRACE(t);
+    ASSERT_EQ(cudaMemset(off.ptr, 0, off.bytes), cudaSuccess);  // stale: every group empty
+    ASSERT_EQ(cudaMemset(flag.ptr, 0, flag.bytes), cudaSuccess);
+    ASSERT_EQ(cudaMemset(a.ptr, 0xff, a.bytes), cudaSuccess);  // stale: NaN
+    ASSERT_EQ(cudaMemset(d.ptr, 0xff, d.bytes), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    flagging_writer<<<1, 256, 0, stream>>>(
+        static_cast<int32_t*>(off.ptr), static_cast<const int32_t*>(off_src.ptr),
+        static_cast<int>(p.offsets.size()), static_cast<uint32_t*>(flag.ptr),
+        static_cast<uint4*>(a.ptr), static_cast<const uint4*>(a_src.ptr),
+        static_cast<int64_t>(p.a_bits.size() / 8), 100000);
+    GroupedGemm::GemmCall call{&gemm, a.ptr, w.ptr, d.ptr, t};
+    call.offsets_flag = static_cast<const uint32_t*>(flag.ptr);
+    const Status s = gemm.launch(call, static_cast<const int32_t*>(off.ptr), stream);
+    ASSERT_TRUE(s.ok()) << s.message();
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    expect_matches(p, to_host<uint16_t>(d.ptr, d.bytes / 2));
   }
   cudaStreamDestroy(stream);
 }
