@@ -397,6 +397,29 @@ Status GroupedGemm::launch(const GemmCall& call, const int32_t* row_offsets,
   return slot->tactic->run(args);
 }
 
+Status GroupedGemm::launch_chained(const GemmCall& first, const GemmCall& second,
+                                   const int32_t* row_offsets, int* done, cudaStream_t stream) {
+  if (first.gemm == nullptr || second.gemm == nullptr)
+    return Status(ErrorCode::kInvalidArgument, "launch_chained: a call names no GEMM");
+  const GroupedShape& s1 = first.gemm->state_->shape;
+  const GroupedShape& s2 = second.gemm->state_->shape;
+  if (s1.groups != s2.groups || s1.max_rows != s2.max_rows)
+    return Status(ErrorCode::kInvalidArgument, "launch_chained: " + shape_text(s1) + " and " +
+                                                   shape_text(s2) + " differ in groups or rows");
+  if (done == nullptr)
+    return Status(ErrorCode::kInvalidArgument, "launch_chained: no done counters");
+  const Slot* slot1 = nullptr;
+  const Slot* slot2 = nullptr;
+  bool skip1 = false, skip2 = false;
+  Status s = first.gemm->check_call(first, row_offsets, &slot1, &skip1);
+  if (s.ok()) s = second.gemm->check_call(second, row_offsets, &slot2, &skip2);
+  if (!s.ok() || skip1 || skip2) return s;
+  const RunArgs a1{first.a, first.b, first.d, row_offsets, stream, first.offsets_ready,
+                   first.offsets_flag};
+  const RunArgs a2{second.a, second.b, second.d, row_offsets, stream, true, nullptr};
+  return slot1->tactic->run_chained(a1, *slot2->tactic, a2, done);
+}
+
 Status GroupedGemm::run(const void* a, const void* b, void* d, const int32_t* row_offsets,
                         double rows_per_group_hint, cudaStream_t stream,
                         const std::string& tactic) {

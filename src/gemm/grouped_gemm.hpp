@@ -103,6 +103,12 @@ class GroupedGemm {
   static Status write_problems(const GemmCall* calls, int count, const int32_t* row_offsets,
                                cudaStream_t stream);
   Status launch(const GemmCall& call, const int32_t* row_offsets, cudaStream_t stream);
+  // `first` then `second` (which reads first's output: FC1 then FC2) as one kernel where their
+  // tactics chain (Tactic::run_chained), else kUnsupported with nothing enqueued. `done`:
+  // [groups + 1] int32, zero before the launch (the permute clears it). Same contract as
+  // launch().
+  static Status launch_chained(const GemmCall& first, const GemmCall& second,
+                               const int32_t* row_offsets, int* done, cudaStream_t stream);
 
   // Device bytes this object allocated (per-group arrays, CUTLASS workspaces, strides).
   std::size_t workspace_bytes() const;

@@ -60,6 +60,7 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t& r0, uint32_
 // the barriers, then the live groups.
 template <int kRows, int kStages>
 struct Ring {
+  static constexpr int kBoxRows = kRows;
   static constexpr int kStageBytes = kRows * kBoxK * 2;  // 8 KB of weights at 64 rows
   static constexpr int kConsumers = kRows / 16;
   static constexpr int kWarps = kConsumers + 1;  // + the producer
@@ -85,11 +86,200 @@ struct Ring {
   }
 };
 
-// The (item, chunk, k box) sequence, walked the same way by the producer and the consumers.
+// The (item, chunk, k box) sequence of one GEMM, walked the same way by the producer and the
+// consumers.
 struct Walk {
   int live, row_tiles, k_boxes;
   __device__ int64_t items() const { return int64_t(live) * row_tiles; }
 };
+__device__ __forceinline__ Walk walk_of(const GemvParams& p, int live) {
+  return Walk{live, p.row_tiles, (p.k + kBoxK - 1) / kBoxK};
+}
+
+// Global memory written by generic stores in other blocks, read next by TMA (the async proxy).
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+}
+
+// The producer thread's side of the ring: a box's weights are issued at once; its activations
+// may have to wait (for the previous kernel: the PDL wait; in the chained kernel, for FC1's items
+// of the expert: `done[gate] >= need`). Those are noted, oldest first, and issued when they can
+// be, at the latest before the ring would wait for a stage whose activations are still noted.
+template <class R, int kStages>
+struct RingProducer {
+  struct Noted {
+    const CUtensorMap* map;
+    int stage, kb, row, gate, need;  // gate -1: the PDL wait; else done[gate] >= need
+  };
+  const R& sm;
+  const int* done;
+  bool waited;  // the PDL wait is behind us
+  int stage = 0, head = 0, count = 0;
+  uint32_t phase = 0;
+  Noted noted[kStages];
+
+  __device__ RingProducer(const R& ring, const int* done_counts, bool pdl_waited)
+      : sm(ring), done(done_counts), waited(pdl_waited) {}
+
+  __device__ void pdl() {
+    if (waited) return;
+    pipeline::pdl_wait();
+    pipeline::pdl_launch_dependents();
+    waited = true;
+  }
+  // Counters are read only after the PDL wait: the permute clears them, the kernel before.
+  __device__ bool open(const Noted& e) const {
+    return waited && (e.gate < 0 || pipeline::load_acquire(reinterpret_cast<const uint32_t*>(
+                                        done + e.gate)) >= uint32_t(e.need));
+  }
+  __device__ void wait_open(const Noted& e) {
+    pdl();
+    if (e.gate >= 0)
+      while (pipeline::load_acquire(reinterpret_cast<const uint32_t*>(done + e.gate)) <
+             uint32_t(e.need))
+        __nanosleep(64);
+  }
+  __device__ void issue_acts(const Noted& e) {
+    if (e.gate >= 0) fence_proxy_async_global();
+    cute::SM90_TMA_LOAD_2D::copy(e.map, &sm.full[e.stage],
+                                 uint64_t(cute::TMA::CacheHintSm90::EVICT_LAST),
+                                 sm.acts + e.stage * kActBytes, e.kb * kBoxK, e.row);
+  }
+  // Issues the noted activations that can go, oldest first; with `block`, all of them.
+  __device__ void flush(bool block) {
+    while (count > 0) {
+      const Noted& e = noted[head];
+      if (!open(e)) {
+        if (!block) return;
+        wait_open(e);
+      }
+      issue_acts(e);
+      head = (head + 1) % kStages;
+      --count;
+    }
+  }
+  __device__ void box(const CUtensorMap* weights, int weight_row, int kb, const CUtensorMap* acts,
+                      int act_row, int gate, int need) {
+    if (count == kStages) {  // this stage's activations are still noted: they must go first
+      wait_open(noted[head]);
+      flush(false);
+    }
+    EmptyBarrier::wait(&sm.empty[stage], phase ^ 1);
+    FullBarrier::arrive_and_expect_tx(&sm.full[stage], R::kStageBytes + kActBytes);
+    cute::SM90_TMA_LOAD_2D::copy(weights, &sm.full[stage],
+                                 uint64_t(cute::TMA::CacheHintSm90::EVICT_FIRST),
+                                 sm.weights + stage * R::kStageBytes, kb * kBoxK, weight_row);
+    const Noted e{acts, stage, kb, act_row, gate, need};
+    if (count == 0 && open(e)) {
+      issue_acts(e);
+    } else {
+      noted[(head + count) % kStages] = e;
+      ++count;
+    }
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+  // The boxes of one item's chunks, in the consumers' order.
+  __device__ void item(const GemvParams& p, const Walk& w, const int* active, int64_t item,
+                       const CUtensorMap* weights, const CUtensorMap* acts, int gate_of_g,
+                       int need_per_chunk) {
+    const int g = active[item / w.row_tiles];
+    const int row = g * p.n + int(item % w.row_tiles) * R::kBoxRows;
+    const int m0 = p.row_offsets[g];
+    const int mg = p.row_offsets[g + 1] - m0;
+    const int chunks = (mg + kTokens - 1) / kTokens;
+    for (int c0 = 0; c0 < mg; c0 += kTokens)
+      for (int kb = 0; kb < w.k_boxes; ++kb)
+        box(weights, row, kb, acts, m0 + c0, gate_of_g < 0 ? -1 : g, need_per_chunk * chunks);
+  }
+};
+
+// A consumer warp's side: the 16 rows of one item's chunk x 8 token rows, all k boxes from the
+// ring, then its stores (kAct: FC1's gated activation).
+template <bool kBF16, class R, int kStages>
+struct RingConsumer {
+  const R& sm;
+  int stage = 0;
+  uint32_t phase = 0;
+  int warp, lane, a_row, a_chunk, b_row, b_chunk;
+
+  __device__ RingConsumer(const R& ring, int w, int l) : sm(ring), warp(w), lane(l) {
+    // ldmatrix.x4 of a 16 x 16 A tile: lanes 8j..8j+7 address matrix j's rows; matrices 0..3
+    // are (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15).
+    a_row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+    a_chunk = lane >> 4;  // 16-byte chunk within the 16-k step
+    // ldmatrix.x4 of the 8 tokens x 32 k: matrix j is k chunk j (8 k) of all 8 token rows, so
+    // lane l gets token l / 4, k 2(l % 4) + {0, 1} of each: the B fragments of two 16-k steps.
+    b_row = lane & 7;
+    b_chunk = lane >> 3;
+  }
+
+  // Token rows past the chunk's mg (the next expert's, or zeros past the tensor) give columns
+  // of the product that are not stored.
+  template <bool kAct>
+  __device__ void chunk(const GemvParams& p, int k_boxes, int g, int row16, int c0, int m0,
+                        int mg) {
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int kb = 0; kb < k_boxes; ++kb) {
+      FullBarrier::wait(&sm.full[stage], phase);
+      const uint32_t a_base = smem_addr(sm.weights + stage * R::kStageBytes) + a_row * 128;
+      const uint32_t b_base = smem_addr(sm.acts + stage * kActBytes) + b_row * 128;
+      uint32_t b[4][2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h)  // the 128-byte swizzle: chunk ^ (row & 7)
+        ldmatrix_x4(b_base + (((4 * h + b_chunk) ^ b_row) * 16), b[2 * h][0], b[2 * h][1],
+                    b[2 * h + 1][0], b[2 * h + 1][1]);
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        const int ch = (s * 2 + a_chunk) ^ (a_row & 7);
+        uint32_t a0, a1, a2, a3;
+        ldmatrix_x4(a_base + ch * 16, a0, a1, a2, a3);
+        mma16816<kBF16>(acc, a0, a1, a2, a3, b[s][0], b[s][1]);
+      }
+      __syncwarp();
+      if (lane == 0) EmptyBarrier::arrive(&sm.empty[stage]);
+      if (++stage == kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+    if constexpr (kAct) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+        store_gated<kBF16>(p, g, row16, c0, m0, mg, lane, i, acc[i], acc[i + 2]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) store_entry<kBF16>(p, row16, c0, m0, mg, lane, i, acc[i]);
+    }
+  }
+  // Every chunk of one item; returns their count.
+  template <bool kAct>
+  __device__ int item(const GemvParams& p, const Walk& w, const int* active, int64_t item) {
+    const int g = active[item / w.row_tiles];
+    const int row16 = int(item % w.row_tiles) * R::kBoxRows + warp * 16;
+    const int m0 = p.row_offsets[g];
+    const int mg = p.row_offsets[g + 1] - m0;
+    for (int c0 = 0; c0 < mg; c0 += kTokens) chunk<kAct>(p, w.k_boxes, g, row16, c0, m0, mg);
+    return (mg + kTokens - 1) / kTokens;
+  }
+};
+
+// Sets up the ring's barriers and the live groups; every thread calls it.
+template <class R, int kStages>
+__device__ int ring_prologue(const R& sm, const GemvParams& p, int* s_warp_live) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      FullBarrier::init(&sm.full[s], 1);
+      EmptyBarrier::init(&sm.empty[s], R::kConsumers);
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  wait_for_offsets(p);
+  // Synchronizes the block: the barriers are initialized from here on.
+  return compact_live_groups<R::kWarps>(p.row_offsets, p.groups, sm.active, s_warp_live);
+}
 
 // kBlocksPerSm blocks per SM: the variants trade blocks for bytes in flight per block.
 template <bool kBF16, bool kAct, int kRows, int kStages, int kBlocksPerSm>
@@ -97,71 +287,22 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
     grouped_gemv_tma_kernel(const __grid_constant__ CUtensorMap weights,
                             const __grid_constant__ CUtensorMap acts, GemvParams p) {
   using R = Ring<kRows, kStages>;
-  constexpr int kConsumers = R::kConsumers, kWarps = R::kWarps, kStageBytes = R::kStageBytes;
   extern __shared__ uint8_t smem_raw[];
-  __shared__ int s_warp_live[kWarps];
+  __shared__ int s_warp_live[R::kWarps];
   const R sm(smem_raw);
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  if (tid == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      FullBarrier::init(&sm.full[s], 1);
-      EmptyBarrier::init(&sm.empty[s], kConsumers);
-    }
-    cutlass::arch::fence_barrier_init();
-  }
-  wait_for_offsets(p);
-  // Synchronizes the block: the barriers are initialized from here on.
-  const Walk walk{compact_live_groups<kWarps>(p.row_offsets, p.groups, sm.active, s_warp_live),
-                  p.row_tiles, (p.k + kBoxK - 1) / kBoxK};
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const Walk w = walk_of(p, ring_prologue<R, kStages>(sm, p, s_warp_live));
 
-  if (warp == kConsumers) {  // the producer warp; one thread issues the copies
+  if (warp == R::kConsumers) {  // the producer warp; one thread issues the copies
     if (lane == 0) {
       cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&weights));
       cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&acts));
-      const auto load_acts = [&](int stage, int kb, int token_row) {
-        cute::SM90_TMA_LOAD_2D::copy(&acts, &sm.full[stage],
-                                     uint64_t(cute::TMA::CacheHintSm90::EVICT_LAST),
-                                     sm.acts + stage * kActBytes, kb * kBoxK, token_row);
-      };
-      // The activations come from the kernel before: before its wait, the producer copies
-      // weights only and notes where each stage's activations are, (k box, token row).
-      bool waited = !p.offsets_ready;
-      int pending_kb[kStages], pending_row[kStages];
-      const auto wait_and_flush = [&](int pending) {
-        pipeline::pdl_wait();
-        pipeline::pdl_launch_dependents();
-        for (int s = 0; s < pending; ++s) load_acts(s, pending_kb[s], pending_row[s]);
-        waited = true;
-      };
-      int stage = 0, issued = 0;
-      uint32_t phase = 0;
-      for (int64_t item = blockIdx.x; item < walk.items(); item += gridDim.x) {
-        const int g = sm.active[item / walk.row_tiles];
-        const int row = g * p.n + int(item % walk.row_tiles) * kRows;
-        const int m0 = p.row_offsets[g];
-        const int mg = p.row_offsets[g + 1] - m0;
-        for (int c0 = 0; c0 < mg; c0 += kTokens)
-          for (int kb = 0; kb < walk.k_boxes; ++kb) {
-            if (!waited && issued == kStages) wait_and_flush(kStages);  // the ring is full
-            EmptyBarrier::wait(&sm.empty[stage], phase ^ 1);
-            FullBarrier::arrive_and_expect_tx(&sm.full[stage], kStageBytes + kActBytes);
-            cute::SM90_TMA_LOAD_2D::copy(&weights, &sm.full[stage],
-                                         uint64_t(cute::TMA::CacheHintSm90::EVICT_FIRST),
-                                         sm.weights + stage * kStageBytes, kb * kBoxK, row);
-            if (waited) {
-              load_acts(stage, kb, m0 + c0);
-            } else {
-              pending_kb[issued] = kb;
-              pending_row[issued] = m0 + c0;
-            }
-            ++issued;
-            if (++stage == kStages) {
-              stage = 0;
-              phase ^= 1;
-            }
-          }
-      }
-      if (!waited) wait_and_flush(issued);
+      // With settled offsets the weights go before the PDL wait; the activations after it.
+      RingProducer<R, kStages> prod(sm, nullptr, !p.offsets_ready);
+      for (int64_t item = blockIdx.x; item < w.items(); item += gridDim.x)
+        prod.item(p, w, sm.active, item, &weights, &acts, -1, 0);
+      prod.flush(true);
+      prod.pdl();
     } else {
       pipeline::pdl_wait();
     }
@@ -171,55 +312,101 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
 
   if (p.offsets_ready) pipeline::pdl_wait();  // the outputs may still be read by the kernel before
   pipeline::pdl_launch_dependents();
-  // ldmatrix.x4 of a 16 x 16 A tile: lanes 8j..8j+7 address matrix j's rows; matrices 0..3 are
-  // (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15).
-  const int a_row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-  const int a_chunk = lane >> 4;  // 16-byte chunk within the 16-k step
-  // ldmatrix.x4 of the 8 tokens x 32 k: matrix j is k chunk j (8 k) of all 8 token rows, so
-  // lane l gets token l / 4, k 2(l % 4) + {0, 1} of each: the B fragments of two 16-k steps.
-  const int b_row = lane & 7, b_chunk = lane >> 3;
-  int stage = 0;
-  uint32_t phase = 0;
-  for (int64_t item = blockIdx.x; item < walk.items(); item += gridDim.x) {
-    const int g = sm.active[item / walk.row_tiles];
-    const int row16 = int(item % walk.row_tiles) * kRows + warp * 16;
-    const int m0 = p.row_offsets[g];
-    const int mg = p.row_offsets[g + 1] - m0;
-    // Token rows past the chunk's mg (the next expert's, or zeros past the tensor) give columns
-    // of the product that are not stored.
-    for (int c0 = 0; c0 < mg; c0 += kTokens) {
-      float acc[4] = {0.f, 0.f, 0.f, 0.f};
-      for (int kb = 0; kb < walk.k_boxes; ++kb) {
-        FullBarrier::wait(&sm.full[stage], phase);
-        const uint32_t a_base = smem_addr(sm.weights + stage * kStageBytes) + a_row * 128;
-        const uint32_t b_base = smem_addr(sm.acts + stage * kActBytes) + b_row * 128;
-        uint32_t b[4][2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h)  // the 128-byte swizzle: chunk ^ (row & 7)
-          ldmatrix_x4(b_base + (((4 * h + b_chunk) ^ b_row) * 16), b[2 * h][0], b[2 * h][1],
-                      b[2 * h + 1][0], b[2 * h + 1][1]);
-#pragma unroll
-        for (int s = 0; s < 4; ++s) {
-          const int chunk = (s * 2 + a_chunk) ^ (a_row & 7);
-          uint32_t a0, a1, a2, a3;
-          ldmatrix_x4(a_base + chunk * 16, a0, a1, a2, a3);
-          mma16816<kBF16>(acc, a0, a1, a2, a3, b[s][0], b[s][1]);
-        }
-        __syncwarp();
-        if (lane == 0) EmptyBarrier::arrive(&sm.empty[stage]);
-        if (++stage == kStages) {
-          stage = 0;
-          phase ^= 1;
-        }
+  RingConsumer<kBF16, R, kStages> cons(sm, warp, lane);
+  for (int64_t item = blockIdx.x; item < w.items(); item += gridDim.x)
+    cons.template item<kAct>(p, w, sm.active, item);
+}
+
+// FC1 (+ its gated activation) then FC2 in one persistent kernel, for decode. Items are FC1's,
+// then FC2's, handed out in that order by one counter (done[groups]), so an FC2 item, whose
+// activations wait for all of its expert's FC1 items (done[g], counted per consumer warp and
+// chunk), only ever waits for items that running blocks hold (a static split could make it wait
+// for a block that is not resident). The producer hands each item to the consumers through a
+// small ring of item ids, and streams FC2's weights while FC1's last items finish; only their
+// activations wait. done[groups + 1] is cleared by the permute before (Buffers::expert_done).
+template <bool kBF16, int kRows, int kStages, int kBlocksPerSm>
+__global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
+    chained_gemv_tma_kernel(const __grid_constant__ CUtensorMap w1,
+                            const __grid_constant__ CUtensorMap a1,
+                            const __grid_constant__ CUtensorMap w2,
+                            const __grid_constant__ CUtensorMap a2, GemvParams p1, GemvParams p2,
+                            int* done) {
+  using R = Ring<kRows, kStages>;
+  extern __shared__ uint8_t smem_raw[];
+  __shared__ int s_warp_live[R::kWarps];
+  __shared__ uint64_t s_item_full[kStages], s_item_empty[kStages];
+  __shared__ int s_items[kStages];  // -1: no more items
+  const R sm(smem_raw);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (threadIdx.x == 0)
+    for (int s = 0; s < kStages; ++s) {
+      EmptyBarrier::init(&s_item_full[s], 1);
+      EmptyBarrier::init(&s_item_empty[s], R::kConsumers);
+    }
+  // Fences the item barriers' initialization with the ring's and synchronizes the block.
+  const int live = ring_prologue<R, kStages>(sm, p1, s_warp_live);
+  const Walk fc1 = walk_of(p1, live), fc2 = walk_of(p2, live);
+  const int items1 = int(fc1.items()), items = items1 + int(fc2.items());
+  int* const next_item = done + p1.groups;
+  int slot = 0;
+  uint32_t slot_phase = 0;
+  const auto next_slot = [&] {
+    if (++slot == kStages) {
+      slot = 0;
+      slot_phase ^= 1;
+    }
+  };
+
+  if (warp == R::kConsumers) {
+    if (lane == 0) {
+      cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&w1));
+      cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&a1));
+      cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&w2));
+      cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&a2));
+      RingProducer<R, kStages> prod(sm, done, !p1.offsets_ready);
+      for (;;) {
+        EmptyBarrier::wait(&s_item_empty[slot], slot_phase ^ 1);
+        int item = atomicAdd(next_item, 1);
+        if (item >= items) item = -1;
+        s_items[slot] = item;
+        EmptyBarrier::arrive(&s_item_full[slot]);
+        next_slot();
+        if (item < 0) break;
+        if (item < items1)
+          prod.item(p1, fc1, sm.active, item, &w1, &a1, -1, 0);
+        else  // FC1's chunks of the expert, each counted once per consumer warp
+          prod.item(p2, fc2, sm.active, item - items1, &w2, &a2, 0,
+                    fc1.row_tiles * R::kConsumers);
       }
-      if constexpr (kAct) {
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-          store_gated<kBF16>(p, g, row16, c0, m0, mg, lane, i, acc[i], acc[i + 2]);
-      } else {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) store_entry<kBF16>(p, row16, c0, m0, mg, lane, i, acc[i]);
-      }
+      prod.flush(true);
+      prod.pdl();
+    } else {
+      pipeline::pdl_wait();
+    }
+    pipeline::pdl_launch_dependents();
+    return;
+  }
+
+  if (p1.offsets_ready) pipeline::pdl_wait();
+  pipeline::pdl_launch_dependents();
+  RingConsumer<kBF16, R, kStages> cons(sm, warp, lane);
+  for (;;) {
+    EmptyBarrier::wait(&s_item_full[slot], slot_phase);
+    const int item = *static_cast<volatile int*>(&s_items[slot]);
+    __syncwarp();
+    if (lane == 0) EmptyBarrier::arrive(&s_item_empty[slot]);
+    next_slot();
+    if (item < 0) break;
+    if (item < items1) {
+      const int chunks = cons.template item<true>(p1, fc1, sm.active, item);
+      // This warp's stores of the item, then its count (one per chunk), so that the TMA loads
+      // of FC2's activations in any block see them.
+      __threadfence();
+      fence_proxy_async_global();
+      __syncwarp();
+      if (lane == 0) atomicAdd(done + sm.active[item / fc1.row_tiles], chunks);
+    } else {
+      cons.template item<false>(p2, fc2, sm.active, item - items1);
     }
   }
 }
@@ -241,6 +428,13 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder(Status& status) {
                                           cudaGetErrorString(err) + ")");
   return fn;
 }
+
+// One run's kernel parameters and tensor maps.
+struct Bound {
+  GemvParams p;
+  const CUtensorMap* weights;
+  const CUtensorMap* acts;
+};
 
 template <bool kBF16, bool kAct, int kRows, int kStages, int kBlocksPerSm, int kDefaultStages>
 class GemvTmaTactic final : public GemvTacticBase {
@@ -266,25 +460,69 @@ class GemvTmaTactic final : public GemvTacticBase {
     encode_ = tensor_map_encoder(s);
     if (!s.ok()) return Status(s.code(), what_ + ": " + s.message());
     p_.row_tiles = static_cast<int>((ctx.shape.n + kRows - 1) / kRows);
-    return size_grid(reinterpret_cast<const void*>(kernel), ctx,
-                     R::smem_bytes(ctx.shape.groups), R::kThreads);
+    live_max_ = std::min<int64_t>(ctx.shape.groups, ctx.shape.max_rows);
+    s = size_grid(reinterpret_cast<const void*>(kernel), ctx, R::smem_bytes(ctx.shape.groups),
+                  R::kThreads);
+    if (!s.ok() || !kAct) return s;
+    // FC1's tactic also launches the chained kernel: its shared memory and blocks per SM.
+    const void* chained = reinterpret_cast<const void*>(kChained);
+    cudaError_t err = cudaFuncSetAttribute(chained, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(smem_));
+    if (err != cudaSuccess) return cuda_status(err, "cudaFuncSetAttribute", what_);
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&chained_per_sm_, chained, R::kThreads,
+                                                        smem_);
+    if (err != cudaSuccess)
+      return cuda_status(err, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", what_);
+    chained_slots_ = int64_t(std::max(chained_per_sm_, 1)) * ctx.sm_count;
+    return {};
+  }
+
+  // This run's parameters and tensor maps (made again only when their tensors move, so graph
+  // replays reuse them).
+  Status bind(const RunArgs& a, Bound& out) {
+    Status s = weights_.map(a.b, int64_t(p_.groups) * p_.n, kRows, "weights", *this);
+    if (s.ok()) s = acts_.map(a.a, max_rows_, kTokens, "activations", *this);
+    if (!s.ok()) return s;
+    out = Bound{params(a), &weights_.map_, &acts_.map_};
+    return {};
   }
 
   Status run(const RunArgs& a) override {
     if (grid_ == 0) return {};  // max_rows == 0: nothing can ever be computed
-    // The tensor maps are made again only when their tensors move (graph replays reuse them).
-    Status s = weights_.map(a.b, int64_t(p_.groups) * p_.n, kRows, "weights", *this);
-    if (s.ok()) s = acts_.map(a.a, max_rows_, kTokens, "activations", *this);
+    Bound b;
+    const Status s = bind(a, b);
     if (!s.ok()) return s;
-    const GemvParams p = params(a);
     const cudaError_t err = pipeline::launch_pdl(kernel, grid_, R::kThreads, smem_, a.stream,
-                                                 weights_.map_, acts_.map_, p);
+                                                 *b.weights, *b.acts, b.p);
     if (err != cudaSuccess) return cuda_status(err, "kernel launch", what_);
+    return {};
+  }
+
+  // FC1 (this, "+act") then FC2 (`next`: the same variant without the activation).
+  Status run_chained(const RunArgs& a, Tactic& next, const RunArgs& next_args,
+                     int* done) override {
+    using Second = GemvTmaTactic<kBF16, false, kRows, kStages, kBlocksPerSm, kDefaultStages>;
+    auto* second = dynamic_cast<Second*>(&next);
+    if (!kAct || second == nullptr)
+      return Status(ErrorCode::kUnsupported,
+                    what_ + ": chains only as FC1 (+act) before " + Second::name() + " as FC2");
+    if (grid_ == 0) return {};
+    Bound b1, b2;
+    Status s = bind(a, b1);
+    if (s.ok()) s = second->bind(next_args, b2);
+    if (!s.ok()) return s;
+    const int grid = static_cast<int>(
+        std::min<int64_t>(chained_slots_, live_max_ * (b1.p.row_tiles + b2.p.row_tiles)));
+    const cudaError_t err =
+        pipeline::launch_pdl(kChained, grid, R::kThreads, smem_, a.stream, *b1.weights, *b1.acts,
+                             *b2.weights, *b2.acts, b1.p, b2.p, done);
+    if (err != cudaSuccess) return cuda_status(err, "chained kernel launch", what_);
     return {};
   }
 
  private:
   static constexpr auto kernel = grouped_gemv_tma_kernel<kBF16, kAct, kRows, kStages, kBlocksPerSm>;
+  static constexpr auto kChained = chained_gemv_tma_kernel<kBF16, kRows, kStages, kBlocksPerSm>;
 
   // A [rows, k] tensor read in boxes of box_rows x kBoxK, 128-byte swizzled.
   struct TensorMap {
@@ -314,7 +552,8 @@ class GemvTmaTactic final : public GemvTacticBase {
   };
 
   PFN_cuTensorMapEncodeTiled_v12000 encode_ = nullptr;
-  int64_t max_rows_ = 0;
+  int64_t max_rows_ = 0, live_max_ = 0, chained_slots_ = 0;
+  int chained_per_sm_ = 0;
   TensorMap weights_, acts_;
 };
 

@@ -272,15 +272,18 @@ __global__ void __launch_bounds__(kSingleWarps * 32) single_block_kernel(Args a)
     if (e < L) {
       offs[e] = offset;
       a.b.offsets[e] = offset;
+      if (a.b.expert_done != nullptr) a.b.expert_done[e] = 0;
     }
     if (e == L - 1) {
       offs[L] = offset + count;
       a.b.offsets[L] = offset + count;
+      if (a.b.expert_done != nullptr) a.b.expert_done[L] = 0;
     }
     if (a.b.offsets_flag != nullptr) __threadfence();  // the offsets before the flag
   }
   __syncthreads();
-  if (a.b.offsets_flag != nullptr && threadIdx.x == 0) pipeline::store_release(a.b.offsets_flag, 1u);
+  if (a.b.offsets_flag != nullptr && threadIdx.x == 0)
+    pipeline::store_release(a.b.offsets_flag, 1u);
   const bool rows_on_chip = pairs <= kSingleRows;
   for (int64_t t = t0; t < t1; ++t) {
     if (lane < k) {
@@ -531,6 +534,10 @@ bool fused_gather(const Config& c, int64_t tokens) {
          kFusedGatherMaxBytes;
 }
 }  // namespace
+
+bool clears_expert_done(int64_t tokens, Path path) {
+  return tokens > 0 && single_block(tokens, path);
+}
 
 OffsetsFinal offsets_final_for_next_kernel(const Config& c, int64_t tokens, Path path) {
   if (tokens <= 0) return OffsetsFinal::kAfterItsWait;

@@ -53,6 +53,9 @@ struct Buffers {
   // [1] or null: the single-block kernel clears it before the next kernel can start and sets it
   // once the offsets are written (OffsetsFinal::kAtFlag).
   uint32_t* offsets_flag = nullptr;
+  // [L + 1] or null: cleared by the single-block kernel (clears_expert_done), for the chained
+  // FC1 -> FC2 GEMV to count each expert's finished FC1 work in, and its items handed out.
+  int32_t* expert_done = nullptr;
 };
 
 // Element counts of each Buffers array for `c` (bytes = count * element size).
@@ -93,6 +96,10 @@ enum class OffsetsFinal {
 };
 OffsetsFinal offsets_final_for_next_kernel(const Config& c, int64_t tokens,
                                            Path path = Path::kAuto);
+
+// Whether run() clears Buffers::expert_done (the single-block kernel does; the multi-block
+// kernels leave it alone).
+bool clears_expert_done(int64_t tokens, Path path = Path::kAuto);
 
 // Turns an error word into a status naming token, slot and value (ok for kNoError).
 Status decode_error(unsigned long long word, int experts, int top_k);

@@ -268,6 +268,7 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
     permute::Buffers b;
     b.error_word = c.take<unsigned long long>(1);
     b.offsets_flag = c.take<uint32_t>(1);
+    b.expert_done = c.take<int32_t>(L + 1);
     b.topk_ids = c.take<int32_t>(n.per_slot);
     b.topk_weights = c.take<float>(n.per_slot);
     b.slot_expert = c.take<int32_t>(n.per_slot);
@@ -365,11 +366,21 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   const Call calls[2] = {
       fc1_call, Call{fc2_.get(), act_out_, w2_, fc2_out_, fc2_->pick_tactic(hint), true}};
   throw_if_error(gemm::GroupedGemm::write_problems(calls, 2, pbuf_.offsets, stream));
-  throw_if_error(fc1_->launch(calls[0], pbuf_.offsets, stream));
-  if (!fused)
-    throw_if_error(activation::run_device(act_, fc1_out_, act_out_, pbuf_.row_expert,
-                                          pbuf_.offsets, rows, stream));
-  throw_if_error(fc2_->launch(calls[1], pbuf_.offsets, stream));
+  // Decode with the TMA GEMV on both: one kernel, FC2's weights streaming while FC1 ends
+  // (its per-expert counters were cleared by the permute).
+  Status chained(ErrorCode::kUnsupported, "not tried");
+  if (fused && permute::clears_expert_done(T))
+    chained = gemm::GroupedGemm::launch_chained(calls[0], calls[1], pbuf_.offsets,
+                                                pbuf_.expert_done, stream);
+  if (chained.code() != ErrorCode::kUnsupported) {
+    throw_if_error(chained);
+  } else {
+    throw_if_error(fc1_->launch(calls[0], pbuf_.offsets, stream));
+    if (!fused)
+      throw_if_error(activation::run_device(act_, fc1_out_, act_out_, pbuf_.row_expert,
+                                            pbuf_.offsets, rows, stream));
+    throw_if_error(fc2_->launch(calls[1], pbuf_.offsets, stream));
+  }
   // The slots were written by the permute, before FC1 and FC2.
   throw_if_error(finalize::run(fin_, T, fc2_out_, pbuf_.slot_row, pbuf_.topk_weights,
                                pbuf_.slot_expert, args.output.data, stream, true));

@@ -177,6 +177,58 @@ TEST_F(GemvPdl, FlaggedOffsetsAreReadAfterTheFlag) {
   cudaStreamDestroy(stream);
 }
 
+// FC1 (+ its activation) and FC2 as one kernel: what the two launches give, bit for bit (each
+// element's sum runs in the same order); the engine tests check the chained forward against the
+// CPU reference. Experts of 0, 1, 3, 9 and 17 rows (up to 3 chunks of 8), and FC2's
+// activations read right after FC1 writes them, in other blocks.
+TEST_F(GemvPdl, ChainedFc1Fc2EqualsTwoLaunches) {
+  std::mt19937 rng(static_cast<unsigned>(base_seed() ^ 0x6e08));
+  const int64_t H = 256, I = 96;
+  const std::vector<int> counts = {3, 0, 9, 1, 17, 0};
+  const Problem p1 = make_gemm_inputs(Elem::kBF16, 2 * I, H, counts, rng);
+  const Problem p2 = make_gemm_inputs(Elem::kBF16, H, I, counts, rng);  // its weights only
+  const int G = p1.groups;
+  const int64_t P = p1.max_rows;
+  const DeviceBuffer x(to_device(p1.a_bits)), w1(to_device(p1.w_bits)), w2(to_device(p2.w_bits)),
+      off(to_device(p1.offsets));
+  DeviceBuffer y1(size_t(P) * I * 2), z1(size_t(P) * H * 2), y2(size_t(P) * I * 2),
+      z2(size_t(P) * H * 2), done(size_t(G + 1) * 4);
+  EpilogueActivation act;  // SwiGLU
+  GroupedGemm fc1(GroupedShape{Elem::kBF16, G, 2 * I, H, P}, 0, act);
+  GroupedGemm fc2(GroupedShape{Elem::kBF16, G, H, I, P}, 0);
+  const auto* offsets = static_cast<const int32_t*>(off.ptr);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  for (DeviceBuffer* b : {&y1, &z1, &y2, &z2}) b->poison();
+  ASSERT_EQ(cudaMemset(done.ptr, 0, done.bytes), cudaSuccess);
+  using Call = GroupedGemm::GemmCall;
+  const std::string t = "sm90.gemv.tma64";
+  ASSERT_TRUE(fc1.launch(Call{&fc1, x.ptr, w1.ptr, y1.ptr, t + "+act"}, offsets, stream).ok());
+  ASSERT_TRUE(fc2.launch(Call{&fc2, y1.ptr, w2.ptr, z1.ptr, t, true}, offsets, stream).ok());
+  const Status s =
+      GroupedGemm::launch_chained(Call{&fc1, x.ptr, w1.ptr, y2.ptr, t + "+act"},
+                                  Call{&fc2, y2.ptr, w2.ptr, z2.ptr, t}, offsets,
+                                  static_cast<int*>(done.ptr), stream);
+  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  const auto got_y = to_host<uint16_t>(y2.ptr, y2.bytes / 2);
+  const auto got_z = to_host<uint16_t>(z2.ptr, z2.bytes / 2);
+  EXPECT_EQ(got_y, to_host<uint16_t>(y1.ptr, y1.bytes / 2)) << "FC1's activation";
+  EXPECT_EQ(got_z, to_host<uint16_t>(z1.ptr, z1.bytes / 2)) << "FC2";
+  int64_t unwritten = 0;
+  for (int64_t i = 0; i < p1.rows * H; ++i) unwritten += got_z[i] == 0xffff;
+  EXPECT_EQ(unwritten, 0);
+
+  // Only the TMA GEMV chains, and only into itself; nothing is enqueued otherwise.
+  const Status other = GroupedGemm::launch_chained(
+      Call{&fc1, x.ptr, w1.ptr, y2.ptr, t + "+act"},
+      Call{&fc2, y2.ptr, w2.ptr, z2.ptr, "sm90.gemv.n8"}, offsets, static_cast<int*>(done.ptr),
+      stream);
+  EXPECT_EQ(other.code(), ErrorCode::kUnsupported) << other.message();
+  EXPECT_NE(other.message().find("sm90.gemv.tma64"), std::string::npos) << other.message();
+  cudaStreamDestroy(stream);
+}
+
 // FC2's case: row_offsets were written before the previous kernel started (offsets_ready), so
 // the GEMV may read them and prefetch weights before its wait, but not the activations, which
 // the previous kernel writes late.
