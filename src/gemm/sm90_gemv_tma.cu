@@ -111,12 +111,15 @@ struct RingProducer {
     const CUtensorMap* map;
     int stage, kb, row, gate, need;  // gate -1: the PDL wait; else done[gate] >= need
   };
+  static constexpr int kCachedGates = 512;  // experts whose open gate is remembered
   const R& sm;
   const int* done;
   bool waited;  // the PDL wait is behind us
   int stage = 0, head = 0, count = 0;
   uint32_t phase = 0;
   Noted noted[kStages];
+  // A gate, once open, stays open (an expert's FC1 items are all done): one load per expert.
+  uint32_t opened[kCachedGates / 32] = {};
 
   __device__ RingProducer(const R& ring, const int* done_counts, bool pdl_waited)
       : sm(ring), done(done_counts), waited(pdl_waited) {}
@@ -127,20 +130,27 @@ struct RingProducer {
     pipeline::pdl_launch_dependents();
     waited = true;
   }
+  __device__ bool remembered(int gate) const {
+    return gate < kCachedGates && (opened[gate / 32] >> (gate % 32) & 1u);
+  }
+  // done[gate] >= need: then the FC1 outputs it counts may be read by TMA from here on.
+  __device__ bool counted(int gate, int need) {
+    if (pipeline::load_acquire(reinterpret_cast<const uint32_t*>(done + gate)) < uint32_t(need))
+      return false;
+    fence_proxy_async_global();
+    if (gate < kCachedGates) opened[gate / 32] |= 1u << (gate % 32);
+    return true;
+  }
   // Counters are read only after the PDL wait: the permute clears them, the kernel before.
-  __device__ bool open(const Noted& e) const {
-    return waited && (e.gate < 0 || pipeline::load_acquire(reinterpret_cast<const uint32_t*>(
-                                        done + e.gate)) >= uint32_t(e.need));
+  __device__ bool open(const Noted& e) {
+    return waited && (e.gate < 0 || remembered(e.gate) || counted(e.gate, e.need));
   }
   __device__ void wait_open(const Noted& e) {
     pdl();
-    if (e.gate >= 0)
-      while (pipeline::load_acquire(reinterpret_cast<const uint32_t*>(done + e.gate)) <
-             uint32_t(e.need))
-        __nanosleep(64);
+    if (e.gate >= 0 && !remembered(e.gate))
+      while (!counted(e.gate, e.need)) __nanosleep(64);
   }
   __device__ void issue_acts(const Noted& e) {
-    if (e.gate >= 0) fence_proxy_async_global();
     cute::SM90_TMA_LOAD_2D::copy(e.map, &sm.full[e.stage],
                                  uint64_t(cute::TMA::CacheHintSm90::EVICT_LAST),
                                  sm.acts + e.stage * kActBytes, e.kb * kBoxK, e.row);
