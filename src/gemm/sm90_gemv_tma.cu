@@ -155,6 +155,11 @@ struct RingProducer {
                                  uint64_t(cute::TMA::CacheHintSm90::EVICT_LAST),
                                  sm.acts + e.stage * kActBytes, e.kb * kBoxK, e.row);
   }
+  // After the last box: every noted activation issued, the PDL wait behind.
+  __device__ void finish() {
+    flush(true);
+    pdl();
+  }
   // Issues the noted activations that can go, oldest first; with `block`, all of them.
   __device__ void flush(bool block) {
     while (count > 0) {
@@ -291,6 +296,24 @@ __device__ int ring_prologue(const R& sm, const GemvParams& p, int* s_warp_live)
   return compact_live_groups<R::kWarps>(p.row_offsets, p.groups, sm.active, s_warp_live);
 }
 
+// The producer warp: lane 0 issues every box (`issue`, which ends with RingProducer::finish),
+// then every lane has waited for the kernel before and lets the next one start.
+template <class Issue>
+__device__ void producer_warp(int lane, Issue&& issue) {
+  if (lane == 0)
+    issue();
+  else
+    pipeline::pdl_wait();
+  pipeline::pdl_launch_dependents();
+}
+
+// The consumers' start: with offsets read before the PDL wait, they wait now, before any store
+// (the kernel before may still read what they overwrite).
+__device__ __forceinline__ void consumers_start(const GemvParams& p) {
+  if (p.offsets_ready) pipeline::pdl_wait();
+  pipeline::pdl_launch_dependents();
+}
+
 // kBlocksPerSm blocks per SM: the variants trade blocks for bytes in flight per block.
 template <bool kBF16, bool kAct, int kRows, int kStages, int kBlocksPerSm>
 __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
@@ -303,25 +326,19 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const Walk w = walk_of(p, ring_prologue<R, kStages>(sm, p, s_warp_live));
 
-  if (warp == R::kConsumers) {  // the producer warp; one thread issues the copies
-    if (lane == 0) {
+  if (warp == R::kConsumers) {
+    producer_warp(lane, [&] {
       cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&weights));
       cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&acts));
       // With settled offsets the weights go before the PDL wait; the activations after it.
       RingProducer<R, kStages> prod(sm, nullptr, !p.offsets_ready);
       for (int64_t item = blockIdx.x; item < w.items(); item += gridDim.x)
         prod.item(p, w, sm.active, item, &weights, &acts, -1, 0);
-      prod.flush(true);
-      prod.pdl();
-    } else {
-      pipeline::pdl_wait();
-    }
-    pipeline::pdl_launch_dependents();
+      prod.finish();
+    });
     return;
   }
-
-  if (p.offsets_ready) pipeline::pdl_wait();  // the outputs may still be read by the kernel before
-  pipeline::pdl_launch_dependents();
+  consumers_start(p);
   RingConsumer<kBF16, R, kStages> cons(sm, warp, lane);
   for (int64_t item = blockIdx.x; item < w.items(); item += gridDim.x)
     cons.template item<kAct>(p, w, sm.active, item);
@@ -368,7 +385,7 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
   };
 
   if (warp == R::kConsumers) {
-    if (lane == 0) {
+    producer_warp(lane, [&] {
       cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&w1));
       cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&a1));
       cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&w2));
@@ -388,17 +405,11 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
           prod.item(p2, fc2, sm.active, item - items1, &w2, &a2, 0,
                     fc1.row_tiles * R::kConsumers);
       }
-      prod.flush(true);
-      prod.pdl();
-    } else {
-      pipeline::pdl_wait();
-    }
-    pipeline::pdl_launch_dependents();
+      prod.finish();
+    });
     return;
   }
-
-  if (p1.offsets_ready) pipeline::pdl_wait();
-  pipeline::pdl_launch_dependents();
+  consumers_start(p1);
   RingConsumer<kBF16, R, kStages> cons(sm, warp, lane);
   for (;;) {
     EmptyBarrier::wait(&s_item_full[slot], slot_phase);
