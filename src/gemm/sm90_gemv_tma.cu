@@ -112,17 +112,22 @@ struct RingProducer {
     int stage, kb, row, gate, need;  // gate -1: the PDL wait; else done[gate] >= need
   };
   static constexpr int kCachedGates = 512;  // experts whose open gate is remembered
-  const R& sm;
+  // Only scalars and pointers here, so that the state stays in registers: an array member
+  // (indexed at run time) puts the whole object in local memory, and the hot loop with it.
+  const R sm;
   const int* done;
+  Noted* noted;  // [kStages], a ring: head, count
+  // [kCachedGates / 32] bits, zero at the start (shared memory), or null where no gate is used.
+  // A gate, once open, stays open (an expert's FC1 items are all done): one load per expert.
+  uint32_t* opened;
   bool waited;  // the PDL wait is behind us
   int stage = 0, head = 0, count = 0;
   uint32_t phase = 0;
-  Noted noted[kStages];
-  // A gate, once open, stays open (an expert's FC1 items are all done): one load per expert.
-  uint32_t opened[kCachedGates / 32] = {};
 
-  __device__ RingProducer(const R& ring, const int* done_counts, bool pdl_waited)
-      : sm(ring), done(done_counts), waited(pdl_waited) {}
+  __device__ RingProducer(const R& ring, Noted* noted_ring, const int* done_counts,
+                          uint32_t* opened_bits, bool pdl_waited)
+      : sm(ring), done(done_counts), noted(noted_ring), opened(opened_bits),
+        waited(pdl_waited) {}
 
   __device__ void pdl() {
     if (waited) return;
@@ -215,7 +220,7 @@ struct RingProducer {
 // ring, then its stores (kAct: FC1's gated activation).
 template <bool kBF16, class R, int kStages>
 struct RingConsumer {
-  const R& sm;
+  const R sm;
   int stage = 0;
   uint32_t phase = 0;
   int warp, lane, a_row, a_chunk, b_row, b_chunk;
@@ -331,7 +336,9 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
       cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&weights));
       cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&acts));
       // With settled offsets the weights go before the PDL wait; the activations after it.
-      RingProducer<R, kStages> prod(sm, nullptr, !p.offsets_ready);
+      using Producer = RingProducer<R, kStages>;
+      typename Producer::Noted noted[kStages];
+      Producer prod(sm, noted, nullptr, nullptr, !p.offsets_ready);
       for (int64_t item = blockIdx.x; item < w.items(); item += gridDim.x)
         prod.item(p, w, sm.active, item, &weights, &acts, -1, 0);
       prod.finish();
@@ -390,7 +397,11 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
       cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&a1));
       cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&w2));
       cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&a2));
-      RingProducer<R, kStages> prod(sm, done, !p1.offsets_ready);
+      using Producer = RingProducer<R, kStages>;
+      __shared__ uint32_t s_opened[Producer::kCachedGates / 32];
+      for (int i = 0; i < Producer::kCachedGates / 32; ++i) s_opened[i] = 0;
+      typename Producer::Noted noted[kStages];
+      Producer prod(sm, noted, done, s_opened, !p1.offsets_ready);
       for (;;) {
         EmptyBarrier::wait(&s_item_empty[slot], slot_phase ^ 1);
         int item = atomicAdd(next_item, 1);
