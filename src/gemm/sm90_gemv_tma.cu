@@ -320,35 +320,140 @@ __device__ __forceinline__ void consumers_start(const GemvParams& p) {
 }
 
 // kBlocksPerSm blocks per SM: the variants trade blocks for bytes in flight per block.
+// Its producer and consumer loops are written out here rather than through RingProducer /
+// RingConsumer (the chained kernel's): built through them (c32eb28), this kernel measured 5-13 us
+// slower at one token on the H200 (qwen3, gpt-oss, deepseek; FC2 after its PDL wait), for a
+// reason not found yet. Same logic, so any fix to one is a fix to the other.
 template <bool kBF16, bool kAct, int kRows, int kStages, int kBlocksPerSm>
 __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
     grouped_gemv_tma_kernel(const __grid_constant__ CUtensorMap weights,
                             const __grid_constant__ CUtensorMap acts, GemvParams p) {
   using R = Ring<kRows, kStages>;
+  constexpr int kConsumers = R::kConsumers, kWarps = R::kWarps, kStageBytes = R::kStageBytes;
   extern __shared__ uint8_t smem_raw[];
-  __shared__ int s_warp_live[R::kWarps];
+  __shared__ int s_warp_live[kWarps];
   const R sm(smem_raw);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const Walk w = walk_of(p, ring_prologue<R, kStages>(sm, p, s_warp_live));
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      FullBarrier::init(&sm.full[s], 1);
+      EmptyBarrier::init(&sm.empty[s], kConsumers);
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  wait_for_offsets(p);
+  // Synchronizes the block: the barriers are initialized from here on.
+  const Walk walk{compact_live_groups<kWarps>(p.row_offsets, p.groups, sm.active, s_warp_live),
+                  p.row_tiles, (p.k + kBoxK - 1) / kBoxK};
 
-  if (warp == R::kConsumers) {
-    producer_warp(lane, [&] {
+  if (warp == kConsumers) {  // the producer warp; one thread issues the copies
+    if (lane == 0) {
       cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&weights));
       cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&acts));
-      // With settled offsets the weights go before the PDL wait; the activations after it.
-      using Producer = RingProducer<R, kStages>;
-      typename Producer::Noted noted[kStages];
-      Producer prod(sm, noted, nullptr, nullptr, !p.offsets_ready);
-      for (int64_t item = blockIdx.x; item < w.items(); item += gridDim.x)
-        prod.item(p, w, sm.active, item, &weights, &acts, -1, 0);
-      prod.finish();
-    });
+      const auto load_acts = [&](int stage, int kb, int token_row) {
+        cute::SM90_TMA_LOAD_2D::copy(&acts, &sm.full[stage],
+                                     uint64_t(cute::TMA::CacheHintSm90::EVICT_LAST),
+                                     sm.acts + stage * kActBytes, kb * kBoxK, token_row);
+      };
+      // The activations come from the kernel before: before its wait, the producer copies
+      // weights only and notes where each stage's activations are, (k box, token row).
+      bool waited = !p.offsets_ready;
+      int pending_kb[kStages], pending_row[kStages];
+      const auto wait_and_flush = [&](int pending) {
+        pipeline::pdl_wait();
+        pipeline::pdl_launch_dependents();
+        for (int s = 0; s < pending; ++s) load_acts(s, pending_kb[s], pending_row[s]);
+        waited = true;
+      };
+      int stage = 0, issued = 0;
+      uint32_t phase = 0;
+      for (int64_t item = blockIdx.x; item < walk.items(); item += gridDim.x) {
+        const int g = sm.active[item / walk.row_tiles];
+        const int row = g * p.n + int(item % walk.row_tiles) * kRows;
+        const int m0 = p.row_offsets[g];
+        const int mg = p.row_offsets[g + 1] - m0;
+        for (int c0 = 0; c0 < mg; c0 += kTokens)
+          for (int kb = 0; kb < walk.k_boxes; ++kb) {
+            if (!waited && issued == kStages) wait_and_flush(kStages);  // the ring is full
+            EmptyBarrier::wait(&sm.empty[stage], phase ^ 1);
+            FullBarrier::arrive_and_expect_tx(&sm.full[stage], kStageBytes + kActBytes);
+            cute::SM90_TMA_LOAD_2D::copy(&weights, &sm.full[stage],
+                                         uint64_t(cute::TMA::CacheHintSm90::EVICT_FIRST),
+                                         sm.weights + stage * kStageBytes, kb * kBoxK, row);
+            if (waited) {
+              load_acts(stage, kb, m0 + c0);
+            } else {
+              pending_kb[issued] = kb;
+              pending_row[issued] = m0 + c0;
+            }
+            ++issued;
+            if (++stage == kStages) {
+              stage = 0;
+              phase ^= 1;
+            }
+          }
+      }
+      if (!waited) wait_and_flush(issued);
+    } else {
+      pipeline::pdl_wait();
+    }
+    pipeline::pdl_launch_dependents();
     return;
   }
-  consumers_start(p);
-  RingConsumer<kBF16, R, kStages> cons(sm, warp, lane);
-  for (int64_t item = blockIdx.x; item < w.items(); item += gridDim.x)
-    cons.template item<kAct>(p, w, sm.active, item);
+
+  if (p.offsets_ready) pipeline::pdl_wait();  // the outputs may still be read by the kernel before
+  pipeline::pdl_launch_dependents();
+  // ldmatrix.x4 of a 16 x 16 A tile: lanes 8j..8j+7 address matrix j's rows; matrices 0..3 are
+  // (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15).
+  const int a_row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+  const int a_chunk = lane >> 4;  // 16-byte chunk within the 16-k step
+  // ldmatrix.x4 of the 8 tokens x 32 k: matrix j is k chunk j (8 k) of all 8 token rows, so
+  // lane l gets token l / 4, k 2(l % 4) + {0, 1} of each: the B fragments of two 16-k steps.
+  const int b_row = lane & 7, b_chunk = lane >> 3;
+  int stage = 0;
+  uint32_t phase = 0;
+  for (int64_t item = blockIdx.x; item < walk.items(); item += gridDim.x) {
+    const int g = sm.active[item / walk.row_tiles];
+    const int row16 = int(item % walk.row_tiles) * kRows + warp * 16;
+    const int m0 = p.row_offsets[g];
+    const int mg = p.row_offsets[g + 1] - m0;
+    // Token rows past the chunk's mg (the next expert's, or zeros past the tensor) give columns
+    // of the product that are not stored.
+    for (int c0 = 0; c0 < mg; c0 += kTokens) {
+      float acc[4] = {0.f, 0.f, 0.f, 0.f};
+      for (int kb = 0; kb < walk.k_boxes; ++kb) {
+        FullBarrier::wait(&sm.full[stage], phase);
+        const uint32_t a_base = smem_addr(sm.weights + stage * kStageBytes) + a_row * 128;
+        const uint32_t b_base = smem_addr(sm.acts + stage * kActBytes) + b_row * 128;
+        uint32_t b[4][2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h)  // the 128-byte swizzle: chunk ^ (row & 7)
+          ldmatrix_x4(b_base + (((4 * h + b_chunk) ^ b_row) * 16), b[2 * h][0], b[2 * h][1],
+                      b[2 * h + 1][0], b[2 * h + 1][1]);
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+          const int chunk = (s * 2 + a_chunk) ^ (a_row & 7);
+          uint32_t a0, a1, a2, a3;
+          ldmatrix_x4(a_base + chunk * 16, a0, a1, a2, a3);
+          mma16816<kBF16>(acc, a0, a1, a2, a3, b[s][0], b[s][1]);
+        }
+        __syncwarp();
+        if (lane == 0) EmptyBarrier::arrive(&sm.empty[stage]);
+        if (++stage == kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+      if constexpr (kAct) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+          store_gated<kBF16>(p, g, row16, c0, m0, mg, lane, i, acc[i], acc[i + 2]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) store_entry<kBF16>(p, row16, c0, m0, mg, lane, i, acc[i]);
+      }
+    }
+  }
 }
 
 // FC1 (+ its gated activation) then FC2 in one persistent kernel, for decode. Items are FC1's,
