@@ -177,53 +177,90 @@ TEST_F(GemvPdl, FlaggedOffsetsAreReadAfterTheFlag) {
   cudaStreamDestroy(stream);
 }
 
+// FC1 (+ its SwiGLU) and FC2 on the TMA GEMV over `counts` rows per expert, with the buffers
+// of two runs: y1/z1 from two launches, y2/z2 from the chained kernel (`x` its input).
+struct ChainedCase {
+  static constexpr const char* kTactic = "sm90.gemv.tma64";
+  using Call = GroupedGemm::GemmCall;
+  int64_t H, I;
+  Problem p1, p2;  // p2: FC2's weights only
+  int G;
+  int64_t P;
+  DeviceBuffer x_src, x, w1, w2, off, y1, z1, y2, z2, done;
+  EpilogueActivation act;
+  GroupedGemm fc1, fc2;
+  ChainedCase(int64_t h, int64_t i, const std::vector<int>& counts, std::mt19937& rng)
+      : H(h), I(i),
+        p1(make_gemm_inputs(Elem::kBF16, 2 * i, h, counts, rng)),
+        p2(make_gemm_inputs(Elem::kBF16, h, i, counts, rng)), G(p1.groups), P(p1.max_rows),
+        x_src(to_device(p1.a_bits)), x(to_device(p1.a_bits)), w1(to_device(p1.w_bits)),
+        w2(to_device(p2.w_bits)), off(to_device(p1.offsets)), y1(size_t(P) * i * 2),
+        z1(size_t(P) * h * 2), y2(size_t(P) * i * 2), z2(size_t(P) * h * 2),
+        done(size_t(G + 1) * 4),
+        fc1(GroupedShape{Elem::kBF16, G, 2 * i, h, P}, 0, act),
+        fc2(GroupedShape{Elem::kBF16, G, h, i, P}, 0) {}
+  const int32_t* offsets() const { return static_cast<const int32_t*>(off.ptr); }
+  // y1 and z1 by two launches (poisoned first: rows past the last expert's stay so).
+  void two_launches(cudaStream_t stream) {
+    for (DeviceBuffer* b : {&y1, &z1}) b->poison();
+    const std::string t = kTactic;
+    ASSERT_TRUE(fc1.launch(Call{&fc1, x.ptr, w1.ptr, y1.ptr, t + "+act"}, offsets(), stream).ok());
+    ASSERT_TRUE(fc2.launch(Call{&fc2, y1.ptr, w2.ptr, z1.ptr, t, true}, offsets(), stream).ok());
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  }
+  // y2 and z2 by the chained kernel (poisoned, counters cleared before; not synchronized).
+  Status chained(cudaStream_t stream, bool fc1_offsets_ready, const std::string& second = kTactic) {
+    for (DeviceBuffer* b : {&y2, &z2}) b->poison();
+    if (cudaMemset(done.ptr, 0, done.bytes) != cudaSuccess ||
+        cudaDeviceSynchronize() != cudaSuccess)  // see DeviceBuffer::poison()
+      return Status(ErrorCode::kInternal, "clearing the counters failed");
+    const std::string t = kTactic;
+    return GroupedGemm::launch_chained(
+        Call{&fc1, x.ptr, w1.ptr, y2.ptr, t + "+act", fc1_offsets_ready},
+        Call{&fc2, y2.ptr, w2.ptr, z2.ptr, second}, offsets(), static_cast<int*>(done.ptr), stream);
+  }
+  // The first element where the chained run differs from the two launches, as row (expert) and
+  // column of FC1's and FC2's outputs; empty where both are equal bit for bit.
+  std::string first_difference() const {
+    const auto where = [&](const DeviceBuffer& got_b, const DeviceBuffer& want_b, int64_t n,
+                           const char* what) -> std::string {
+      const auto got = to_host<uint16_t>(got_b.ptr, got_b.bytes / 2);
+      const auto want = to_host<uint16_t>(want_b.ptr, want_b.bytes / 2);
+      for (std::size_t e = 0; e < got.size(); ++e)
+        if (got[e] != want[e]) {
+          const int64_t row = int64_t(e) / n;
+          int g = 0;
+          while (g < G && p1.offsets[g + 1] <= row) ++g;
+          return std::string(what) + " row " + std::to_string(row) + " (expert " +
+                 std::to_string(g) + ") column " + std::to_string(int64_t(e) % n) + "; ";
+        }
+      return "";
+    };
+    return where(y2, y1, I, "FC1's activation:") + where(z2, z1, H, "FC2:");
+  }
+};
+
 // FC1 (+ its activation) and FC2 as one kernel: what the two launches give, bit for bit (each
 // element's sum runs in the same order); the engine tests check the chained forward against the
 // CPU reference. Experts of 0, 1, 3, 9 and 17 rows (up to 3 chunks of 8), and FC2's
 // activations read right after FC1 writes them, in other blocks.
 TEST_F(GemvPdl, ChainedFc1Fc2EqualsTwoLaunches) {
   std::mt19937 rng(static_cast<unsigned>(base_seed() ^ 0x6e08));
-  const int64_t H = 256, I = 96;
-  const std::vector<int> counts = {3, 0, 9, 1, 17, 0};
-  const Problem p1 = make_gemm_inputs(Elem::kBF16, 2 * I, H, counts, rng);
-  const Problem p2 = make_gemm_inputs(Elem::kBF16, H, I, counts, rng);  // its weights only
-  const int G = p1.groups;
-  const int64_t P = p1.max_rows;
-  const DeviceBuffer x(to_device(p1.a_bits)), w1(to_device(p1.w_bits)), w2(to_device(p2.w_bits)),
-      off(to_device(p1.offsets));
-  DeviceBuffer y1(size_t(P) * I * 2), z1(size_t(P) * H * 2), y2(size_t(P) * I * 2),
-      z2(size_t(P) * H * 2), done(size_t(G + 1) * 4);
-  EpilogueActivation act;  // SwiGLU
-  GroupedGemm fc1(GroupedShape{Elem::kBF16, G, 2 * I, H, P}, 0, act);
-  GroupedGemm fc2(GroupedShape{Elem::kBF16, G, H, I, P}, 0);
-  const auto* offsets = static_cast<const int32_t*>(off.ptr);
+  ChainedCase c(256, 96, {3, 0, 9, 1, 17, 0}, rng);
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  for (DeviceBuffer* b : {&y1, &z1, &y2, &z2}) b->poison();
-  ASSERT_EQ(cudaMemset(done.ptr, 0, done.bytes), cudaSuccess);
-  using Call = GroupedGemm::GemmCall;
-  const std::string t = "sm90.gemv.tma64";
-  ASSERT_TRUE(fc1.launch(Call{&fc1, x.ptr, w1.ptr, y1.ptr, t + "+act"}, offsets, stream).ok());
-  ASSERT_TRUE(fc2.launch(Call{&fc2, y1.ptr, w2.ptr, z1.ptr, t, true}, offsets, stream).ok());
-  const Status s =
-      GroupedGemm::launch_chained(Call{&fc1, x.ptr, w1.ptr, y2.ptr, t + "+act"},
-                                  Call{&fc2, y2.ptr, w2.ptr, z2.ptr, t}, offsets,
-                                  static_cast<int*>(done.ptr), stream);
+  c.two_launches(stream);
+  const Status s = c.chained(stream, false);
   ASSERT_TRUE(s.ok()) << s.message();
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  const auto got_y = to_host<uint16_t>(y2.ptr, y2.bytes / 2);
-  const auto got_z = to_host<uint16_t>(z2.ptr, z2.bytes / 2);
-  EXPECT_EQ(got_y, to_host<uint16_t>(y1.ptr, y1.bytes / 2)) << "FC1's activation";
-  EXPECT_EQ(got_z, to_host<uint16_t>(z1.ptr, z1.bytes / 2)) << "FC2";
+  EXPECT_EQ(c.first_difference(), "");
+  const auto got_z = to_host<uint16_t>(c.z2.ptr, c.z2.bytes / 2);
   int64_t unwritten = 0;
-  for (int64_t i = 0; i < p1.rows * H; ++i) unwritten += got_z[i] == 0xffff;
+  for (int64_t i = 0; i < c.p1.rows * c.H; ++i) unwritten += got_z[i] == 0xffff;
   EXPECT_EQ(unwritten, 0);
 
   // Only the TMA GEMV chains, and only into itself; nothing is enqueued otherwise.
-  const Status other = GroupedGemm::launch_chained(
-      Call{&fc1, x.ptr, w1.ptr, y2.ptr, t + "+act"},
-      Call{&fc2, y2.ptr, w2.ptr, z2.ptr, "sm90.gemv.n8"}, offsets, static_cast<int*>(done.ptr),
-      stream);
+  const Status other = c.chained(stream, false, "sm90.gemv.n8");
   EXPECT_EQ(other.code(), ErrorCode::kUnsupported) << other.message();
   EXPECT_NE(other.message().find("sm90.gemv.tma64"), std::string::npos) << other.message();
   cudaStreamDestroy(stream);
@@ -231,71 +268,32 @@ TEST_F(GemvPdl, ChainedFc1Fc2EqualsTwoLaunches) {
 
 // The engine's T=16 case (64 experts, 64 rows: many experts of 0-2 rows; H 2048, I 256) after a
 // kernel that writes FC1's activations late (the gather kernel; FC1 reads settled offsets), many
-// times, FC1's output and FC2's poisoned before each: every run equal to the two launches, bit
-// for bit. Session 9 saw the engine's forward at this shape 1.1% off the reference once in three
-// runs (device-like numerics give 0.4%); a stale read in the chained kernel would show here.
+// times, FC1's input, its output and FC2's poisoned before each: every run equal to the two
+// launches, bit for bit. Session 9 saw the engine's forward at this shape 1.1% off the reference
+// once in three runs (device-like numerics give 0.4%); a stale read in the chained kernel would
+// show here.
 TEST_F(GemvPdl, ChainedFc1Fc2RepeatedAfterALateWriter) {
   std::mt19937 rng(static_cast<unsigned>(base_seed() ^ 0x6e09));
-  const int64_t H = 2048, I = 256;
-  const int G = 64;
-  std::vector<int> counts(G, 0);
-  for (int r = 0; r < 64; ++r) ++counts[rng() % G];
-  const Problem p1 = make_gemm_inputs(Elem::kBF16, 2 * I, H, counts, rng);
-  const Problem p2 = make_gemm_inputs(Elem::kBF16, H, I, counts, rng);  // its weights only
-  const int64_t P = p1.max_rows;
-  const DeviceBuffer x_src(to_device(p1.a_bits)), w1(to_device(p1.w_bits)),
-      w2(to_device(p2.w_bits)), off(to_device(p1.offsets));
-  DeviceBuffer x(p1.a_bits.size() * 2), y1(size_t(P) * I * 2), z1(size_t(P) * H * 2),
-      y2(size_t(P) * I * 2), z2(size_t(P) * H * 2), done(size_t(G + 1) * 4);
-  EpilogueActivation act;  // SwiGLU
-  GroupedGemm fc1(GroupedShape{Elem::kBF16, G, 2 * I, H, P}, 0, act);
-  GroupedGemm fc2(GroupedShape{Elem::kBF16, G, H, I, P}, 0);
-  const auto* offsets = static_cast<const int32_t*>(off.ptr);
+  std::vector<int> counts(64, 0);
+  for (int r = 0; r < 64; ++r) ++counts[rng() % counts.size()];
+  ChainedCase c(2048, 256, counts, rng);
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  using Call = GroupedGemm::GemmCall;
-  const std::string t = "sm90.gemv.tma64";
-  for (DeviceBuffer* b : {&y1, &z1}) b->poison();  // rows past the last expert's stay so
-  ASSERT_EQ(cudaMemcpy(x.ptr, x_src.ptr, x.bytes, cudaMemcpyDeviceToDevice), cudaSuccess);
-  ASSERT_TRUE(fc1.launch(Call{&fc1, x.ptr, w1.ptr, y1.ptr, t + "+act"}, offsets, stream).ok());
-  ASSERT_TRUE(fc2.launch(Call{&fc2, y1.ptr, w2.ptr, z1.ptr, t, true}, offsets, stream).ok());
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  const auto want_y = to_host<uint16_t>(y1.ptr, y1.bytes / 2);
-  const auto want_z = to_host<uint16_t>(z1.ptr, z1.bytes / 2);
+  c.two_launches(stream);
   const int kRuns = 200;
   int bad_runs = 0;
   for (int run = 0; run < kRuns; ++run) {
-    for (DeviceBuffer* b : {&x, &y2, &z2}) b->poison();
-    ASSERT_EQ(cudaMemset(done.ptr, 0, done.bytes), cudaSuccess);
+    c.x.poison();
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    slow_writer<<<1, 256, 0, stream>>>(nullptr, nullptr, 0, static_cast<uint4*>(x.ptr),
-                                       static_cast<const uint4*>(x_src.ptr),
-                                       static_cast<int64_t>(p1.a_bits.size() / 8),
+    slow_writer<<<1, 256, 0, stream>>>(nullptr, nullptr, 0, static_cast<uint4*>(c.x.ptr),
+                                       static_cast<const uint4*>(c.x_src.ptr),
+                                       static_cast<int64_t>(c.p1.a_bits.size() / 8),
                                        (run % 4) * 5000);
-    const Status s = GroupedGemm::launch_chained(
-        Call{&fc1, x.ptr, w1.ptr, y2.ptr, t + "+act", true}, Call{&fc2, y2.ptr, w2.ptr, z2.ptr, t},
-        offsets, static_cast<int*>(done.ptr), stream);
+    const Status s = c.chained(stream, true);
     ASSERT_TRUE(s.ok()) << s.message();
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    const auto got_y = to_host<uint16_t>(y2.ptr, y2.bytes / 2);
-    const auto got_z = to_host<uint16_t>(z2.ptr, z2.bytes / 2);
-    if (got_y == want_y && got_z == want_z) continue;
-    if (++bad_runs > 3) continue;
-    // Where: the first differing element of each, as (row, column) and the row's expert.
-    const auto where = [&](const std::vector<uint16_t>& got, const std::vector<uint16_t>& want,
-                           int64_t n) {
-      for (std::size_t i = 0; i < got.size(); ++i)
-        if (got[i] != want[i]) {
-          const int64_t row = int64_t(i) / n;
-          int g = 0;
-          while (g < G && p1.offsets[g + 1] <= row) ++g;
-          return "row " + std::to_string(row) + " (expert " + std::to_string(g) + ") column " +
-                 std::to_string(int64_t(i) % n);
-        }
-      return std::string("none");
-    };
-    ADD_FAILURE() << "run " << run << ": FC1 first differs at " << where(got_y, want_y, I)
-                  << ", FC2 at " << where(got_z, want_z, H);
+    const std::string diff = c.first_difference();
+    if (!diff.empty() && ++bad_runs <= 3) ADD_FAILURE() << "run " << run << ": " << diff;
   }
   EXPECT_EQ(bad_runs, 0) << "of " << kRuns << " runs";
   cudaStreamDestroy(stream);
