@@ -265,6 +265,11 @@ bool GroupedGemm::applies_activation(const std::string& tactic) const {
   return slot != nullptr && slot->applies_activation;
 }
 
+bool GroupedGemm::reads_row_offsets(const std::string& tactic) const {
+  const Slot* slot = state_->find(tactic);
+  return slot != nullptr && slot->kind == TacticKind::kGemv;
+}
+
 const GroupedShape& GroupedGemm::shape() const { return state_->shape; }
 
 std::string GroupedGemm::pick_tactic(double rows_per_group_hint) const {

@@ -67,6 +67,11 @@ class GroupedGemm {
   // [rows, n / 2] and holds the activation; otherwise it is [rows, n], FC1's raw output.
   bool applies_activation(const std::string& tactic) const;
 
+  // Whether `tactic`'s kernel reads row_offsets itself (the GEMV tactics): only those use
+  // GemmCall::offsets_ready and offsets_flag; the CUTLASS ones read the per-group arrays that
+  // write_problems() enqueues, after their PDL wait.
+  bool reads_row_offsets(const std::string& tactic) const;
+
   // Enqueues on `stream`: a tiny kernel that writes per-group shapes and pointers from
   // row_offsets (int32 [groups + 1], device), then the GEMM. Correct for any row distribution
   // (all rows in one group, empty groups). No allocation, no host sync.

@@ -343,14 +343,21 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   } else {
     in.logits = args.router_logits.as<const float>();
   }
-  throw_if_error(permute::run(pcfg_, pbuf_, T, in, stream));
   // Rows per expert if routing were uniform: only a hint for the GEMM's tactic.
   const double hint = static_cast<double>(T) * k / static_cast<double>(lp_.num_experts_global);
   const int64_t rows = T * std::min<int64_t>(k, lp_.num_experts);
+  const std::string fc1_tactic = fc1_->pick_tactic(hint);
+  // FC1 may start at the permute's flag (see below) where its kernel reads the offsets itself;
+  // elsewhere (CUTLASS) the permute leaves the flag alone: its fences would only delay FC1.
+  const permute::OffsetsFinal ready = permute::offsets_final_for_next_kernel(pcfg_, T);
+  const bool at_flag =
+      ready == permute::OffsetsFinal::kAtFlag && fc1_->reads_row_offsets(fc1_tactic);
+  permute::Buffers buffers = pbuf_;
+  if (!at_flag) buffers.offsets_flag = nullptr;
+  throw_if_error(permute::run(pcfg_, buffers, T, in, stream));
   // For gated kinds FC1's "+act" kernel writes the activation itself; both GEMMs' per-group
   // arrays come from one kernel (they share the offsets).
   using Call = gemm::GroupedGemm::GemmCall;
-  const std::string fc1_tactic = fc1_->pick_tactic(hint);
   const bool fused = fc1_->applies_activation(fc1_tactic);
   if (!fused && fc1_out_ == nullptr)
     throw Error(ErrorCode::kInternal, "FC1 tactic " + fc1_tactic +
@@ -359,10 +366,9 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   // FC2's offsets were written before FC1 started: it may read them before its PDL wait. So
   // may FC1 where the permute's last kernel is not their writer, or else once the permute's
   // flag says they are written; either way it starts on its weights before the gather ends.
-  const permute::OffsetsFinal ready = permute::offsets_final_for_next_kernel(pcfg_, T);
   Call fc1_call{fc1_.get(), pbuf_.permuted, w1_, fused ? act_out_ : fc1_out_, fc1_tactic};
   fc1_call.offsets_ready = ready == permute::OffsetsFinal::kAtItsStart;
-  if (ready == permute::OffsetsFinal::kAtFlag) fc1_call.offsets_flag = pbuf_.offsets_flag;
+  if (at_flag) fc1_call.offsets_flag = pbuf_.offsets_flag;
   const Call calls[2] = {
       fc1_call, Call{fc2_.get(), act_out_, w2_, fc2_out_, fc2_->pick_tactic(hint), true}};
   throw_if_error(gemm::GroupedGemm::write_problems(calls, 2, pbuf_.offsets, stream));
