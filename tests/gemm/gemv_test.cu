@@ -208,12 +208,15 @@ struct ChainedCase {
     ASSERT_TRUE(fc2.launch(Call{&fc2, y1.ptr, w2.ptr, z1.ptr, t, true}, offsets(), stream).ok());
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   }
-  // y2 and z2 by the chained kernel (poisoned, counters cleared before; not synchronized).
-  Status chained(cudaStream_t stream, bool fc1_offsets_ready, const std::string& second = kTactic) {
+  // Before each chained run (and before any kernel it is to follow: this waits for the device):
+  // y2 and z2 poisoned, the counters cleared.
+  void reset() {
     for (DeviceBuffer* b : {&y2, &z2}) b->poison();
-    if (cudaMemset(done.ptr, 0, done.bytes) != cudaSuccess ||
-        cudaDeviceSynchronize() != cudaSuccess)  // see DeviceBuffer::poison()
-      return Status(ErrorCode::kInternal, "clearing the counters failed");
+    EXPECT_EQ(cudaMemset(done.ptr, 0, done.bytes), cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // see DeviceBuffer::poison()
+  }
+  // y2 and z2 by the chained kernel (enqueued only).
+  Status chained(cudaStream_t stream, bool fc1_offsets_ready, const std::string& second = kTactic) {
     const std::string t = kTactic;
     return GroupedGemm::launch_chained(
         Call{&fc1, x.ptr, w1.ptr, y2.ptr, t + "+act", fc1_offsets_ready},
@@ -250,6 +253,7 @@ TEST_F(GemvPdl, ChainedFc1Fc2EqualsTwoLaunches) {
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   c.two_launches(stream);
+  c.reset();
   const Status s = c.chained(stream, false);
   ASSERT_TRUE(s.ok()) << s.message();
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
@@ -284,7 +288,7 @@ TEST_F(GemvPdl, ChainedFc1Fc2RepeatedAfterALateWriter) {
   int bad_runs = 0;
   for (int run = 0; run < kRuns; ++run) {
     c.x.poison();
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    c.reset();  // before the writer: it waits for the device
     slow_writer<<<1, 256, 0, stream>>>(nullptr, nullptr, 0, static_cast<uint4*>(c.x.ptr),
                                        static_cast<const uint4*>(c.x_src.ptr),
                                        static_cast<int64_t>(c.p1.a_bits.size() / 8),
