@@ -296,7 +296,15 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint) const {
   const double live = sh.groups * (1.0 - std::exp(-h));  // expected non-empty experts
   const double stream_bytes = live * static_cast<double>(sh.n) * sh.k * kElemBytes;
   std::vector<const char*> names;
-  if (h <= 1.0 && (stream_bytes <= 256e6 || (live >= 4.0 && stream_bytes <= 1e9)))
+  //  - From a quarter row per expert the 12-stage TMA GEMV (two blocks per SM, 108 KB in flight
+  //    each) beat the 8-stage one on the probe (session 9): qwen3 FC1 at T=8 85.1 vs 91.1 us,
+  //    FC2 48.3 vs 49.2; gpt-oss FC1 264.3 vs 271.3, FC2 141.1 vs 142.7. At T=1 it did not.
+  const bool decode_gemv =
+      h <= 1.0 && (stream_bytes <= 256e6 || (live >= 4.0 && stream_bytes <= 1e9));
+  if (decode_gemv && h >= 0.25)
+    names = {"sm90.gemv.tma64.s12", "sm90.gemv.tma64", "sm90.gemv.n8",
+             "sm90.swapab.128x16x128.c1x1"};
+  else if (decode_gemv)
     names = {"sm90.gemv.tma64", "sm90.gemv.n8", "sm90.swapab.128x16x128.c1x1"};
   else if (h <= 1.0)
     names = {"sm90.swapab.128x16x128.c1x1", "sm90.gemv.tma64"};

@@ -177,11 +177,11 @@ TEST_F(GemvPdl, FlaggedOffsetsAreReadAfterTheFlag) {
   cudaStreamDestroy(stream);
 }
 
-// FC1 (+ its SwiGLU) and FC2 on the TMA GEMV over `counts` rows per expert, with the buffers
-// of two runs: y1/z1 from two launches, y2/z2 from the chained kernel (`x` its input).
+// FC1 (+ its SwiGLU) and FC2 on a TMA GEMV tactic over `counts` rows per expert, with the
+// buffers of two runs: y1/z1 from two launches, y2/z2 from the chained kernel (`x` its input).
 struct ChainedCase {
-  static constexpr const char* kTactic = "sm90.gemv.tma64";
   using Call = GroupedGemm::GemmCall;
+  std::string tactic = "sm90.gemv.tma64";
   int64_t H, I;
   Problem p1, p2;  // p2: FC2's weights only
   int G;
@@ -203,7 +203,7 @@ struct ChainedCase {
   // y1 and z1 by two launches (poisoned first: rows past the last expert's stay so).
   void two_launches(cudaStream_t stream) {
     for (DeviceBuffer* b : {&y1, &z1}) b->poison();
-    const std::string t = kTactic;
+    const std::string& t = tactic;
     ASSERT_TRUE(fc1.launch(Call{&fc1, x.ptr, w1.ptr, y1.ptr, t + "+act"}, offsets(), stream).ok());
     ASSERT_TRUE(fc2.launch(Call{&fc2, y1.ptr, w2.ptr, z1.ptr, t, true}, offsets(), stream).ok());
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
@@ -215,12 +215,12 @@ struct ChainedCase {
     EXPECT_EQ(cudaMemset(done.ptr, 0, done.bytes), cudaSuccess);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // see DeviceBuffer::poison()
   }
-  // y2 and z2 by the chained kernel (enqueued only).
-  Status chained(cudaStream_t stream, bool fc1_offsets_ready, const std::string& second = kTactic) {
-    const std::string t = kTactic;
+  // y2 and z2 by the chained kernel (enqueued only); `second`: FC2's tactic, FC1's unless given.
+  Status chained(cudaStream_t stream, bool fc1_offsets_ready, const std::string& second = {}) {
     return GroupedGemm::launch_chained(
-        Call{&fc1, x.ptr, w1.ptr, y2.ptr, t + "+act", fc1_offsets_ready},
-        Call{&fc2, y2.ptr, w2.ptr, z2.ptr, second}, offsets(), static_cast<int*>(done.ptr), stream);
+        Call{&fc1, x.ptr, w1.ptr, y2.ptr, tactic + "+act", fc1_offsets_ready},
+        Call{&fc2, y2.ptr, w2.ptr, z2.ptr, second.empty() ? tactic : second}, offsets(),
+        static_cast<int*>(done.ptr), stream);
   }
   // The first element where the chained run differs from the two launches, as row (expert) and
   // column of FC1's and FC2's outputs; empty where both are equal bit for bit.
@@ -246,22 +246,28 @@ struct ChainedCase {
 // FC1 (+ its activation) and FC2 as one kernel: what the two launches give, bit for bit (each
 // element's sum runs in the same order); the engine tests check the chained forward against the
 // CPU reference. Experts of 0, 1, 3, 9 and 17 rows (up to 3 chunks of 8), and FC2's
-// activations read right after FC1 writes them, in other blocks.
+// activations read right after FC1 writes them, in other blocks. Every TMA GEMV variant built.
 TEST_F(GemvPdl, ChainedFc1Fc2EqualsTwoLaunches) {
   std::mt19937 rng(static_cast<unsigned>(base_seed() ^ 0x6e08));
   ChainedCase c(256, 96, {3, 0, 9, 1, 17, 0}, rng);
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  c.two_launches(stream);
-  c.reset();
-  const Status s = c.chained(stream, false);
-  ASSERT_TRUE(s.ok()) << s.message();
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  EXPECT_EQ(c.first_difference(), "");
-  const auto got_z = to_host<uint16_t>(c.z2.ptr, c.z2.bytes / 2);
-  int64_t unwritten = 0;
-  for (int64_t i = 0; i < c.p1.rows * c.H; ++i) unwritten += got_z[i] == 0xffff;
-  EXPECT_EQ(unwritten, 0);
+  for (const auto& t : gemv_tactics()) {
+    if (t.rfind("sm90.gemv.tma", 0) != 0) continue;
+    SCOPED_TRACE(t);
+    c.tactic = t;
+    c.two_launches(stream);
+    c.reset();
+    const Status s = c.chained(stream, false);
+    ASSERT_TRUE(s.ok()) << s.message();
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    EXPECT_EQ(c.first_difference(), "");
+    const auto got_z = to_host<uint16_t>(c.z2.ptr, c.z2.bytes / 2);
+    int64_t unwritten = 0;
+    for (int64_t i = 0; i < c.p1.rows * c.H; ++i) unwritten += got_z[i] == 0xffff;
+    EXPECT_EQ(unwritten, 0);
+  }
+  c.tactic = "sm90.gemv.tma64";
 
   // Only the TMA GEMV chains, and only into itself; nothing is enqueued otherwise.
   const Status other = c.chained(stream, false, "sm90.gemv.n8");
