@@ -538,10 +538,14 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
       const int chunks = cons.template item<true>(p1, fc1, sm.active, item);
       // This warp's stores of the item, then its count (one per chunk), so that the TMA loads
       // of FC2's activations in any block see them.
+      // Each lane fences its own stores; lane 0's count is then a release of all of them
+      // (a relaxed atomic after the __syncwarp would order them only in practice).
       __threadfence();
       fence_proxy_async_global();
       __syncwarp();
-      if (lane == 0) atomicAdd(done + sm.active[item / fc1.row_tiles], chunks);
+      if (lane == 0)
+        pipeline::add_release(reinterpret_cast<uint32_t*>(done + sm.active[item / fc1.row_tiles]),
+                              uint32_t(chunks));
     } else {
       cons.template item<false>(p2, fc2, sm.active, item - items1);
     }

@@ -36,6 +36,11 @@ __device__ __forceinline__ uint32_t load_acquire(const uint32_t* flag) {
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
   return v;
 }
+// counter += v as a release: what this thread saw written (its own stores, and others' ordered
+// before it, e.g. by a __syncwarp) is visible to whoever load_acquire()s the sum.
+__device__ __forceinline__ void add_release(uint32_t* counter, uint32_t v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(counter), "r"(v) : "memory");
+}
 
 // kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization.
 template <class... Params, class... Args>
