@@ -320,10 +320,10 @@ __device__ __forceinline__ void consumers_start(const GemvParams& p) {
 }
 
 // kBlocksPerSm blocks per SM: the variants trade blocks for bytes in flight per block.
-// Its producer and consumer loops are written out here rather than through RingProducer /
-// RingConsumer (the chained kernel's): built through them (c32eb28), this kernel measured 5-13 us
-// slower at one token on the H200 (qwen3, gpt-oss, deepseek; FC2 after its PDL wait), for a
-// reason not found yet. Same logic, so any fix to one is a fix to the other.
+// Its producer loop is written out here rather than through RingProducer (the chained kernel's):
+// built through it (c32eb28), this kernel measured 5-13 us slower at one token on the H200
+// (qwen3, gpt-oss, deepseek; FC2 after its PDL wait), for a reason not found yet; its consumers'
+// SASS was the same either way. Same logic, so any fix to one is a fix to the other.
 template <bool kBF16, bool kAct, int kRows, int kStages, int kBlocksPerSm>
 __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
     grouped_gemv_tma_kernel(const __grid_constant__ CUtensorMap weights,
@@ -403,57 +403,9 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
 
   if (p.offsets_ready) pipeline::pdl_wait();  // the outputs may still be read by the kernel before
   pipeline::pdl_launch_dependents();
-  // ldmatrix.x4 of a 16 x 16 A tile: lanes 8j..8j+7 address matrix j's rows; matrices 0..3 are
-  // (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15).
-  const int a_row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-  const int a_chunk = lane >> 4;  // 16-byte chunk within the 16-k step
-  // ldmatrix.x4 of the 8 tokens x 32 k: matrix j is k chunk j (8 k) of all 8 token rows, so
-  // lane l gets token l / 4, k 2(l % 4) + {0, 1} of each: the B fragments of two 16-k steps.
-  const int b_row = lane & 7, b_chunk = lane >> 3;
-  int stage = 0;
-  uint32_t phase = 0;
-  for (int64_t item = blockIdx.x; item < walk.items(); item += gridDim.x) {
-    const int g = sm.active[item / walk.row_tiles];
-    const int row16 = int(item % walk.row_tiles) * kRows + warp * 16;
-    const int m0 = p.row_offsets[g];
-    const int mg = p.row_offsets[g + 1] - m0;
-    // Token rows past the chunk's mg (the next expert's, or zeros past the tensor) give columns
-    // of the product that are not stored.
-    for (int c0 = 0; c0 < mg; c0 += kTokens) {
-      float acc[4] = {0.f, 0.f, 0.f, 0.f};
-      for (int kb = 0; kb < walk.k_boxes; ++kb) {
-        FullBarrier::wait(&sm.full[stage], phase);
-        const uint32_t a_base = smem_addr(sm.weights + stage * kStageBytes) + a_row * 128;
-        const uint32_t b_base = smem_addr(sm.acts + stage * kActBytes) + b_row * 128;
-        uint32_t b[4][2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h)  // the 128-byte swizzle: chunk ^ (row & 7)
-          ldmatrix_x4(b_base + (((4 * h + b_chunk) ^ b_row) * 16), b[2 * h][0], b[2 * h][1],
-                      b[2 * h + 1][0], b[2 * h + 1][1]);
-#pragma unroll
-        for (int s = 0; s < 4; ++s) {
-          const int chunk = (s * 2 + a_chunk) ^ (a_row & 7);
-          uint32_t a0, a1, a2, a3;
-          ldmatrix_x4(a_base + chunk * 16, a0, a1, a2, a3);
-          mma16816<kBF16>(acc, a0, a1, a2, a3, b[s][0], b[s][1]);
-        }
-        __syncwarp();
-        if (lane == 0) EmptyBarrier::arrive(&sm.empty[stage]);
-        if (++stage == kStages) {
-          stage = 0;
-          phase ^= 1;
-        }
-      }
-      if constexpr (kAct) {
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-          store_gated<kBF16>(p, g, row16, c0, m0, mg, lane, i, acc[i], acc[i + 2]);
-      } else {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) store_entry<kBF16>(p, row16, c0, m0, mg, lane, i, acc[i]);
-      }
-    }
-  }
+  RingConsumer<kBF16, R, kStages> consumer(sm, warp, lane);
+  for (int64_t item = blockIdx.x; item < walk.items(); item += gridDim.x)
+    consumer.template item<kAct>(p, walk, sm.active, item);
 }
 
 // FC1 (+ its gated activation) then FC2 in one persistent kernel, for decode. Items are FC1's,
