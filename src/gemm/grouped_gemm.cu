@@ -288,6 +288,9 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint) const {
   //    another; not on mixtral's two experts at T=1 (+16 us, every block on the same two token
   //    rows), nor on deepseek's 1.7-3.3 GB at T=8 (+16 us), where swap-AB reads at the
   //    read-only stream rate (FC1 4.4 TB/s).
+  //    The 12-stage variant (tma64.s12), ahead on the probe of single GEMMs at T=8 (session 9),
+  //    lost in the forward where picked from a quarter row per expert (session 10: qwen3 T=8
+  //    +1.7 us, mixtral T=1 +7 us, gpt-oss T=8 even), so it stays unpicked.
   //  - Up to ~2 rows per expert the 16-token swap-AB tile wastes least (mixtral at T=8, 2 rows:
   //    FC1+act 379.7 vs 386.3 us, FC2 227.0 vs 229.7 against the 32-token tile; qwen3 at T=8
   //    -1 us; deepseek and gpt-oss at T=64 within 0.3%).
@@ -296,15 +299,7 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint) const {
   const double live = sh.groups * (1.0 - std::exp(-h));  // expected non-empty experts
   const double stream_bytes = live * static_cast<double>(sh.n) * sh.k * kElemBytes;
   std::vector<const char*> names;
-  //  - From a quarter row per expert the 12-stage TMA GEMV (two blocks per SM, 108 KB in flight
-  //    each) beat the 8-stage one on the probe (session 9): qwen3 FC1 at T=8 85.1 vs 91.1 us,
-  //    FC2 48.3 vs 49.2; gpt-oss FC1 264.3 vs 271.3, FC2 141.1 vs 142.7. At T=1 it did not.
-  const bool decode_gemv =
-      h <= 1.0 && (stream_bytes <= 256e6 || (live >= 4.0 && stream_bytes <= 1e9));
-  if (decode_gemv && h >= 0.25)
-    names = {"sm90.gemv.tma64.s12", "sm90.gemv.tma64", "sm90.gemv.n8",
-             "sm90.swapab.128x16x128.c1x1"};
-  else if (decode_gemv)
+  if (h <= 1.0 && (stream_bytes <= 256e6 || (live >= 4.0 && stream_bytes <= 1e9)))
     names = {"sm90.gemv.tma64", "sm90.gemv.n8", "sm90.swapab.128x16x128.c1x1"};
   else if (h <= 1.0)
     names = {"sm90.swapab.128x16x128.c1x1", "sm90.gemv.tma64"};
