@@ -107,7 +107,8 @@ void check_view(const TensorView& v, const char* name, DType dtype,
 
 class Sm90Engine final : public Engine {
  public:
-  Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int device);
+  Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int device,
+             const Sm90Options& options);
   void forward(const ForwardArgs& args) override;
   std::size_t workspace_bytes() const override {
     return workspace_bytes_ + fc1_->workspace_bytes() + fc2_->workspace_bytes();
@@ -116,6 +117,7 @@ class Sm90Engine final : public Engine {
 
  private:
   MoeSpec spec_;
+  Sm90Options options_;
   LocalProblem lp_;
   int device_;
   DType elem_;
@@ -133,8 +135,9 @@ class Sm90Engine final : public Engine {
   std::unique_ptr<gemm::GroupedGemm> fc1_, fc2_;
 };
 
-Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int device)
-    : spec_(spec), device_(device), elem_(spec.act_dtype) {
+Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int device,
+                       const Sm90Options& options)
+    : spec_(spec), options_(options), device_(device), elem_(spec.act_dtype) {
   spec.validate_or_throw();
   const WeightFormat wf = spec.weights.format;
   const bool bf16 = spec.act_dtype == DType::kBFloat16 && wf == WeightFormat::kBF16;
@@ -377,7 +380,7 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   // qwen3 and gpt-oss lost 9-11 us against the two launches (deepseek even); from 8 tokens on
   // it gained 0.5-5 us.
   Status chained(ErrorCode::kUnsupported, "not tried");
-  if (fused && T > 1 && permute::clears_expert_done(T))
+  if (options_.chain_decode && fused && T > 1 && permute::clears_expert_done(T))
     chained = gemm::GroupedGemm::launch_chained(calls[0], calls[1], pbuf_.offsets,
                                                 pbuf_.expert_done, stream);
   if (chained.code() != ErrorCode::kUnsupported) {
@@ -413,8 +416,8 @@ Status Sm90Engine::poll_errors() {
 }  // namespace
 
 std::unique_ptr<Engine> make_sm90_engine(const MoeSpec& spec, const MoeWeights& weights,
-                                         int device) {
-  return std::make_unique<Sm90Engine>(spec, weights, device);
+                                         int device, const Sm90Options& options) {
+  return std::make_unique<Sm90Engine>(spec, weights, device, options);
 }
 
 }  // namespace moekit::pipeline

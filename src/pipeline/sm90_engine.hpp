@@ -16,6 +16,14 @@
 
 namespace moekit::pipeline {
 
-std::unique_ptr<Engine> make_sm90_engine(const MoeSpec& spec, const MoeWeights& weights, int device);
+// Choices that change how the forward runs, not what it computes (for tests and A/B runs).
+struct Sm90Options {
+  // From two tokens on, FC1 and FC2 in one kernel where both run the TMA GEMV
+  // (GroupedGemm::launch_chained); off: two launches, as at one token.
+  bool chain_decode = true;
+};
+
+std::unique_ptr<Engine> make_sm90_engine(const MoeSpec& spec, const MoeWeights& weights, int device,
+                                         const Sm90Options& options = {});
 
 }  // namespace moekit::pipeline

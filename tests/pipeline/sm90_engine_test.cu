@@ -89,7 +89,7 @@ struct Layer {
 };
 
 // `spec` may be sharded: weights are drawn for the unsharded layer, then cut.
-Layer make_layer(const MoeSpec& spec, uint64_t seed) {
+Layer make_layer(const MoeSpec& spec, uint64_t seed, const Sm90Options& options = {}) {
   Layer l;
   l.spec = spec;
   MoeSpec full = spec;
@@ -97,7 +97,7 @@ Layer make_layer(const MoeSpec& spec, uint64_t seed) {
   full.tp_rank = full.ep_rank = 0;
   const MoeWeights all = quant::make_random_weights(full, seed);
   l.local = (spec.tp_size > 1 || spec.ep_size > 1) ? shard_weights(spec, all) : all;
-  l.engine = make_sm90_engine(spec, l.local, 0);
+  l.engine = make_sm90_engine(spec, l.local, 0, options);
   return l;
 }
 
@@ -302,51 +302,61 @@ TEST_F(Sm90EngineTest, DecodeGemvAfterTheGatherKernel) {
 // replays run them) give the same bits. A race shows as a difference: named by forward, token
 // and column range (one token's columns all differing points at FC1's input or output, a few
 // columns at FC2's). Decode shapes of DecodeGemvAfterTheGatherKernel, chained and not.
+void expect_back_to_back_equal(const char* preset, bool chained, std::mt19937_64& rng) {
+  constexpr int kRuns = 64;
+  MoeSpec s = scaled_preset(preset, 64, 2048, 256);
+  s.max_tokens = 64;
+  Sm90Options options;
+  options.chain_decode = chained;
+  Layer l = make_layer(s, rng(), options);
+  for (int64_t T : {1, 5, 8, 16}) {
+    SCOPED_TRACE(describe(s) + " T" + std::to_string(T) + (chained ? " chained" : " two launches"));
+    const Inputs in = make_inputs(l, T, Ids::kRouted, rng);
+    DeviceRun run(l, in, nullptr);
+    const std::size_t elems = static_cast<std::size_t>(T * s.hidden);
+    DeviceBuffer outs(elems * 2 * kRuns);
+    outs.poison();
+    for (int r = 0; r < kRuns; ++r) {
+      run.args.output = cuda_view(static_cast<char*>(outs.ptr) + elems * 2 * r, s.act_dtype,
+                                  {T, s.hidden});
+      l.engine->forward(run.args);
+    }
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<uint16_t> all = to_host<uint16_t>(outs.ptr, elems * kRuns);
+    expect_close(s, std::vector<uint16_t>(all.begin(), all.begin() + elems), reference_out(l, in),
+                 tolerance(s.act_dtype));
+    int differing = 0;
+    std::string first;
+    for (int r = 1; r < kRuns; ++r) {
+      const uint16_t* a = all.data();
+      const uint16_t* b = all.data() + elems * r;
+      int64_t differ = 0;
+      std::string where;
+      for (int64_t t = 0; t < T; ++t) {
+        int64_t n = 0, lo = -1, hi = -1;
+        for (int64_t h = 0; h < s.hidden; ++h)
+          if (a[t * s.hidden + h] != b[t * s.hidden + h]) {
+            ++n;
+            hi = h;
+            if (lo < 0) lo = h;
+          }
+        differ += n;
+        if (n > 0)
+          where += " token " + std::to_string(t) + ": " + std::to_string(n) + " in columns " +
+                   std::to_string(lo) + ".." + std::to_string(hi) + ";";
+      }
+      if (differ > 0 && differing++ == 0)
+        first = "forward " + std::to_string(r) + " differs from forward 0:" + where;
+    }
+    EXPECT_EQ(differing, 0) << "of " << kRuns - 1 << " forwards differ from forward 0; " << first;
+  }
+}
+
 TEST_F(Sm90EngineTest, BackToBackDecodeForwardsAreBitwiseEqual) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x9005);
-  constexpr int kRuns = 64;
-  for (const char* name : {"qwen3-30b-a3b", "gpt-oss-120b"}) {
-    MoeSpec s = scaled_preset(name, 64, 2048, 256);
-    s.max_tokens = 64;
-    Layer l = make_layer(s, rng());
-    for (int64_t T : {1, 5, 8, 16}) {
-      SCOPED_TRACE(describe(s) + " T" + std::to_string(T));
-      const Inputs in = make_inputs(l, T, Ids::kRouted, rng);
-      DeviceRun run(l, in, nullptr);
-      const std::size_t elems = static_cast<std::size_t>(T * s.hidden);
-      DeviceBuffer outs(elems * 2 * kRuns);
-      outs.poison();
-      for (int r = 0; r < kRuns; ++r) {
-        run.args.output = cuda_view(static_cast<char*>(outs.ptr) + elems * 2 * r, s.act_dtype,
-                                    {T, s.hidden});
-        l.engine->forward(run.args);
-      }
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      const std::vector<uint16_t> all = to_host<uint16_t>(outs.ptr, elems * kRuns);
-      expect_close(s, std::vector<uint16_t>(all.begin(), all.begin() + elems), reference_out(l, in),
-                   tolerance(s.act_dtype));
-      for (int r = 1; r < kRuns; ++r) {
-        const uint16_t* a = all.data();
-        const uint16_t* b = all.data() + elems * r;
-        int64_t differ = 0;
-        std::string where;
-        for (int64_t t = 0; t < T; ++t) {
-          int64_t n = 0, lo = -1, hi = -1;
-          for (int64_t h = 0; h < s.hidden; ++h)
-            if (a[t * s.hidden + h] != b[t * s.hidden + h]) {
-              ++n;
-              hi = h;
-              if (lo < 0) lo = h;
-            }
-          differ += n;
-          if (n > 0)
-            where += " token " + std::to_string(t) + ": " + std::to_string(n) + " in columns " +
-                     std::to_string(lo) + ".." + std::to_string(hi) + ";";
-        }
-        EXPECT_EQ(differ, 0) << "forward " << r << " differs from forward 0:" << where;
-      }
-    }
-  }
+  for (const bool chained : {true, false})
+    for (const char* name : {"qwen3-30b-a3b", "gpt-oss-120b"})
+      expect_back_to_back_equal(name, chained, rng);
 }
 
 TEST_F(Sm90EngineTest, EveryRoutingMethodTimesActivation) {
