@@ -132,6 +132,7 @@ class Sm90Engine final : public Engine {
   void* fc1_out_ = nullptr;   // [P, fc1_rows]; only for non-gated kinds (gated: FC1 applies it)
   void* act_out_ = nullptr;   // [P, I]
   void* fc2_out_ = nullptr;   // [P, H], shares the gathered input's memory (dead after FC1)
+  std::size_t permuted_bytes_ = 0, act_out_bytes_ = 0;
   std::unique_ptr<gemm::GroupedGemm> fc1_, fc2_;
 };
 
@@ -281,10 +282,12 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
     b.expert_totals = c.take<int32_t>(n.experts);
     b.offsets = c.take<int32_t>(n.offsets);
     b.row_expert = c.take<int32_t>(n.rows);
-    b.permuted = c.take<char>(std::max(n.permuted_bytes, P * H * es));
+    permuted_bytes_ = static_cast<std::size_t>(std::max(n.permuted_bytes, P * H * es));
+    b.permuted = c.take<char>(static_cast<int64_t>(permuted_bytes_));
     // Gated kinds never store FC1's raw output (every FC1 tactic has a "+act" kernel): that
     // saves P * 2I elements, 1.9 GB for mixtral at 16384 tokens.
     fc1_out_ = gated ? nullptr : c.take<char>(P * lp_.fc1_rows * es);
+    act_out_bytes_ = static_cast<std::size_t>(P * I * es);
     act_out_ = c.take<char>(P * I * es);
     fc2_out_ = b.permuted;
     return b;
@@ -338,6 +341,12 @@ void Sm90Engine::forward(const ForwardArgs& args) {
 
   DeviceGuard guard(device_);
   cudaStream_t stream = static_cast<cudaStream_t>(args.stream);
+  if (options_.poison_gathered_rows)
+    check_cuda(cudaMemsetAsync(pbuf_.permuted, 0xff, permuted_bytes_, stream),
+               "poisoning the gathered rows");
+  if (options_.poison_activations)
+    check_cuda(cudaMemsetAsync(act_out_, 0xff, act_out_bytes_, stream),
+               "poisoning FC1's activated output");
   permute::Inputs in;
   in.hidden = args.hidden.data;
   if (external) {

@@ -301,16 +301,20 @@ TEST_F(Sm90EngineTest, DecodeGemvAfterTheGatherKernel) {
 // The forward has no atomics in its sums, so back-to-back forwards on the same inputs (as graph
 // replays run them) give the same bits. A race shows as a difference: named by forward, token
 // and column range (one token's columns all differing points at FC1's input or output, a few
-// columns at FC2's). Decode shapes of DecodeGemvAfterTheGatherKernel, chained and not.
-void expect_back_to_back_equal(const char* preset, bool chained, std::mt19937_64& rng) {
+// columns at FC2's). Decode shapes of DecodeGemvAfterTheGatherKernel, chained and not; then
+// with the engine's buffers poisoned before each forward, where a read of an element the
+// forward has not written yet shows as NaN.
+void expect_back_to_back_equal(const char* preset, const Sm90Options& options,
+                               std::mt19937_64& rng) {
   constexpr int kRuns = 64;
   MoeSpec s = scaled_preset(preset, 64, 2048, 256);
   s.max_tokens = 64;
-  Sm90Options options;
-  options.chain_decode = chained;
   Layer l = make_layer(s, rng(), options);
   for (int64_t T : {1, 5, 8, 16}) {
-    SCOPED_TRACE(describe(s) + " T" + std::to_string(T) + (chained ? " chained" : " two launches"));
+    SCOPED_TRACE(describe(s) + " T" + std::to_string(T) +
+                 (options.chain_decode ? " chained" : " two launches") +
+                 (options.poison_gathered_rows ? " poisoned rows" : "") +
+                 (options.poison_activations ? " poisoned activations" : ""));
     const Inputs in = make_inputs(l, T, Ids::kRouted, rng);
     DeviceRun run(l, in, nullptr);
     const std::size_t elems = static_cast<std::size_t>(T * s.hidden);
@@ -349,14 +353,34 @@ void expect_back_to_back_equal(const char* preset, bool chained, std::mt19937_64
         first = "forward " + std::to_string(r) + " differs from forward 0:" + where;
     }
     EXPECT_EQ(differing, 0) << "of " << kRuns - 1 << " forwards differ from forward 0; " << first;
+    // NaN anywhere: an element read before this forward wrote it (with the poison hooks).
+    int with_nan = 0;
+    std::string nan_first;
+    for (int r = 0; r < kRuns; ++r) {
+      std::string tokens;
+      for (int64_t t = 0; t < T; ++t) {
+        int64_t n = 0;
+        for (int64_t h = 0; h < s.hidden; ++h)
+          n += std::isnan(from_bits(s.act_dtype, all[elems * r + t * s.hidden + h]));
+        if (n > 0) tokens += " token " + std::to_string(t) + ": " + std::to_string(n) + ";";
+      }
+      if (!tokens.empty() && with_nan++ == 0)
+        nan_first = "forward " + std::to_string(r) + " has NaN:" + tokens;
+    }
+    EXPECT_EQ(with_nan, 0) << "of " << kRuns << " forwards have NaN outputs; " << nan_first;
   }
 }
 
 TEST_F(Sm90EngineTest, BackToBackDecodeForwardsAreBitwiseEqual) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x9005);
   for (const bool chained : {true, false})
-    for (const char* name : {"qwen3-30b-a3b", "gpt-oss-120b"})
-      expect_back_to_back_equal(name, chained, rng);
+    for (const bool poison : {false, true})
+      for (const char* name : {"qwen3-30b-a3b", "gpt-oss-120b"}) {
+        Sm90Options options;
+        options.chain_decode = chained;
+        options.poison_gathered_rows = options.poison_activations = poison;
+        expect_back_to_back_equal(name, options, rng);
+      }
 }
 
 TEST_F(Sm90EngineTest, EveryRoutingMethodTimesActivation) {
