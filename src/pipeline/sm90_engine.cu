@@ -132,7 +132,7 @@ class Sm90Engine final : public Engine {
   void* fc1_out_ = nullptr;   // [P, fc1_rows]; only for non-gated kinds (gated: FC1 applies it)
   void* act_out_ = nullptr;   // [P, I]
   void* fc2_out_ = nullptr;   // [P, H], shares the gathered input's memory (dead after FC1)
-  std::size_t permuted_bytes_ = 0, act_out_bytes_ = 0;
+  std::size_t permuted_bytes_ = 0, act_out_bytes_ = 0, slot_count_ = 0;
   std::unique_ptr<gemm::GroupedGemm> fc1_, fc2_;
 };
 
@@ -274,6 +274,7 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
     b.offsets_flag = c.take<uint32_t>(1);
     b.expert_done = c.take<int32_t>(L + 1);
     b.topk_ids = c.take<int32_t>(n.per_slot);
+    slot_count_ = static_cast<std::size_t>(n.per_slot);
     b.topk_weights = c.take<float>(n.per_slot);
     b.slot_expert = c.take<int32_t>(n.per_slot);
     b.slot_rank = c.take<int32_t>(n.per_slot);
@@ -347,6 +348,11 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   if (options_.poison_activations)
     check_cuda(cudaMemsetAsync(act_out_, 0xff, act_out_bytes_, stream),
                "poisoning FC1's activated output");
+  if (options_.poison_slots) {
+    for (void* p : {static_cast<void*>(pbuf_.slot_row), static_cast<void*>(pbuf_.topk_weights),
+                    static_cast<void*>(pbuf_.slot_expert)})
+      check_cuda(cudaMemsetAsync(p, 0xff, slot_count_ * 4, stream), "poisoning the slots");
+  }
   permute::Inputs in;
   in.hidden = args.hidden.data;
   if (external) {

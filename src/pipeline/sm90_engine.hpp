@@ -26,6 +26,9 @@ struct Sm90Options {
   // shows in the output. They add a memset each and change the timing.
   bool poison_gathered_rows = false;
   bool poison_activations = false;
+  // And the permute's slots (rows, weights, experts: -1 rows, NaN weights), which the finalize
+  // reads before its PDL wait.
+  bool poison_slots = false;
 };
 
 std::unique_ptr<Engine> make_sm90_engine(const MoeSpec& spec, const MoeWeights& weights, int device,

@@ -315,7 +315,8 @@ void expect_back_to_back_equal(const char* preset, const Sm90Options& options,
     SCOPED_TRACE(describe(s) + " T" + std::to_string(T) +
                  (options.chain_decode ? " chained" : " two launches") +
                  (options.poison_gathered_rows ? " poisoned rows" : "") +
-                 (options.poison_activations ? " poisoned activations" : ""));
+                 (options.poison_activations ? " poisoned activations" : "") +
+                 (options.poison_slots ? " poisoned slots" : ""));
     const Inputs in = make_inputs(l, T, Ids::kRouted, rng);
     DeviceRun run(l, in, nullptr);
     const std::size_t elems = static_cast<std::size_t>(T * s.hidden);
@@ -375,12 +376,13 @@ void expect_back_to_back_equal(const char* preset, const Sm90Options& options,
 TEST_F(Sm90EngineTest, BackToBackDecodeForwardsAreBitwiseEqual) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x9005);
   for (const bool chained : {true, false})
-    for (const int poison : {0, 1, 2})  // none, the gathered rows, the activations
+    for (const int poison : {0, 1, 2, 3})  // none, gathered rows, activations, slots
       for (const char* name : {"qwen3-30b-a3b", "gpt-oss-120b"}) {
         Sm90Options options;
         options.chain_decode = chained;
         options.poison_gathered_rows = poison == 1;
         options.poison_activations = poison == 2;
+      options.poison_slots = poison == 3;
         expect_back_to_back_equal(name, options, rng);
       }
 }
