@@ -258,6 +258,9 @@ struct RingConsumer {
         ldmatrix_x4(a_base + ch * 16, a0, a1, a2, a3);
         mma16816<kBF16>(acc, a0, a1, a2, a3, b[s][0], b[s][1]);
       }
+      // The stage's next TMA write (async proxy) must follow these ldmatrix reads (generic
+      // proxy): the barrier's release alone does not order the two proxies (session 11).
+      cutlass::arch::fence_view_async_shared();
       __syncwarp();
       if (lane == 0) EmptyBarrier::arrive(&sm.empty[stage]);
       if (++stage == kStages) {
