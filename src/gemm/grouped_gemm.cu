@@ -89,7 +89,6 @@ __global__ void write_problems_kernel(ProblemBatch batch) {
   p.arrays.ptr_d[g] = p.d + row0 * p.d_ld * kElemBytes;
 }
 
-
 const char* elem_name(Elem e) { return e == Elem::kBF16 ? "bf16" : "fp16"; }
 
 std::string shape_text(const GroupedShape& s) {

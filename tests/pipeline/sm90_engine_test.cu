@@ -382,7 +382,7 @@ TEST_F(Sm90EngineTest, BackToBackDecodeForwardsAreBitwiseEqual) {
         options.chain_decode = chained;
         options.poison_gathered_rows = poison == 1;
         options.poison_activations = poison == 2;
-      options.poison_slots = poison == 3;
+        options.poison_slots = poison == 3;
         expect_back_to_back_equal(name, options, rng);
       }
 }
