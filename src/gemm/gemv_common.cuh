@@ -13,6 +13,7 @@
 
 #include "activation/activation_math.hpp"
 #include "gemm/tactic.hpp"
+#include "pipeline/pdl.cuh"
 
 namespace moekit::gemm::detail {
 
@@ -23,7 +24,8 @@ struct GemvParams {
   const int32_t* row_offsets;
   int groups, n, k;
   int kw, rw, row_tiles;   // sm90_gemv.cu's split; the TMA kernel uses row_tiles only
-  int offsets_ready;       // row_offsets settled before the previous kernel started
+  int offsets_ready;       // row_offsets final before the kernel starts, or at the flag
+  const uint32_t* offsets_flag;  // or null (GemmCall)
   activation::Params act;  // "+act" only
   const float* bias;       // "+act" only: [groups, n] or null
 };
@@ -52,6 +54,20 @@ __device__ __forceinline__ uint16_t to_elem(float v) {
     return __bfloat16_as_ushort(__float2bfloat16_rn(v));
   } else {
     return __half_as_ushort(__float2half_rn(v));
+  }
+}
+
+// Before a GEMV block reads row_offsets: they come from the kernel before (its PDL wait), or
+// are final already (offsets_ready), or once the flag reads non-zero (every thread acquires it
+// for its own loads). Every thread calls this.
+__device__ __forceinline__ void wait_for_offsets(const GemvParams& p) {
+  if (p.offsets_flag != nullptr) {
+    if (threadIdx.x == 0)
+      while (pipeline::load_acquire(p.offsets_flag) == 0) __nanosleep(32);
+    __syncthreads();
+    (void)pipeline::load_acquire(p.offsets_flag);
+  } else if (!p.offsets_ready) {
+    pipeline::pdl_wait();
   }
 }
 
@@ -145,7 +161,8 @@ class GemvTacticBase : public Tactic {
     p.w = static_cast<const uint16_t*>(a.b);
     p.d = static_cast<uint16_t*>(a.d);
     p.row_offsets = a.row_offsets;
-    p.offsets_ready = a.offsets_ready ? 1 : 0;
+    p.offsets_ready = a.offsets_ready || a.offsets_flag != nullptr ? 1 : 0;
+    p.offsets_flag = a.offsets_flag;
     return p;
   }
 

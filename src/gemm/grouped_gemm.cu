@@ -264,6 +264,11 @@ bool GroupedGemm::applies_activation(const std::string& tactic) const {
   return slot != nullptr && slot->applies_activation;
 }
 
+bool GroupedGemm::reads_row_offsets(const std::string& tactic) const {
+  const Slot* slot = state_->find(tactic);
+  return slot != nullptr && slot->kind == TacticKind::kGemv;
+}
+
 const GroupedShape& GroupedGemm::shape() const { return state_->shape; }
 
 std::string GroupedGemm::pick_tactic(double rows_per_group_hint) const {
@@ -282,6 +287,9 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint) const {
   //    another; not on mixtral's two experts at T=1 (+16 us, every block on the same two token
   //    rows), nor on deepseek's 1.7-3.3 GB at T=8 (+16 us), where swap-AB reads at the
   //    read-only stream rate (FC1 4.4 TB/s).
+  //    The 12-stage variant (tma64.s12), ahead on the probe of single GEMMs at T=8 (session 9),
+  //    lost in the forward where picked from a quarter row per expert (session 10: qwen3 T=8
+  //    +1.7 us, mixtral T=1 +7 us, gpt-oss T=8 even), so it stays unpicked.
   //  - Up to ~2 rows per expert the 16-token swap-AB tile wastes least (mixtral at T=8, 2 rows:
   //    FC1+act 379.7 vs 386.3 us, FC2 227.0 vs 229.7 against the 32-token tile; qwen3 at T=8
   //    -1 us; deepseek and gpt-oss at T=64 within 0.3%).
@@ -392,8 +400,31 @@ Status GroupedGemm::launch(const GemmCall& call, const int32_t* row_offsets,
   bool skip = false;
   Status s = check_call(call, row_offsets, &slot, &skip);
   if (!s.ok() || skip) return s;
-  RunArgs args{call.a, call.b, call.d, row_offsets, stream, call.offsets_ready};
+  RunArgs args{call.a, call.b, call.d, row_offsets, stream, call.offsets_ready, call.offsets_flag};
   return slot->tactic->run(args);
+}
+
+Status GroupedGemm::launch_chained(const GemmCall& first, const GemmCall& second,
+                                   const int32_t* row_offsets, int* done, cudaStream_t stream) {
+  if (first.gemm == nullptr || second.gemm == nullptr)
+    return Status(ErrorCode::kInvalidArgument, "launch_chained: a call names no GEMM");
+  const GroupedShape& s1 = first.gemm->state_->shape;
+  const GroupedShape& s2 = second.gemm->state_->shape;
+  if (s1.groups != s2.groups || s1.max_rows != s2.max_rows)
+    return Status(ErrorCode::kInvalidArgument, "launch_chained: " + shape_text(s1) + " and " +
+                                                   shape_text(s2) + " differ in groups or rows");
+  if (done == nullptr)
+    return Status(ErrorCode::kInvalidArgument, "launch_chained: no done counters");
+  const Slot* slot1 = nullptr;
+  const Slot* slot2 = nullptr;
+  bool skip1 = false, skip2 = false;
+  Status s = first.gemm->check_call(first, row_offsets, &slot1, &skip1);
+  if (s.ok()) s = second.gemm->check_call(second, row_offsets, &slot2, &skip2);
+  if (!s.ok() || skip1 || skip2) return s;
+  const RunArgs a1{first.a, first.b, first.d, row_offsets, stream, first.offsets_ready,
+                   first.offsets_flag};
+  const RunArgs a2{second.a, second.b, second.d, row_offsets, stream, true, nullptr};
+  return slot1->tactic->run_chained(a1, *slot2->tactic, a2, done);
 }
 
 Status GroupedGemm::run(const void* a, const void* b, void* d, const int32_t* row_offsets,

@@ -67,6 +67,11 @@ class GroupedGemm {
   // [rows, n / 2] and holds the activation; otherwise it is [rows, n], FC1's raw output.
   bool applies_activation(const std::string& tactic) const;
 
+  // Whether `tactic`'s kernel reads row_offsets itself (the GEMV tactics): only those use
+  // GemmCall::offsets_ready and offsets_flag; the CUTLASS ones read the per-group arrays that
+  // write_problems() enqueues, after their PDL wait.
+  bool reads_row_offsets(const std::string& tactic) const;
+
   // Enqueues on `stream`: a tiny kernel that writes per-group shapes and pointers from
   // row_offsets (int32 [groups + 1], device), then the GEMM. Correct for any row distribution
   // (all rows in one group, empty groups). No allocation, no host sync.
@@ -88,15 +93,27 @@ class GroupedGemm {
     const void* b = nullptr;
     void* d = nullptr;
     std::string tactic;
-    // row_offsets were written before the previous kernel on the stream started (FC2 right
-    // after FC1): the GEMV then reads them, and prefetches its first weight rows, before it
-    // waits for that kernel (pipeline/pdl.cuh).
+    // row_offsets are final before this kernel can start: written before the previous kernel
+    // on the stream started (FC2 right after FC1), or by an earlier kernel that the previous
+    // one waits for before it lets this one start (FC1 after the permute's gather kernel). The
+    // GEMV then reads them, and starts on its first weight rows, before it waits for the
+    // previous kernel (pipeline/pdl.cuh).
     bool offsets_ready = false;
+    // Or null: row_offsets become final once *offsets_flag reads non-zero, set by a kernel that
+    // runs while this one starts (the permute, permute::OffsetsFinal::kAtFlag). The GEMV waits
+    // for it instead of the previous kernel before it reads them; other tactics ignore it.
+    const uint32_t* offsets_flag = nullptr;
   };
   static constexpr int kMaxCallsPerWrite = 2;
   static Status write_problems(const GemmCall* calls, int count, const int32_t* row_offsets,
                                cudaStream_t stream);
   Status launch(const GemmCall& call, const int32_t* row_offsets, cudaStream_t stream);
+  // `first` then `second` (which reads first's output: FC1 then FC2) as one kernel where their
+  // tactics chain (Tactic::run_chained), else kUnsupported with nothing enqueued. `done`:
+  // [groups + 1] int32, zero before the launch (the permute clears it). Same contract as
+  // launch().
+  static Status launch_chained(const GemmCall& first, const GemmCall& second,
+                               const int32_t* row_offsets, int* done, cudaStream_t stream);
 
   // Device bytes this object allocated (per-group arrays, CUTLASS workspaces, strides).
   std::size_t workspace_bytes() const;

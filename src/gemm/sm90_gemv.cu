@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p)
   // passes back, so one barrier per pass suffices (the single buffer needed a second one).
   __shared__ float s_red_pair[2][kWarps][NT * 4][32];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  if (!p.offsets_ready) pipeline::pdl_wait();  // row_offsets come from the kernel before
+  wait_for_offsets(p);
   const int live_count =
       compact_live_groups<kWarps>(p.row_offsets, p.groups, s_active, s_warp_live);
   if (p.offsets_ready) {

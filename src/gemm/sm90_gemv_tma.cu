@@ -1,12 +1,13 @@
-// Grouped GEMV for decode with the weights streamed by TMA (`sm90.gemv.tma64`): one producer
-// thread copies 64-row x 64-k boxes of weights (8 KB, 128-byte swizzle), each with the 8 token
-// rows x 64 k of activations it multiplies (1 KB), into a ring of kStages shared-memory stages,
-// without a break from one item to the next; four consumer warps each multiply 16 of a box's
-// 64 rows by the 8 token rows (mma.sync m16n8k16, both operands by ldmatrix) and keep the whole
-// k sum in registers. So there is no split-k reduction and no block barrier per item, the two
-// costs sm90_gemv.cu pays per 16-row item, and no global load on the consumers' path: loading
-// the activations one box ahead from global memory held each block to ~10 GB/s (H200, session
-// 8), slower than gemv.n8 at T=1.
+// Grouped GEMV for decode with the weights streamed by TMA (`sm90.gemv.tma64`; variants with
+// more stages or 128-row boxes are listed for measurement in full builds, see gemv_tma_list):
+// one producer thread copies 64-row x 64-k boxes of weights (8 KB, 128-byte swizzle), each
+// with the 8 token rows x 64 k of activations it multiplies (1 KB), into a ring of kStages
+// shared-memory stages, without a break from one item to the next; four consumer warps each
+// multiply 16 of a box's 64 rows by the 8 token rows (mma.sync m16n8k16, both operands by
+// ldmatrix) and keep the whole k sum in registers. So there is no split-k reduction and no
+// block barrier per item, the two costs sm90_gemv.cu pays per 16-row item, and no global load
+// on the consumers' path: loading the activations one box ahead from global memory held each
+// block to ~10 GB/s (H200, session 8), slower than gemv.n8 at T=1.
 //
 // Items are (non-empty expert, 64-row tile), persistent as in sm90_gemv.cu; an expert with more
 // than 8 rows runs in chunks of 8 that stream its tile again. Weights are constant, so with
@@ -35,15 +36,10 @@
 namespace moekit::gemm::detail {
 namespace {
 
-constexpr int kBoxRows = 64, kBoxK = 64;           // 64 x 2 bytes: one 128-byte row
-constexpr int kStageBytes = kBoxRows * kBoxK * 2;  // 8 KB of weights
-constexpr int kTokens = 8;                         // token rows per chunk: the MMA's n
-constexpr int kActBytes = kTokens * kBoxK * 2;     // 1 KB of activations, one swizzle period
-constexpr int kStages = 8;                         // 64 KB in flight per block
-constexpr int kConsumers = kBoxRows / 16;          // warps, 16 rows each
-constexpr int kWarps = kConsumers + 1;             // + the producer
-constexpr int kThreads = kWarps * 32;
-constexpr std::size_t kRingAlign = 1024;  // the 128-byte swizzle's period
+constexpr int kBoxK = 64;                       // 64 x 2 bytes: one 128-byte row
+constexpr int kTokens = 8;                      // token rows per chunk: the MMA's n
+constexpr int kActBytes = kTokens * kBoxK * 2;  // 1 KB of activations, one swizzle period
+constexpr std::size_t kRingAlign = 1024;        // the 128-byte swizzle's period
 
 using FullBarrier = cutlass::arch::ClusterTransactionBarrier;
 using EmptyBarrier = cutlass::arch::ClusterBarrier;
@@ -59,44 +55,287 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t& r0, uint32_
                : "r"(addr));
 }
 
-// Dynamic shared memory: the weight ring and the activation ring (1024-aligned), then the
-// barriers, then the live groups.
-struct Layout {
-  uint8_t* ring;
-  uint8_t* acts;    // [kStages][kTokens][kBoxK]
-  uint64_t* full;   // [kStages]: the box and its activations have landed
-  uint64_t* empty;  // [kStages]: the consumers are done with it
-  int* active;      // [groups]
-};
-__device__ __forceinline__ Layout layout(uint8_t* raw) {
-  Layout l;
-  const uint32_t base = smem_addr(raw);  // the swizzle follows shared-memory addresses
-  l.ring = raw + ((kRingAlign - base % kRingAlign) % kRingAlign);
-  l.acts = l.ring + kStages * kStageBytes;
-  l.full = reinterpret_cast<uint64_t*>(l.acts + kStages * kActBytes);
-  l.empty = l.full + kStages;
-  l.active = reinterpret_cast<int*>(l.empty + kStages);
-  return l;
-}
-std::size_t smem_bytes(int groups) {
-  return kRingAlign + std::size_t(kStages) * (kStageBytes + kActBytes) +
-         2 * kStages * sizeof(uint64_t) +
-         sizeof(int) * static_cast<std::size_t>(groups);
-}
+// A variant's shape: weight boxes of kRows rows (one consumer warp per 16), kStages ring
+// stages. Dynamic shared memory: the weight ring and the activation ring (1024-aligned), then
+// the barriers, then the live groups.
+template <int kRows, int kStages>
+struct Ring {
+  static constexpr int kBoxRows = kRows;
+  static constexpr int kStageBytes = kRows * kBoxK * 2;  // 8 KB of weights at 64 rows
+  static constexpr int kConsumers = kRows / 16;
+  static constexpr int kWarps = kConsumers + 1;  // + the producer
+  static constexpr int kThreads = kWarps * 32;
 
-// The (item, chunk, k box) sequence, walked the same way by the producer and the consumers.
+  uint8_t* weights;  // [kStages][kRows][kBoxK]
+  uint8_t* acts;     // [kStages][kTokens][kBoxK]
+  uint64_t* full;    // [kStages]: the box and its activations have landed
+  uint64_t* empty;   // [kStages]: the consumers are done with it
+  int* active;       // [groups]
+
+  __device__ __forceinline__ explicit Ring(uint8_t* raw) {
+    const uint32_t base = smem_addr(raw);  // the swizzle follows shared-memory addresses
+    weights = raw + ((kRingAlign - base % kRingAlign) % kRingAlign);
+    acts = weights + kStages * kStageBytes;
+    full = reinterpret_cast<uint64_t*>(acts + kStages * kActBytes);
+    empty = full + kStages;
+    active = reinterpret_cast<int*>(empty + kStages);
+  }
+  static std::size_t smem_bytes(int groups) {
+    return kRingAlign + std::size_t(kStages) * (kStageBytes + kActBytes) +
+           2 * kStages * sizeof(uint64_t) + sizeof(int) * static_cast<std::size_t>(groups);
+  }
+};
+
+// The (item, chunk, k box) sequence of one GEMM, walked the same way by the producer and the
+// consumers.
 struct Walk {
   int live, row_tiles, k_boxes;
   __device__ int64_t items() const { return int64_t(live) * row_tiles; }
 };
+__device__ __forceinline__ Walk walk_of(const GemvParams& p, int live) {
+  return Walk{live, p.row_tiles, (p.k + kBoxK - 1) / kBoxK};
+}
 
-template <bool kBF16, bool kAct>
-__global__ void __launch_bounds__(kThreads, 3)
+// Global memory written by generic stores in other blocks, read next by TMA (the async proxy).
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+}
+
+// The producer thread's side of the ring: a box's weights are issued at once; its activations
+// may have to wait (for the previous kernel: the PDL wait; in the chained kernel, for FC1's items
+// of the expert: `done[gate] >= need`). Those are noted, oldest first, and issued when they can
+// be, at the latest before the ring would wait for a stage whose activations are still noted.
+template <class R, int kStages>
+struct RingProducer {
+  struct Noted {
+    const CUtensorMap* map;
+    int stage, kb, row, gate, need;  // gate -1: the PDL wait; else done[gate] >= need
+  };
+  static constexpr int kCachedGates = 512;  // experts whose open gate is remembered
+  // Only scalars and pointers here, so that the state stays in registers: an array member
+  // (indexed at run time) puts the whole object in local memory, and the hot loop with it.
+  const R sm;
+  const int* done;
+  Noted* noted;  // [kStages], a ring: head, count
+  // [kCachedGates / 32] bits, zero at the start (shared memory), or null where no gate is used.
+  // A gate, once open, stays open (an expert's FC1 items are all done): one load per expert.
+  uint32_t* opened;
+  bool waited;  // the PDL wait is behind us
+  int stage = 0, head = 0, count = 0;
+  uint32_t phase = 0;
+
+  __device__ RingProducer(const R& ring, Noted* noted_ring, const int* done_counts,
+                          uint32_t* opened_bits, bool pdl_waited)
+      : sm(ring), done(done_counts), noted(noted_ring), opened(opened_bits),
+        waited(pdl_waited) {}
+
+  __device__ void pdl() {
+    if (waited) return;
+    pipeline::pdl_wait();
+    pipeline::pdl_launch_dependents();
+    waited = true;
+  }
+  __device__ bool remembered(int gate) const {
+    return gate < kCachedGates && (opened[gate / 32] >> (gate % 32) & 1u);
+  }
+  // done[gate] >= need: then the FC1 outputs it counts may be read by TMA from here on.
+  __device__ bool counted(int gate, int need) {
+    if (pipeline::load_acquire(reinterpret_cast<const uint32_t*>(done + gate)) < uint32_t(need))
+      return false;
+    fence_proxy_async_global();
+    if (gate < kCachedGates) opened[gate / 32] |= 1u << (gate % 32);
+    return true;
+  }
+  // Counters are read only after the PDL wait: the permute clears them, the kernel before.
+  __device__ bool open(const Noted& e) {
+    return waited && (e.gate < 0 || remembered(e.gate) || counted(e.gate, e.need));
+  }
+  __device__ void wait_open(const Noted& e) {
+    pdl();
+    if (e.gate >= 0 && !remembered(e.gate))
+      while (!counted(e.gate, e.need)) __nanosleep(64);
+  }
+  __device__ void issue_acts(const Noted& e) {
+    cute::SM90_TMA_LOAD_2D::copy(e.map, &sm.full[e.stage],
+                                 uint64_t(cute::TMA::CacheHintSm90::EVICT_LAST),
+                                 sm.acts + e.stage * kActBytes, e.kb * kBoxK, e.row);
+  }
+  // After the last box: every noted activation issued, the PDL wait behind.
+  __device__ void finish() {
+    flush(true);
+    pdl();
+  }
+  // Issues the noted activations that can go, oldest first; with `block`, all of them.
+  __device__ void flush(bool block) {
+    while (count > 0) {
+      const Noted& e = noted[head];
+      if (!open(e)) {
+        if (!block) return;
+        wait_open(e);
+      }
+      issue_acts(e);
+      head = (head + 1) % kStages;
+      --count;
+    }
+  }
+  __device__ void box(const CUtensorMap* weights, int weight_row, int kb, const CUtensorMap* acts,
+                      int act_row, int gate, int need) {
+    if (count == kStages) {  // this stage's activations are still noted: they must go first
+      wait_open(noted[head]);
+      flush(false);
+    }
+    EmptyBarrier::wait(&sm.empty[stage], phase ^ 1);
+    FullBarrier::arrive_and_expect_tx(&sm.full[stage], R::kStageBytes + kActBytes);
+    cute::SM90_TMA_LOAD_2D::copy(weights, &sm.full[stage],
+                                 uint64_t(cute::TMA::CacheHintSm90::EVICT_FIRST),
+                                 sm.weights + stage * R::kStageBytes, kb * kBoxK, weight_row);
+    const Noted e{acts, stage, kb, act_row, gate, need};
+    if (count == 0 && open(e)) {
+      issue_acts(e);
+    } else {
+      noted[(head + count) % kStages] = e;
+      ++count;
+    }
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+  // The boxes of one item's chunks, in the consumers' order.
+  __device__ void item(const GemvParams& p, const Walk& w, const int* active, int64_t item,
+                       const CUtensorMap* weights, const CUtensorMap* acts, int gate_of_g,
+                       int need_per_chunk) {
+    const int g = active[item / w.row_tiles];
+    const int row = g * p.n + int(item % w.row_tiles) * R::kBoxRows;
+    const int m0 = p.row_offsets[g];
+    const int mg = p.row_offsets[g + 1] - m0;
+    const int chunks = (mg + kTokens - 1) / kTokens;
+    for (int c0 = 0; c0 < mg; c0 += kTokens)
+      for (int kb = 0; kb < w.k_boxes; ++kb)
+        box(weights, row, kb, acts, m0 + c0, gate_of_g < 0 ? -1 : g, need_per_chunk * chunks);
+  }
+};
+
+// A consumer warp's side: the 16 rows of one item's chunk x 8 token rows, all k boxes from the
+// ring, then its stores (kAct: FC1's gated activation).
+template <bool kBF16, class R, int kStages>
+struct RingConsumer {
+  const R sm;
+  int stage = 0;
+  uint32_t phase = 0;
+  int warp, lane, a_row, a_chunk, b_row, b_chunk;
+
+  __device__ RingConsumer(const R& ring, int w, int l) : sm(ring), warp(w), lane(l) {
+    // ldmatrix.x4 of a 16 x 16 A tile: lanes 8j..8j+7 address matrix j's rows; matrices 0..3
+    // are (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15).
+    a_row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+    a_chunk = lane >> 4;  // 16-byte chunk within the 16-k step
+    // ldmatrix.x4 of the 8 tokens x 32 k: matrix j is k chunk j (8 k) of all 8 token rows, so
+    // lane l gets token l / 4, k 2(l % 4) + {0, 1} of each: the B fragments of two 16-k steps.
+    b_row = lane & 7;
+    b_chunk = lane >> 3;
+  }
+
+  // Token rows past the chunk's mg (the next expert's, or zeros past the tensor) give columns
+  // of the product that are not stored.
+  template <bool kAct>
+  __device__ void chunk(const GemvParams& p, int k_boxes, int g, int row16, int c0, int m0,
+                        int mg) {
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int kb = 0; kb < k_boxes; ++kb) {
+      FullBarrier::wait(&sm.full[stage], phase);
+      const uint32_t a_base = smem_addr(sm.weights + stage * R::kStageBytes) + a_row * 128;
+      const uint32_t b_base = smem_addr(sm.acts + stage * kActBytes) + b_row * 128;
+      uint32_t b[4][2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h)  // the 128-byte swizzle: chunk ^ (row & 7)
+        ldmatrix_x4(b_base + (((4 * h + b_chunk) ^ b_row) * 16), b[2 * h][0], b[2 * h][1],
+                    b[2 * h + 1][0], b[2 * h + 1][1]);
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        const int ch = (s * 2 + a_chunk) ^ (a_row & 7);
+        uint32_t a0, a1, a2, a3;
+        ldmatrix_x4(a_base + ch * 16, a0, a1, a2, a3);
+        mma16816<kBF16>(acc, a0, a1, a2, a3, b[s][0], b[s][1]);
+      }
+      // The stage's next TMA write (async proxy) must follow these ldmatrix reads (generic
+      // proxy): the barrier's release alone does not order the two proxies (session 11).
+      cutlass::arch::fence_view_async_shared();
+      __syncwarp();
+      if (lane == 0) EmptyBarrier::arrive(&sm.empty[stage]);
+      if (++stage == kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+    if constexpr (kAct) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+        store_gated<kBF16>(p, g, row16, c0, m0, mg, lane, i, acc[i], acc[i + 2]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) store_entry<kBF16>(p, row16, c0, m0, mg, lane, i, acc[i]);
+    }
+  }
+  // Every chunk of one item; returns their count.
+  template <bool kAct>
+  __device__ int item(const GemvParams& p, const Walk& w, const int* active, int64_t item) {
+    const int g = active[item / w.row_tiles];
+    const int row16 = int(item % w.row_tiles) * R::kBoxRows + warp * 16;
+    const int m0 = p.row_offsets[g];
+    const int mg = p.row_offsets[g + 1] - m0;
+    for (int c0 = 0; c0 < mg; c0 += kTokens) chunk<kAct>(p, w.k_boxes, g, row16, c0, m0, mg);
+    return (mg + kTokens - 1) / kTokens;
+  }
+};
+
+// Sets up the ring's barriers and the live groups; every thread calls it.
+template <class R, int kStages>
+__device__ int ring_prologue(const R& sm, const GemvParams& p, int* s_warp_live) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      FullBarrier::init(&sm.full[s], 1);
+      EmptyBarrier::init(&sm.empty[s], R::kConsumers);
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  wait_for_offsets(p);
+  // Synchronizes the block: the barriers are initialized from here on.
+  return compact_live_groups<R::kWarps>(p.row_offsets, p.groups, sm.active, s_warp_live);
+}
+
+// The producer warp: lane 0 issues every box (`issue`, which ends with RingProducer::finish),
+// then every lane has waited for the kernel before and lets the next one start.
+template <class Issue>
+__device__ void producer_warp(int lane, Issue&& issue) {
+  if (lane == 0)
+    issue();
+  else
+    pipeline::pdl_wait();
+  pipeline::pdl_launch_dependents();
+}
+
+// The consumers' start: with offsets read before the PDL wait, they wait now, before any store
+// (the kernel before may still read what they overwrite).
+__device__ __forceinline__ void consumers_start(const GemvParams& p) {
+  if (p.offsets_ready) pipeline::pdl_wait();
+  pipeline::pdl_launch_dependents();
+}
+
+// kBlocksPerSm blocks per SM: the variants trade blocks for bytes in flight per block.
+// Its producer loop is written out here rather than through RingProducer (the chained kernel's):
+// built through it (c32eb28), this kernel measured 5-13 us slower at one token on the H200
+// (qwen3, gpt-oss, deepseek; FC2 after its PDL wait), for a reason not found yet; its consumers'
+// SASS was the same either way. Same logic, so any fix to one is a fix to the other.
+template <bool kBF16, bool kAct, int kRows, int kStages, int kBlocksPerSm>
+__global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
     grouped_gemv_tma_kernel(const __grid_constant__ CUtensorMap weights,
                             const __grid_constant__ CUtensorMap acts, GemvParams p) {
+  using R = Ring<kRows, kStages>;
+  constexpr int kConsumers = R::kConsumers, kWarps = R::kWarps, kStageBytes = R::kStageBytes;
   extern __shared__ uint8_t smem_raw[];
   __shared__ int s_warp_live[kWarps];
-  const Layout sm = layout(smem_raw);
+  const R sm(smem_raw);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -105,7 +344,7 @@ __global__ void __launch_bounds__(kThreads, 3)
     }
     cutlass::arch::fence_barrier_init();
   }
-  if (!p.offsets_ready) pipeline::pdl_wait();  // row_offsets come from the kernel before
+  wait_for_offsets(p);
   // Synchronizes the block: the barriers are initialized from here on.
   const Walk walk{compact_live_groups<kWarps>(p.row_offsets, p.groups, sm.active, s_warp_live),
                   p.row_tiles, (p.k + kBoxK - 1) / kBoxK};
@@ -133,7 +372,7 @@ __global__ void __launch_bounds__(kThreads, 3)
       uint32_t phase = 0;
       for (int64_t item = blockIdx.x; item < walk.items(); item += gridDim.x) {
         const int g = sm.active[item / walk.row_tiles];
-        const int row = g * p.n + int(item % walk.row_tiles) * kBoxRows;
+        const int row = g * p.n + int(item % walk.row_tiles) * kRows;
         const int m0 = p.row_offsets[g];
         const int mg = p.row_offsets[g + 1] - m0;
         for (int c0 = 0; c0 < mg; c0 += kTokens)
@@ -143,7 +382,7 @@ __global__ void __launch_bounds__(kThreads, 3)
             FullBarrier::arrive_and_expect_tx(&sm.full[stage], kStageBytes + kActBytes);
             cute::SM90_TMA_LOAD_2D::copy(&weights, &sm.full[stage],
                                          uint64_t(cute::TMA::CacheHintSm90::EVICT_FIRST),
-                                         sm.ring + stage * kStageBytes, kb * kBoxK, row);
+                                         sm.weights + stage * kStageBytes, kb * kBoxK, row);
             if (waited) {
               load_acts(stage, kb, m0 + c0);
             } else {
@@ -167,60 +406,103 @@ __global__ void __launch_bounds__(kThreads, 3)
 
   if (p.offsets_ready) pipeline::pdl_wait();  // the outputs may still be read by the kernel before
   pipeline::pdl_launch_dependents();
-  // ldmatrix.x4 of a 16 x 16 A tile: lanes 8j..8j+7 address matrix j's rows; matrices 0..3 are
-  // (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15).
-  const int a_row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-  const int a_chunk = lane >> 4;  // 16-byte chunk within the 16-k step
-  // ldmatrix.x4 of the 8 tokens x 32 k: matrix j is k chunk j (8 k) of all 8 token rows, so
-  // lane l gets token l / 4, k 2(l % 4) + {0, 1} of each: the B fragments of two 16-k steps.
-  const int b_row = lane & 7, b_chunk = lane >> 3;
-  int stage = 0;
-  uint32_t phase = 0;
-  for (int64_t item = blockIdx.x; item < walk.items(); item += gridDim.x) {
-    const int g = sm.active[item / walk.row_tiles];
-    const int row16 = int(item % walk.row_tiles) * kBoxRows + warp * 16;
-    const int m0 = p.row_offsets[g];
-    const int mg = p.row_offsets[g + 1] - m0;
-    // Token rows past the chunk's mg (the next expert's, or zeros past the tensor) give columns
-    // of the product that are not stored.
-    for (int c0 = 0; c0 < mg; c0 += kTokens) {
-      float acc[4] = {0.f, 0.f, 0.f, 0.f};
-      for (int kb = 0; kb < walk.k_boxes; ++kb) {
-        FullBarrier::wait(&sm.full[stage], phase);
-        const uint32_t a_base = smem_addr(sm.ring + stage * kStageBytes) + a_row * 128;
-        const uint32_t b_base = smem_addr(sm.acts + stage * kActBytes) + b_row * 128;
-        uint32_t b[4][2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h)  // the 128-byte swizzle: chunk ^ (row & 7)
-          ldmatrix_x4(b_base + (((4 * h + b_chunk) ^ b_row) * 16), b[2 * h][0], b[2 * h][1],
-                      b[2 * h + 1][0], b[2 * h + 1][1]);
-#pragma unroll
-        for (int s = 0; s < 4; ++s) {
-          const int chunk = (s * 2 + a_chunk) ^ (a_row & 7);
-          uint32_t a0, a1, a2, a3;
-          ldmatrix_x4(a_base + chunk * 16, a0, a1, a2, a3);
-          mma16816<kBF16>(acc, a0, a1, a2, a3, b[s][0], b[s][1]);
-        }
-        // The stage's next TMA write (async proxy) must follow these ldmatrix reads (generic
-        // proxy): the barrier's release alone does not order the two proxies. Without the fence
-        // ptxas let the release issue with the last two ldmatrix still in flight, and a refill
-        // could land under them (wrong bits in one warp's rows; session 11).
-        cutlass::arch::fence_view_async_shared();
-        __syncwarp();
-        if (lane == 0) EmptyBarrier::arrive(&sm.empty[stage]);
-        if (++stage == kStages) {
-          stage = 0;
-          phase ^= 1;
-        }
+  RingConsumer<kBF16, R, kStages> consumer(sm, warp, lane);
+  for (int64_t item = blockIdx.x; item < walk.items(); item += gridDim.x)
+    consumer.template item<kAct>(p, walk, sm.active, item);
+}
+
+// FC1 (+ its gated activation) then FC2 in one persistent kernel, for decode. Items are FC1's,
+// then FC2's, handed out in that order by one counter (done[groups]), so an FC2 item, whose
+// activations wait for all of its expert's FC1 items (done[g], counted per consumer warp and
+// chunk), only ever waits for items that running blocks hold (a static split could make it wait
+// for a block that is not resident). The producer hands each item to the consumers through a
+// small ring of item ids, and streams FC2's weights while FC1's last items finish; only their
+// activations wait. done[groups + 1] is cleared by the permute before (Buffers::expert_done).
+template <bool kBF16, int kRows, int kStages, int kBlocksPerSm>
+__global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
+    chained_gemv_tma_kernel(const __grid_constant__ CUtensorMap w1,
+                            const __grid_constant__ CUtensorMap a1,
+                            const __grid_constant__ CUtensorMap w2,
+                            const __grid_constant__ CUtensorMap a2, GemvParams p1, GemvParams p2,
+                            int* done) {
+  using R = Ring<kRows, kStages>;
+  extern __shared__ uint8_t smem_raw[];
+  __shared__ int s_warp_live[R::kWarps];
+  __shared__ uint64_t s_item_full[kStages], s_item_empty[kStages];
+  __shared__ int s_items[kStages];  // -1: no more items
+  const R sm(smem_raw);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (threadIdx.x == 0)
+    for (int s = 0; s < kStages; ++s) {
+      EmptyBarrier::init(&s_item_full[s], 1);
+      EmptyBarrier::init(&s_item_empty[s], R::kConsumers);
+    }
+  // Fences the item barriers' initialization with the ring's and synchronizes the block.
+  const int live = ring_prologue<R, kStages>(sm, p1, s_warp_live);
+  const Walk fc1 = walk_of(p1, live), fc2 = walk_of(p2, live);
+  const int items1 = int(fc1.items()), items = items1 + int(fc2.items());
+  int* const next_item = done + p1.groups;
+  int slot = 0;
+  uint32_t slot_phase = 0;
+  const auto next_slot = [&] {
+    if (++slot == kStages) {
+      slot = 0;
+      slot_phase ^= 1;
+    }
+  };
+
+  if (warp == R::kConsumers) {
+    producer_warp(lane, [&] {
+      cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&w1));
+      cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&a1));
+      cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&w2));
+      cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&a2));
+      using Producer = RingProducer<R, kStages>;
+      __shared__ uint32_t s_opened[Producer::kCachedGates / 32];
+      for (int i = 0; i < Producer::kCachedGates / 32; ++i) s_opened[i] = 0;
+      typename Producer::Noted noted[kStages];
+      Producer prod(sm, noted, done, s_opened, !p1.offsets_ready);
+      for (;;) {
+        EmptyBarrier::wait(&s_item_empty[slot], slot_phase ^ 1);
+        int item = atomicAdd(next_item, 1);
+        if (item >= items) item = -1;
+        s_items[slot] = item;
+        EmptyBarrier::arrive(&s_item_full[slot]);
+        next_slot();
+        if (item < 0) break;
+        if (item < items1)
+          prod.item(p1, fc1, sm.active, item, &w1, &a1, -1, 0);
+        else  // FC1's chunks of the expert, each counted once per consumer warp
+          prod.item(p2, fc2, sm.active, item - items1, &w2, &a2, 0,
+                    fc1.row_tiles * R::kConsumers);
       }
-      if constexpr (kAct) {
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-          store_gated<kBF16>(p, g, row16, c0, m0, mg, lane, i, acc[i], acc[i + 2]);
-      } else {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) store_entry<kBF16>(p, row16, c0, m0, mg, lane, i, acc[i]);
-      }
+      prod.finish();
+    });
+    return;
+  }
+  consumers_start(p1);
+  RingConsumer<kBF16, R, kStages> cons(sm, warp, lane);
+  for (;;) {
+    EmptyBarrier::wait(&s_item_full[slot], slot_phase);
+    const int item = *static_cast<volatile int*>(&s_items[slot]);
+    __syncwarp();
+    if (lane == 0) EmptyBarrier::arrive(&s_item_empty[slot]);
+    next_slot();
+    if (item < 0) break;
+    if (item < items1) {
+      const int chunks = cons.template item<true>(p1, fc1, sm.active, item);
+      // This warp's stores of the item, then its count (one per chunk), so that the TMA loads
+      // of FC2's activations in any block see them.
+      // Each lane fences its own stores; lane 0's count is then a release of all of them
+      // (a relaxed atomic after the __syncwarp would order them only in practice).
+      __threadfence();
+      fence_proxy_async_global();
+      __syncwarp();
+      if (lane == 0)
+        pipeline::add_release(reinterpret_cast<uint32_t*>(done + sm.active[item / fc1.row_tiles]),
+                              uint32_t(chunks));
+    } else {
+      cons.template item<false>(p2, fc2, sm.active, item - items1);
     }
   }
 }
@@ -243,41 +525,101 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder(Status& status) {
   return fn;
 }
 
-template <bool kBF16, bool kAct>
+// One run's kernel parameters and tensor maps.
+struct Bound {
+  GemvParams p;
+  const CUtensorMap* weights;
+  const CUtensorMap* acts;
+};
+
+template <bool kBF16, bool kAct, int kRows, int kStages, int kBlocksPerSm, int kDefaultStages>
 class GemvTmaTactic final : public GemvTacticBase {
+  using R = Ring<kRows, kStages>;
+
  public:
+  // sm90.gemv.tma64 (its default stage count), sm90.gemv.tma64.s12 (another), ...
+  static std::string name() {
+    const std::string base = "sm90.gemv.tma" + std::to_string(kRows);
+    return kStages == kDefaultStages ? base : base + ".s" + std::to_string(kStages);
+  }
+
   Status init(const TacticContext& ctx) override {
-    Status s = setup(ctx, "sm90.gemv.tma64", kAct);
+    Status s = setup(ctx, name(), kAct);
     if (!s.ok()) return s;
     // The row pitch (k * 2 bytes) is a multiple of 16, as TMA needs: validate() keeps k % 8 == 0.
     // Box rows are int32 coordinates. The activations' map spans max_rows rows (run()'s
     // contract: `a` holds max_rows rows).
-    if (int64_t(ctx.shape.groups) * ctx.shape.n + kBoxRows > INT32_MAX ||
+    if (int64_t(ctx.shape.groups) * ctx.shape.n + kRows > INT32_MAX ||
         ctx.shape.max_rows + kTokens > INT32_MAX)
       return Status(ErrorCode::kUnsupported, what_ + ": groups x n or max_rows exceed int32 rows");
     max_rows_ = ctx.shape.max_rows;
     encode_ = tensor_map_encoder(s);
     if (!s.ok()) return Status(s.code(), what_ + ": " + s.message());
-    p_.row_tiles = static_cast<int>((ctx.shape.n + kBoxRows - 1) / kBoxRows);
-    return size_grid(reinterpret_cast<const void*>(grouped_gemv_tma_kernel<kBF16, kAct>), ctx,
-                     smem_bytes(ctx.shape.groups), kThreads);
+    p_.row_tiles = static_cast<int>((ctx.shape.n + kRows - 1) / kRows);
+    live_max_ = std::min<int64_t>(ctx.shape.groups, ctx.shape.max_rows);
+    s = size_grid(reinterpret_cast<const void*>(kernel), ctx, R::smem_bytes(ctx.shape.groups),
+                  R::kThreads);
+    if (!s.ok() || !kAct) return s;
+    // FC1's tactic also launches the chained kernel: its shared memory and blocks per SM.
+    const void* chained = reinterpret_cast<const void*>(kChained);
+    cudaError_t err = cudaFuncSetAttribute(chained, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(smem_));
+    if (err != cudaSuccess) return cuda_status(err, "cudaFuncSetAttribute", what_);
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&chained_per_sm_, chained, R::kThreads,
+                                                        smem_);
+    if (err != cudaSuccess)
+      return cuda_status(err, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", what_);
+    chained_slots_ = int64_t(std::max(chained_per_sm_, 1)) * ctx.sm_count;
+    return {};
+  }
+
+  // This run's parameters and tensor maps (made again only when their tensors move, so graph
+  // replays reuse them).
+  Status bind(const RunArgs& a, Bound& out) {
+    Status s = weights_.map(a.b, int64_t(p_.groups) * p_.n, kRows, "weights", *this);
+    if (s.ok()) s = acts_.map(a.a, max_rows_, kTokens, "activations", *this);
+    if (!s.ok()) return s;
+    out = Bound{params(a), &weights_.map_, &acts_.map_};
+    return {};
   }
 
   Status run(const RunArgs& a) override {
     if (grid_ == 0) return {};  // max_rows == 0: nothing can ever be computed
-    // The tensor maps are made again only when their tensors move (graph replays reuse them).
-    Status s = weights_.map(a.b, int64_t(p_.groups) * p_.n, kBoxRows, "weights", *this);
-    if (s.ok()) s = acts_.map(a.a, max_rows_, kTokens, "activations", *this);
+    Bound b;
+    const Status s = bind(a, b);
     if (!s.ok()) return s;
-    const GemvParams p = params(a);
-    const cudaError_t err = pipeline::launch_pdl(grouped_gemv_tma_kernel<kBF16, kAct>, grid_,
-                                                 kThreads, smem_, a.stream, weights_.map_,
-                                                 acts_.map_, p);
+    const cudaError_t err = pipeline::launch_pdl(kernel, grid_, R::kThreads, smem_, a.stream,
+                                                 *b.weights, *b.acts, b.p);
     if (err != cudaSuccess) return cuda_status(err, "kernel launch", what_);
     return {};
   }
 
+  // FC1 (this, "+act") then FC2 (`next`: the same variant without the activation).
+  Status run_chained(const RunArgs& a, Tactic& next, const RunArgs& next_args,
+                     int* done) override {
+    using Second = GemvTmaTactic<kBF16, false, kRows, kStages, kBlocksPerSm, kDefaultStages>;
+    auto* second = dynamic_cast<Second*>(&next);
+    if (!kAct || second == nullptr)
+      return Status(ErrorCode::kUnsupported,
+                    what_ + ": chains only as FC1 (+act) before " + Second::name() + " as FC2");
+    if (grid_ == 0) return {};
+    Bound b1, b2;
+    Status s = bind(a, b1);
+    if (s.ok()) s = second->bind(next_args, b2);
+    if (!s.ok()) return s;
+    const int grid = static_cast<int>(
+        std::min<int64_t>(chained_slots_, live_max_ * (b1.p.row_tiles + b2.p.row_tiles)));
+    const cudaError_t err =
+        pipeline::launch_pdl(kChained, grid, R::kThreads, smem_, a.stream, *b1.weights, *b1.acts,
+                             *b2.weights, *b2.acts, b1.p, b2.p, done);
+    if (err != cudaSuccess) return cuda_status(err, "chained kernel launch", what_);
+    return {};
+  }
+
  private:
+  static constexpr auto kernel = grouped_gemv_tma_kernel<kBF16, kAct, kRows, kStages, kBlocksPerSm>;
+  static constexpr auto kChained = chained_gemv_tma_kernel<kBF16, kRows, kStages, kBlocksPerSm>;
+
   // A [rows, k] tensor read in boxes of box_rows x kBoxK, 128-byte swizzled.
   struct TensorMap {
     CUtensorMap map_{};
@@ -306,17 +648,32 @@ class GemvTmaTactic final : public GemvTacticBase {
   };
 
   PFN_cuTensorMapEncodeTiled_v12000 encode_ = nullptr;
-  int64_t max_rows_ = 0;
+  int64_t max_rows_ = 0, live_max_ = 0, chained_slots_ = 0;
+  int chained_per_sm_ = 0;
   TensorMap weights_, acts_;
 };
 
+template <bool kBF16, int kRows, int kStages, int kBlocksPerSm, int kDefaultStages = kStages>
+void add_gemv_tma(std::vector<TacticEntry>& v) {
+  using Store = GemvTmaTactic<kBF16, false, kRows, kStages, kBlocksPerSm, kDefaultStages>;
+  using Act = GemvTmaTactic<kBF16, true, kRows, kStages, kBlocksPerSm, kDefaultStages>;
+  add_store_and_act(
+      v, Store::name(), TacticKind::kGemv,
+      []() -> std::unique_ptr<Tactic> { return std::make_unique<Store>(); },
+      []() -> std::unique_ptr<Tactic> { return std::make_unique<Act>(); });
+}
+
+// Bytes in flight per block = stages x (weight box + 1 KB of activations).
 template <bool kBF16>
 std::vector<TacticEntry> gemv_tma_list() {
   std::vector<TacticEntry> v;
-  add_store_and_act(
-      v, "sm90.gemv.tma64", TacticKind::kGemv,
-      []() -> std::unique_ptr<Tactic> { return std::make_unique<GemvTmaTactic<kBF16, false>>(); },
-      []() -> std::unique_ptr<Tactic> { return std::make_unique<GemvTmaTactic<kBF16, true>>(); });
+  add_gemv_tma<kBF16, 64, 8, 3>(v);  // sm90.gemv.tma64: 72 KB, 3 blocks per SM
+#if !defined(MOEKIT_ONE_TACTIC)
+  add_gemv_tma<kBF16, 64, 12, 2, 8>(v);  // .s12: 108 KB, 2 per SM
+  add_gemv_tma<kBF16, 64, 24, 1, 8>(v);  // .s24: 216 KB, 1 per SM
+  add_gemv_tma<kBF16, 128, 6, 2>(v);     // sm90.gemv.tma128: 16 KB boxes as CUTLASS's tiles
+  add_gemv_tma<kBF16, 128, 12, 1, 6>(v);  // .s12: 204 KB, 1 per SM
+#endif
   return v;
 }
 

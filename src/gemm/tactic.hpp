@@ -47,8 +47,10 @@ struct RunArgs {
   void* d = nullptr;
   const int32_t* row_offsets = nullptr;
   cudaStream_t stream = nullptr;
-  // row_offsets were final before the previous kernel on the stream started (see GemmCall).
+  // row_offsets are final before this kernel can start, or once *offsets_flag reads non-zero
+  // (see GemmCall).
   bool offsets_ready = false;
+  const uint32_t* offsets_flag = nullptr;
 };
 
 class Tactic {
@@ -58,6 +60,15 @@ class Tactic {
   virtual Status init(const TacticContext& ctx) = 0;
   // Enqueues the kernel. No allocation, no host sync (graph-capturable).
   virtual Status run(const RunArgs& args) = 0;
+  // Enqueues this GEMM and `next` (which reads this one's output, on the same groups and
+  // row_offsets) as one kernel, where the two tactics can: FC1's TMA GEMV with its activation,
+  // then FC2's. `done` holds groups + 1 counters, zero before the kernel. Otherwise
+  // kUnsupported, and nothing is enqueued.
+  virtual Status run_chained(const RunArgs& args, Tactic& next, const RunArgs& next_args,
+                             int* done) {
+    (void)args, (void)next, (void)next_args, (void)done;
+    return Status(ErrorCode::kUnsupported, "the tactic runs alone");
+  }
   virtual std::size_t workspace_bytes() const = 0;
 };
 

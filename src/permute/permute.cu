@@ -220,7 +220,15 @@ constexpr int kSingleRows = 1024;
 template <int kPerLane, bool kGather, bool kPreScore>
 __global__ void __launch_bounds__(kSingleWarps * 32) single_block_kernel(Args a) {
   // Launched normally (it follows the caller's work); the next kernel reads nothing of ours
-  // before its own wait (pipeline/pdl.cuh), so it may start now.
+  // before its own wait (pipeline/pdl.cuh), except the offsets flag: cleared first, it may
+  // start then.
+  if (a.b.offsets_flag != nullptr) {
+    if (threadIdx.x == 0) {
+      *a.b.offsets_flag = 0;
+      __threadfence();
+    }
+    __syncthreads();
+  }
   pipeline::pdl_launch_dependents();
   extern __shared__ int smem[];
   const int L = a.local_experts;
@@ -264,13 +272,18 @@ __global__ void __launch_bounds__(kSingleWarps * 32) single_block_kernel(Args a)
     if (e < L) {
       offs[e] = offset;
       a.b.offsets[e] = offset;
+      if (a.b.expert_done != nullptr) a.b.expert_done[e] = 0;
     }
     if (e == L - 1) {
       offs[L] = offset + count;
       a.b.offsets[L] = offset + count;
+      if (a.b.expert_done != nullptr) a.b.expert_done[L] = 0;
     }
+    if (a.b.offsets_flag != nullptr) __threadfence();  // the offsets before the flag
   }
   __syncthreads();
+  if (a.b.offsets_flag != nullptr && threadIdx.x == 0)
+    pipeline::store_release(a.b.offsets_flag, 1u);
   const bool rows_on_chip = pairs <= kSingleRows;
   for (int64_t t = t0; t < t1; ++t) {
     if (lane < k) {
@@ -511,6 +524,27 @@ Status prepare(const Config& c) {
   return {};
 }
 
+namespace {
+bool single_block(int64_t tokens, Path path) {
+  return path == Path::kSingleBlock || (path == Path::kAuto && tokens <= kSingleBlockMaxTokens);
+}
+// The single-block kernel gathers too (else a grid-wide gather kernel follows it).
+bool fused_gather(const Config& c, int64_t tokens) {
+  return tokens * std::min<int64_t>(c.routing.top_k, c.local_experts) * c.row_bytes <=
+         kFusedGatherMaxBytes;
+}
+}  // namespace
+
+bool clears_expert_done(int64_t tokens, Path path) {
+  return tokens > 0 && single_block(tokens, path);
+}
+
+OffsetsFinal offsets_final_for_next_kernel(const Config& c, int64_t tokens, Path path) {
+  if (tokens <= 0) return OffsetsFinal::kAfterItsWait;
+  return single_block(tokens, path) && fused_gather(c, tokens) ? OffsetsFinal::kAtFlag
+                                                               : OffsetsFinal::kAtItsStart;
+}
+
 Status run(const Config& c, const Buffers& b, int64_t tokens, const Inputs& in,
            cudaStream_t stream, Path path) {
   if (tokens < 0 || tokens > c.max_tokens)
@@ -531,16 +565,11 @@ Status run(const Config& c, const Buffers& b, int64_t tokens, const Inputs& in,
   a.b = b;
   a.tokens = tokens;
   a.routing_floats = routing_floats(c);
-  const int k = c.routing.top_k;
-
-  const bool single =
-      path == Path::kSingleBlock || (path == Path::kAuto && tokens <= kSingleBlockMaxTokens);
-  if (single) {
+  if (single_block(tokens, path)) {
     a.chunk_tokens = static_cast<int>((tokens + kSingleWarps - 1) / kSingleWarps);
     a.n_chunks = kSingleWarps;
     a.pre_scored = pre_scoring(c) && tokens <= kPreScoreMaxTokens;
-    const int64_t rows = tokens * std::min<int64_t>(k, c.local_experts);
-    const bool gather = rows * c.row_bytes <= kFusedGatherMaxBytes;
+    const bool gather = fused_gather(c, tokens);
     pick_single(c.routing.per_lane, gather, a.pre_scored)<<<1, kSingleWarps * 32, single_smem(c),
                                                            stream>>>(a);
     if (!gather) {

@@ -50,6 +50,12 @@ struct Buffers {
   void* permuted = nullptr;          // [P, H] hidden rows in expert order
   // First bad caller id since it was last reset to kNoError: (token * k + slot) << 32 | id.
   unsigned long long* error_word = nullptr;
+  // [1] or null: the single-block kernel clears it before the next kernel can start and sets it
+  // once the offsets are written (OffsetsFinal::kAtFlag).
+  uint32_t* offsets_flag = nullptr;
+  // [L + 1] or null: cleared by the single-block kernel (clears_expert_done), for the chained
+  // FC1 -> FC2 GEMV to count each expert's finished FC1 work in, and its items handed out.
+  int32_t* expert_done = nullptr;
 };
 
 // Element counts of each Buffers array for `c` (bytes = count * element size).
@@ -79,6 +85,21 @@ Status prepare(const Config& c);
 // Enqueues routing, counting, permutation and gather on `stream`.
 Status run(const Config& c, const Buffers& b, int64_t tokens, const Inputs& in,
            cudaStream_t stream, Path path = Path::kAuto);
+
+// When the offsets are final for the kernel after run()'s last one, so that the GEMM there may
+// read them (and start on its weights) before its own PDL wait.
+enum class OffsetsFinal {
+  kAfterItsWait,  // nothing ran (0 tokens)
+  kAtItsStart,    // run()'s last kernel waits for their writer before it lets the next start
+  kAtFlag,        // run()'s last kernel writes them (single-block, gathering too): once
+                  // Buffers::offsets_flag reads non-zero
+};
+OffsetsFinal offsets_final_for_next_kernel(const Config& c, int64_t tokens,
+                                           Path path = Path::kAuto);
+
+// Whether run() clears Buffers::expert_done (the single-block kernel does; the multi-block
+// kernels leave it alone).
+bool clears_expert_done(int64_t tokens, Path path = Path::kAuto);
 
 // Turns an error word into a status naming token, slot and value (ok for kNoError).
 Status decode_error(unsigned long long word, int experts, int top_k);

@@ -6,9 +6,12 @@
 // Then, when a kernel starts, the kernel two launches back has completed, so its outputs may be
 // read before pdl_wait(): the decode GEMV does that with FC2's row offsets (offsets_ready). A
 // kernel launched normally (the single-block permute, first of a forward) has nothing to wait
-// for and may let its dependent start at once. Both instructions are no-ops when the kernel was launched without the
-// attribute. Stream capture records the launches as programmatic graph edges.
+// for and may let its dependent start at once; that dependent (FC1) may learn of the offsets
+// the permute writes from a flag it sets (store_release / load_acquire), before the permute
+// ends. Both instructions are no-ops when the kernel was launched without the attribute.
+// Stream capture records the launches as programmatic graph edges.
 #pragma once
+#include <cstdint>
 #include <utility>
 
 #include <cuda_runtime.h>
@@ -21,6 +24,22 @@ __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;"
 // Lets the next kernel start once every block has called this or exited.
 __device__ __forceinline__ void pdl_launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+// A flag between kernels that run at once: the writer stores its data, __threadfence(), then
+// store_release(flag, 1); the reader's loads after load_acquire(flag) reads 1 see the data.
+__device__ __forceinline__ void store_release(uint32_t* flag, uint32_t v) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(flag), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint32_t load_acquire(const uint32_t* flag) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
+  return v;
+}
+// counter += v as a release: what this thread saw written (its own stores, and others' ordered
+// before it, e.g. by a __syncwarp) is visible to whoever load_acquire()s the sum.
+__device__ __forceinline__ void add_release(uint32_t* counter, uint32_t v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(counter), "r"(v) : "memory");
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization.

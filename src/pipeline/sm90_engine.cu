@@ -271,6 +271,8 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
   auto carve = [&](Carver& c) {
     permute::Buffers b;
     b.error_word = c.take<unsigned long long>(1);
+    b.offsets_flag = c.take<uint32_t>(1);
+    b.expert_done = c.take<int32_t>(L + 1);
     b.topk_ids = c.take<int32_t>(n.per_slot);
     slot_count_ = static_cast<std::size_t>(n.per_slot);
     b.topk_weights = c.take<float>(n.per_slot);
@@ -359,29 +361,52 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   } else {
     in.logits = args.router_logits.as<const float>();
   }
-  throw_if_error(permute::run(pcfg_, pbuf_, T, in, stream));
   // Rows per expert if routing were uniform: only a hint for the GEMM's tactic.
   const double hint = static_cast<double>(T) * k / static_cast<double>(lp_.num_experts_global);
   const int64_t rows = T * std::min<int64_t>(k, lp_.num_experts);
+  const std::string fc1_tactic = fc1_->pick_tactic(hint);
+  // FC1 may start at the permute's flag (see below) where its kernel reads the offsets itself;
+  // elsewhere (CUTLASS) the permute leaves the flag alone: its fences would only delay FC1.
+  const permute::OffsetsFinal ready = permute::offsets_final_for_next_kernel(pcfg_, T);
+  const bool at_flag =
+      ready == permute::OffsetsFinal::kAtFlag && fc1_->reads_row_offsets(fc1_tactic);
+  permute::Buffers buffers = pbuf_;
+  if (!at_flag) buffers.offsets_flag = nullptr;
+  throw_if_error(permute::run(pcfg_, buffers, T, in, stream));
   // For gated kinds FC1's "+act" kernel writes the activation itself; both GEMMs' per-group
   // arrays come from one kernel (they share the offsets).
   using Call = gemm::GroupedGemm::GemmCall;
-  const std::string fc1_tactic = fc1_->pick_tactic(hint);
   const bool fused = fc1_->applies_activation(fc1_tactic);
   if (!fused && fc1_out_ == nullptr)
     throw Error(ErrorCode::kInternal, "FC1 tactic " + fc1_tactic +
                                           " does not apply the gated activation and no buffer "
                                           "holds its raw output");
-  // FC2's offsets were written before FC1 started: it may read them before its PDL wait.
+  // FC2's offsets were written before FC1 started: it may read them before its PDL wait. So
+  // may FC1 where the permute's last kernel is not their writer, or else once the permute's
+  // flag says they are written; either way it starts on its weights before the gather ends.
+  Call fc1_call{fc1_.get(), pbuf_.permuted, w1_, fused ? act_out_ : fc1_out_, fc1_tactic};
+  fc1_call.offsets_ready = ready == permute::OffsetsFinal::kAtItsStart;
+  if (at_flag) fc1_call.offsets_flag = pbuf_.offsets_flag;
   const Call calls[2] = {
-      Call{fc1_.get(), pbuf_.permuted, w1_, fused ? act_out_ : fc1_out_, fc1_tactic},
-      Call{fc2_.get(), act_out_, w2_, fc2_out_, fc2_->pick_tactic(hint), true}};
+      fc1_call, Call{fc2_.get(), act_out_, w2_, fc2_out_, fc2_->pick_tactic(hint), true}};
   throw_if_error(gemm::GroupedGemm::write_problems(calls, 2, pbuf_.offsets, stream));
-  throw_if_error(fc1_->launch(calls[0], pbuf_.offsets, stream));
-  if (!fused)
-    throw_if_error(activation::run_device(act_, fc1_out_, act_out_, pbuf_.row_expert,
-                                          pbuf_.offsets, rows, stream));
-  throw_if_error(fc2_->launch(calls[1], pbuf_.offsets, stream));
+  // Decode with the TMA GEMV on both: one kernel, FC2's weights streaming while FC1 ends
+  // (its per-expert counters were cleared by the permute). Not at one token: measured there,
+  // qwen3 and gpt-oss lost 9-11 us against the two launches (deepseek even); from 8 tokens on
+  // it gained 0.5-5 us.
+  Status chained(ErrorCode::kUnsupported, "not tried");
+  if (options_.chain_decode && fused && T > 1 && permute::clears_expert_done(T))
+    chained = gemm::GroupedGemm::launch_chained(calls[0], calls[1], pbuf_.offsets,
+                                                pbuf_.expert_done, stream);
+  if (chained.code() != ErrorCode::kUnsupported) {
+    throw_if_error(chained);
+  } else {
+    throw_if_error(fc1_->launch(calls[0], pbuf_.offsets, stream));
+    if (!fused)
+      throw_if_error(activation::run_device(act_, fc1_out_, act_out_, pbuf_.row_expert,
+                                            pbuf_.offsets, rows, stream));
+    throw_if_error(fc2_->launch(calls[1], pbuf_.offsets, stream));
+  }
   // The slots were written by the permute, before FC1 and FC2.
   throw_if_error(finalize::run(fin_, T, fc2_out_, pbuf_.slot_row, pbuf_.topk_weights,
                                pbuf_.slot_expert, args.output.data, stream, true));

@@ -16,8 +16,11 @@
 
 namespace moekit::pipeline {
 
-// Choices that change how the forward runs, not what it computes (for tests).
+// Choices that change how the forward runs, not what it computes (for tests and A/B runs).
 struct Sm90Options {
+  // From two tokens on, FC1 and FC2 in one kernel where both run the TMA GEMV
+  // (GroupedGemm::launch_chained); off: two launches, as at one token.
+  bool chain_decode = true;
   // Test hooks: fill the gathered rows (which FC2's output shares) or FC1's activated output
   // with NaN before each forward, so that a read of an element the forward has not written yet
   // shows in the output. They add a memset each and change the timing.

@@ -237,6 +237,8 @@ TEST_F(GroupedGemmActivation, EveryTacticAppliesBiasAndGatedActivation) {
               ASSERT_FALSE(out.empty());
               const bool act_name = tactic.size() > 4 && tactic.substr(tactic.size() - 4) == "+act";
               EXPECT_EQ(gemm.applies_activation(tactic), act_name);
+              // Only the GEMVs read row_offsets themselves (and so the offsets flag).
+              EXPECT_EQ(gemm.reads_row_offsets(tactic), tactic.rfind("sm90.gemv.", 0) == 0);
               if (!gemm.applies_activation(tactic)) {  // stores FC1's raw output
                 if (!with_bias) expect_matches(p, out);
                 continue;

@@ -43,6 +43,8 @@ struct Workspace {
     b.row_expert = static_cast<int32_t*>(take(n.rows * 4));
     b.permuted = take(n.permuted_bytes);
     b.error_word = static_cast<unsigned long long*>(take(8));  // 0xff..: kNoError
+    b.offsets_flag = static_cast<uint32_t*>(take(4));          // 0xff..: stale
+    b.expert_done = static_cast<int32_t*>(take((n.experts + 1) * 4));  // 0xff..: stale
   }
 };
 
@@ -151,6 +153,14 @@ void check_one(const PermuteCase& su, int64_t tokens, Path path, std::mt19937_64
   const int L = c.local_experts;
   const auto offsets = to_host<int32_t>(ws.b.offsets, L + 1);
   EXPECT_EQ(offsets, x.offsets);
+  // The single-block kernel sets the flag (after clearing the stale value); the multi-block
+  // kernels leave it alone (OffsetsFinal).
+  const bool single =
+      path == Path::kSingleBlock || (path == Path::kAuto && tokens <= kSingleBlockMaxTokens);
+  EXPECT_EQ(to_host<uint32_t>(ws.b.offsets_flag, 1)[0], single ? 1u : 0xffffffffu);
+  EXPECT_EQ(clears_expert_done(tokens, path), single);
+  EXPECT_EQ(to_host<int32_t>(ws.b.expert_done, L + 1),
+            std::vector<int32_t>(L + 1, single ? 0 : -1));
   const auto got_ids = to_host<int32_t>(ws.b.topk_ids, ids.size());
   EXPECT_EQ(got_ids, kept);
   const auto got_w = to_host<float>(ws.b.topk_weights, ids.size());
@@ -363,6 +373,27 @@ TEST(PermuteLimits, DecodesErrorWords) {
   EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
   EXPECT_NE(s.message().find("[7, 1]"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("9"), std::string::npos) << s.message();
+}
+
+// The GEMM after the permute may read the offsets at its start where the permute's last kernel
+// is not their writer; where it is (the single-block kernel gathering small rows), at its flag.
+TEST(PermuteLimits, WhenTheOffsetsAreFinalForTheNextKernel) {
+  Config c;
+  c.routing.top_k = 8;
+  c.local_experts = 128;
+  c.row_bytes = 4096;  // qwen3's hidden 2048 in bf16
+  c.max_tokens = 4096;
+  using F = OffsetsFinal;
+  EXPECT_EQ(offsets_final_for_next_kernel(c, 0), F::kAfterItsWait);  // nothing runs
+  EXPECT_EQ(offsets_final_for_next_kernel(c, 1), F::kAtFlag);  // 32 KB of rows, gathered in it
+  EXPECT_EQ(offsets_final_for_next_kernel(c, 4), F::kAtFlag);  // 128 KB: still
+  EXPECT_EQ(offsets_final_for_next_kernel(c, 5), F::kAtItsStart);  // the gather kernel follows
+  EXPECT_EQ(offsets_final_for_next_kernel(c, kSingleBlockMaxTokens + 1), F::kAtItsStart);
+  EXPECT_EQ(offsets_final_for_next_kernel(c, 1, Path::kSingleBlock), F::kAtFlag);
+  EXPECT_EQ(offsets_final_for_next_kernel(c, 1, Path::kMultiBlock), F::kAtItsStart);
+  c.local_experts = 2;  // a rank with 2 experts keeps at most 2 rows per token
+  EXPECT_EQ(offsets_final_for_next_kernel(c, 16), F::kAtFlag);  // 16 x 2 x 4 KB = 128 KB
+  EXPECT_EQ(offsets_final_for_next_kernel(c, 17), F::kAtItsStart);
 }
 
 }  // namespace

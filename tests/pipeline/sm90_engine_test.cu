@@ -286,12 +286,24 @@ TEST_F(Sm90EngineTest, PresetShapesAcrossTokenCounts) {
   }
 }
 
+// Decode where the permute's rows exceed its fused gather (a gather kernel follows it): FC1's
+// GEMV then reads the offsets before its PDL wait. 4 KB rows, up to one row per expert.
+TEST_F(Sm90EngineTest, DecodeGemvAfterTheGatherKernel) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0x9004);
+  for (const char* name : {"qwen3-30b-a3b", "gpt-oss-120b"}) {
+    MoeSpec s = scaled_preset(name, 64, 2048, 256);
+    s.max_tokens = 64;
+    Layer l = make_layer(s, rng());
+    for (int64_t T : {1, 5, 8, 16}) check_forward(l, T, Ids::kRouted, rng);
+  }
+}
+
 // The forward has no atomics in its sums, so back-to-back forwards on the same inputs (as graph
 // replays run them) give the same bits. A race shows as a difference: named by forward, token
 // and column range (one token's columns all differing points at FC1's input or output, a few
-// columns at FC2's). Decode shapes (4 KB rows, so that a gather kernel follows the permute from
-// a few tokens on); then with the engine's buffers poisoned before each forward, where a read
-// of an element the forward has not written yet shows as NaN.
+// columns at FC2's). Decode shapes of DecodeGemvAfterTheGatherKernel, chained and not; then
+// with the engine's buffers poisoned before each forward, where a read of an element the
+// forward has not written yet shows as NaN.
 void expect_back_to_back_equal(const char* preset, const Sm90Options& options,
                                std::mt19937_64& rng) {
   constexpr int kRuns = 64;
@@ -301,6 +313,7 @@ void expect_back_to_back_equal(const char* preset, const Sm90Options& options,
   // T=1 after another T, so that it too follows a forward on other inputs.
   for (int64_t T : {5, 1, 8, 16}) {
     SCOPED_TRACE(describe(s) + " T" + std::to_string(T) +
+                 (options.chain_decode ? " chained" : " two launches") +
                  (options.poison_gathered_rows ? " poisoned rows" : "") +
                  (options.poison_activations ? " poisoned activations" : "") +
                  (options.poison_slots ? " poisoned slots" : ""));
@@ -362,14 +375,16 @@ void expect_back_to_back_equal(const char* preset, const Sm90Options& options,
 
 TEST_F(Sm90EngineTest, BackToBackDecodeForwardsAreBitwiseEqual) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x9005);
-  for (const int poison : {0, 1, 2, 3})  // none, gathered rows, activations, slots
-    for (const char* name : {"qwen3-30b-a3b", "gpt-oss-120b"}) {
-      Sm90Options options;
-      options.poison_gathered_rows = poison == 1;
-      options.poison_activations = poison == 2;
-      options.poison_slots = poison == 3;
-      expect_back_to_back_equal(name, options, rng);
-    }
+  for (const bool chained : {true, false})
+    for (const int poison : {0, 1, 2, 3})  // none, gathered rows, activations, slots
+      for (const char* name : {"qwen3-30b-a3b", "gpt-oss-120b"}) {
+        Sm90Options options;
+        options.chain_decode = chained;
+        options.poison_gathered_rows = poison == 1;
+        options.poison_activations = poison == 2;
+        options.poison_slots = poison == 3;
+        expect_back_to_back_equal(name, options, rng);
+      }
 }
 
 TEST_F(Sm90EngineTest, EveryRoutingMethodTimesActivation) {
