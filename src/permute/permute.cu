@@ -17,8 +17,11 @@ namespace {
 
 using routing::warp::kFull;
 
-constexpr int kSingleWarps = 16;  // warps of the single-block kernel
-constexpr int kMultiWarps = 8;    // warps per block of the multi-block kernels
+// Warps of the single-block kernel: 32 where the routing fits 64 registers (up to 8 experts
+// per lane), so that at 64 tokens each warp routes 2 of them, not 4 (the per-token routing is a
+// dependent chain of ~2 us: bench/results, session 12); 16 at 16 per lane, which needs ~100.
+constexpr int single_warps(int per_lane) { return per_lane <= 8 ? 32 : 16; }
+constexpr int kMultiWarps = 8;  // warps per block of the multi-block kernels
 
 struct Args {
   routing::DeviceRouting r;
@@ -154,15 +157,16 @@ __device__ void warp_exclusive_scan(int* v, int n, int lane) {
 }
 
 // Exclusive scan of x over the single-block kernel's threads (every thread calls it; it
-// synchronizes the block). s_warp holds kSingleWarps ints.
+// synchronizes the block). s_warp holds kWarps ints.
+template <int kWarps>
 __device__ int block_exclusive_scan(int x, int* s_warp, int lane, int warp) {
   const int inc = warp_inclusive_scan(x, lane);
   if (lane == 31) s_warp[warp] = inc;
   __syncthreads();
   if (warp == 0) {
-    const int total = lane < kSingleWarps ? s_warp[lane] : 0;
+    const int total = lane < kWarps ? s_warp[lane] : 0;
     const int through = warp_inclusive_scan(total, lane);
-    if (lane < kSingleWarps) s_warp[lane] = through - total;
+    if (lane < kWarps) s_warp[lane] = through - total;
   }
   __syncthreads();
   return s_warp[warp] + inc - x;
@@ -189,6 +193,7 @@ __device__ void scatter_row(const Args& a, int64_t t, int32_t row, int lane) {
 // warp per token would otherwise run all of its 256 double-precision sigmoids and 8 group scans
 // as one dependent chain while the block's other warps wait (~5 us of the T=1 permute, bench/
 // results session 6). Ends with the block synchronized. int indices: tokens <= kPreScoreMaxTokens.
+template <int kWarps>
 __device__ void score_tokens(const Args& a, float* pre) {
   const int E = a.r.experts, G = a.r.n_group, T = static_cast<int>(a.tokens);
   for (int t = 0; t < T; ++t)
@@ -200,7 +205,7 @@ __device__ void score_tokens(const Args& a, float* pre) {
   __syncthreads();
   if (G <= 1) return;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group_size = E / G;
-  for (int task = warp; task < T * G; task += kSingleWarps) {
+  for (int task = warp; task < T * G; task += kWarps) {
     const int t = task / G, g = task - t * G;
     const float v = routing::warp::group_top_two(pre + t * E + g * group_size, group_size, lane);
     if (lane == 0) pre[2 * T * E + task] = v;
@@ -212,13 +217,13 @@ __device__ void score_tokens(const Args& a, float* pre) {
 // a decode step, so it keeps what it needs on chip: each warp's slots in registers (the chunks
 // of up to kSingleBlockMaxTokens tokens), the rows of up to kSingleRows slots in shared memory,
 // and the hidden rows to gather are pulled into L2 while the routing runs.
-constexpr int kSingleKept = static_cast<int>(kSingleBlockMaxTokens / kSingleWarps);
 constexpr int kSingleRows = 1024;
 
 // kPreScore: score_tokens() runs first when a.pre_scored (instantiated where pre_scoring() can
 // hold, so the other kernels carry none of it).
-template <int kPerLane, bool kGather, bool kPreScore>
-__global__ void __launch_bounds__(kSingleWarps * 32) single_block_kernel(Args a) {
+template <int kPerLane, bool kGather, bool kPreScore, int kWarps = single_warps(kPerLane)>
+__global__ void __launch_bounds__(kWarps * 32) single_block_kernel(Args a) {
+  constexpr int kKept = static_cast<int>(kSingleBlockMaxTokens / kWarps);
   // Launched normally (it follows the caller's work); the next kernel reads nothing of ours
   // before its own wait (pipeline/pdl.cuh), except the offsets flag: cleared first, it may
   // start then.
@@ -234,15 +239,15 @@ __global__ void __launch_bounds__(kSingleWarps * 32) single_block_kernel(Args a)
   const int L = a.local_experts;
   const int k = a.r.top_k;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  int* hist = smem;                      // [kSingleWarps][L]
-  int* offs = hist + kSingleWarps * L;   // [L + 1]
-  int* rows = offs + L + 1;              // [kSingleRows]: slot rows, when the slots fit
+  int* hist = smem;               // [kWarps][L]
+  int* offs = hist + kWarps * L;  // [L + 1]
+  int* rows = offs + L + 1;       // [kSingleRows]: slot rows, when the slots fit
   float* scratch = reinterpret_cast<float*>(rows + kSingleRows);
   float* scores = scratch + warp * a.routing_floats;
   // score_tokens()'s floats, after every warp's scratch (single_smem)
-  float* pre = kPreScore && a.pre_scored ? scratch + kSingleWarps * a.routing_floats : nullptr;
+  float* pre = kPreScore && a.pre_scored ? scratch + kWarps * a.routing_floats : nullptr;
   int* my_hist = hist + warp * L;
-  __shared__ int s_scan[kSingleWarps];
+  __shared__ int s_scan[kWarps];
   const int64_t pairs = a.tokens * k;
   if (kGather) {
     const char* hidden = reinterpret_cast<const char*>(a.hidden);
@@ -252,23 +257,24 @@ __global__ void __launch_bounds__(kSingleWarps * 32) single_block_kernel(Args a)
   }
   const int64_t t0 = static_cast<int64_t>(warp) * a.chunk_tokens;
   const int64_t t1 = min(a.tokens, t0 + a.chunk_tokens);
-  if (pre != nullptr) score_tokens(a, pre);
-  KeptSlots<kSingleKept> kept;
+  if (pre != nullptr) score_tokens<kWarps>(a, pre);
+  KeptSlots<kKept> kept;
   route_and_rank<kPerLane>(a, t0, t1, my_hist, scores, lane, kept, pre);
   __syncthreads();
   {  // One expert per thread (L <= kMaxLocalExperts = the block's threads): each warp's start
      // within the expert, then the experts' offsets by one block-wide scan (a single warp
      // scanning 256 experts in turn was ~8 dependent shuffle rounds on the critical path).
-    static_assert(kMaxLocalExperts <= kSingleWarps * 32, "one expert per thread");
+    // Warps past a.n_chunks had no tokens.
+    static_assert(kMaxLocalExperts <= kWarps * 32, "one expert per thread");
     const int e = threadIdx.x;
     int count = 0;
     if (e < L)
-      for (int w = 0; w < kSingleWarps; ++w) {
+      for (int w = 0; w < a.n_chunks; ++w) {
         const int c = hist[w * L + e];
         hist[w * L + e] = count;
         count += c;
       }
-    const int offset = block_exclusive_scan(count, s_scan, lane, warp);
+    const int offset = block_exclusive_scan<kWarps>(count, s_scan, lane, warp);
     if (e < L) {
       offs[e] = offset;
       a.b.offsets[e] = offset;
@@ -288,9 +294,9 @@ __global__ void __launch_bounds__(kSingleWarps * 32) single_block_kernel(Args a)
   for (int64_t t = t0; t < t1; ++t) {
     if (lane < k) {
       int32_t le = 0, rank = 0;
-      if (t - t0 < kSingleKept) {
+      if (t - t0 < kKept) {
 #pragma unroll
-        for (int i = 0; i < kSingleKept; ++i)
+        for (int i = 0; i < kKept; ++i)
           if (t - t0 == i) {
             le = kept.le[i];
             rank = kept.rank[i];
@@ -307,7 +313,7 @@ __global__ void __launch_bounds__(kSingleWarps * 32) single_block_kernel(Args a)
   }
   if (kGather) {
     __syncthreads();  // slot_row of every warp is visible to the block from here
-    for (int64_t p = warp; p < pairs; p += kSingleWarps) {
+    for (int64_t p = warp; p < pairs; p += kWarps) {
       const int32_t row = rows_on_chip ? rows[p] : a.b.slot_row[p];
       if (row < 0) continue;
       const uint4* src = a.hidden + (p / k) * a.row_vecs;
@@ -454,7 +460,8 @@ std::size_t single_smem(const Config& c) {
   const int64_t pre_tokens = pre_scoring(c) ? std::min(c.max_tokens, kPreScoreMaxTokens) : 0;
   const int64_t pre_floats = pre_tokens * (2 * c.routing.experts + c.routing.n_group);
   const int64_t per_warp = c.local_experts + routing_floats(c);
-  return sizeof(int) * static_cast<std::size_t>(kSingleWarps * per_warp + c.local_experts + 1 +
+  return sizeof(int) * static_cast<std::size_t>(single_warps(c.routing.per_lane) * per_warp +
+                                                c.local_experts + 1 +
                                                 kSingleRows + pre_floats);
 }
 std::size_t multi_smem(const Config& c) {
@@ -566,11 +573,12 @@ Status run(const Config& c, const Buffers& b, int64_t tokens, const Inputs& in,
   a.tokens = tokens;
   a.routing_floats = routing_floats(c);
   if (single_block(tokens, path)) {
-    a.chunk_tokens = static_cast<int>((tokens + kSingleWarps - 1) / kSingleWarps);
-    a.n_chunks = kSingleWarps;
+    const int warps = single_warps(c.routing.per_lane);
+    a.chunk_tokens = static_cast<int>((tokens + warps - 1) / warps);
+    a.n_chunks = static_cast<int>((tokens + a.chunk_tokens - 1) / a.chunk_tokens);
     a.pre_scored = pre_scoring(c) && tokens <= kPreScoreMaxTokens;
     const bool gather = fused_gather(c, tokens);
-    pick_single(c.routing.per_lane, gather, a.pre_scored)<<<1, kSingleWarps * 32, single_smem(c),
+    pick_single(c.routing.per_lane, gather, a.pre_scored)<<<1, warps * 32, single_smem(c),
                                                            stream>>>(a);
     if (!gather) {
       const cudaError_t e = cudaGetLastError();
