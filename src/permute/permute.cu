@@ -17,10 +17,16 @@ namespace {
 
 using routing::warp::kFull;
 
-// Warps of the single-block kernel: 32 where the routing fits 64 registers (up to 8 experts
-// per lane), so that at 64 tokens each warp routes 2 of them, not 4 (the per-token routing is a
-// dependent chain of ~2 us: bench/results, session 12); 16 at 16 per lane, which needs ~100.
-constexpr int single_warps(int per_lane) { return per_lane <= 8 ? 32 : 16; }
+// Warps of the single-block kernel: up to 32 where the routing fits 64 registers (up to 8
+// experts per lane), 16 at 16 per lane (~100 registers). A warp routes its tokens one after
+// another, each a dependent chain of 1-2 us, so more warps pay from 17 tokens on (at 64: 2
+// tokens per warp, not 4); up to 16 tokens the 16-warp block is no slower (bench/results,
+// session 12). The kernel reads its warp count from blockDim; kMaxWarps sizes its arrays.
+constexpr int max_single_warps(int per_lane) { return per_lane <= 8 ? 32 : 16; }
+constexpr int kMinSingleWarps = 16;
+int single_warps(int per_lane, int64_t tokens) {
+  return tokens <= kMinSingleWarps ? kMinSingleWarps : max_single_warps(per_lane);
+}
 constexpr int kMultiWarps = 8;  // warps per block of the multi-block kernels
 
 struct Args {
@@ -157,16 +163,15 @@ __device__ void warp_exclusive_scan(int* v, int n, int lane) {
 }
 
 // Exclusive scan of x over the single-block kernel's threads (every thread calls it; it
-// synchronizes the block). s_warp holds kWarps ints.
-template <int kWarps>
-__device__ int block_exclusive_scan(int x, int* s_warp, int lane, int warp) {
+// synchronizes the block). s_warp holds `warps` ints.
+__device__ int block_exclusive_scan(int x, int* s_warp, int lane, int warp, int warps) {
   const int inc = warp_inclusive_scan(x, lane);
   if (lane == 31) s_warp[warp] = inc;
   __syncthreads();
   if (warp == 0) {
-    const int total = lane < kWarps ? s_warp[lane] : 0;
+    const int total = lane < warps ? s_warp[lane] : 0;
     const int through = warp_inclusive_scan(total, lane);
-    if (lane < kWarps) s_warp[lane] = through - total;
+    if (lane < warps) s_warp[lane] = through - total;
   }
   __syncthreads();
   return s_warp[warp] + inc - x;
@@ -193,7 +198,6 @@ __device__ void scatter_row(const Args& a, int64_t t, int32_t row, int lane) {
 // warp per token would otherwise run all of its 256 double-precision sigmoids and 8 group scans
 // as one dependent chain while the block's other warps wait (~5 us of the T=1 permute, bench/
 // results session 6). Ends with the block synchronized. int indices: tokens <= kPreScoreMaxTokens.
-template <int kWarps>
 __device__ void score_tokens(const Args& a, float* pre) {
   const int E = a.r.experts, G = a.r.n_group, T = static_cast<int>(a.tokens);
   for (int t = 0; t < T; ++t)
@@ -205,7 +209,7 @@ __device__ void score_tokens(const Args& a, float* pre) {
   __syncthreads();
   if (G <= 1) return;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group_size = E / G;
-  for (int task = warp; task < T * G; task += kWarps) {
+  for (int task = warp; task < T * G; task += blockDim.x >> 5) {
     const int t = task / G, g = task - t * G;
     const float v = routing::warp::group_top_two(pre + t * E + g * group_size, group_size, lane);
     if (lane == 0) pre[2 * T * E + task] = v;
@@ -221,9 +225,10 @@ constexpr int kSingleRows = 1024;
 
 // kPreScore: score_tokens() runs first when a.pre_scored (instantiated where pre_scoring() can
 // hold, so the other kernels carry none of it).
-template <int kPerLane, bool kGather, bool kPreScore, int kWarps = single_warps(kPerLane)>
-__global__ void __launch_bounds__(kWarps * 32) single_block_kernel(Args a) {
-  constexpr int kKept = static_cast<int>(kSingleBlockMaxTokens / kWarps);
+template <int kPerLane, bool kGather, bool kPreScore, int kMaxWarps = max_single_warps(kPerLane)>
+__global__ void __launch_bounds__(kMaxWarps * 32) single_block_kernel(Args a) {
+  constexpr int kKept = static_cast<int>(kSingleBlockMaxTokens / kMaxWarps);
+  const int warps = blockDim.x >> 5;
   // Launched normally (it follows the caller's work); the next kernel reads nothing of ours
   // before its own wait (pipeline/pdl.cuh), except the offsets flag: cleared first, it may
   // start then.
@@ -239,15 +244,15 @@ __global__ void __launch_bounds__(kWarps * 32) single_block_kernel(Args a) {
   const int L = a.local_experts;
   const int k = a.r.top_k;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  int* hist = smem;               // [kWarps][L]
-  int* offs = hist + kWarps * L;  // [L + 1]
-  int* rows = offs + L + 1;       // [kSingleRows]: slot rows, when the slots fit
+  int* hist = smem;                  // [kMaxWarps][L]
+  int* offs = hist + kMaxWarps * L;  // [L + 1]
+  int* rows = offs + L + 1;          // [kSingleRows]: slot rows, when the slots fit
   float* scratch = reinterpret_cast<float*>(rows + kSingleRows);
   float* scores = scratch + warp * a.routing_floats;
   // score_tokens()'s floats, after every warp's scratch (single_smem)
-  float* pre = kPreScore && a.pre_scored ? scratch + kWarps * a.routing_floats : nullptr;
+  float* pre = kPreScore && a.pre_scored ? scratch + kMaxWarps * a.routing_floats : nullptr;
   int* my_hist = hist + warp * L;
-  __shared__ int s_scan[kWarps];
+  __shared__ int s_scan[kMaxWarps];
   const int64_t pairs = a.tokens * k;
   if (kGather) {
     const char* hidden = reinterpret_cast<const char*>(a.hidden);
@@ -257,7 +262,7 @@ __global__ void __launch_bounds__(kWarps * 32) single_block_kernel(Args a) {
   }
   const int64_t t0 = static_cast<int64_t>(warp) * a.chunk_tokens;
   const int64_t t1 = min(a.tokens, t0 + a.chunk_tokens);
-  if (pre != nullptr) score_tokens<kWarps>(a, pre);
+  if (pre != nullptr) score_tokens(a, pre);
   KeptSlots<kKept> kept;
   route_and_rank<kPerLane>(a, t0, t1, my_hist, scores, lane, kept, pre);
   __syncthreads();
@@ -265,7 +270,7 @@ __global__ void __launch_bounds__(kWarps * 32) single_block_kernel(Args a) {
      // within the expert, then the experts' offsets by one block-wide scan (a single warp
      // scanning 256 experts in turn was ~8 dependent shuffle rounds on the critical path).
     // Warps past a.n_chunks had no tokens.
-    static_assert(kMaxLocalExperts <= kWarps * 32, "one expert per thread");
+    static_assert(kMaxLocalExperts <= kMinSingleWarps * 32, "one expert per thread");
     const int e = threadIdx.x;
     int count = 0;
     if (e < L)
@@ -274,7 +279,7 @@ __global__ void __launch_bounds__(kWarps * 32) single_block_kernel(Args a) {
         hist[w * L + e] = count;
         count += c;
       }
-    const int offset = block_exclusive_scan<kWarps>(count, s_scan, lane, warp);
+    const int offset = block_exclusive_scan(count, s_scan, lane, warp, warps);
     if (e < L) {
       offs[e] = offset;
       a.b.offsets[e] = offset;
@@ -313,7 +318,7 @@ __global__ void __launch_bounds__(kWarps * 32) single_block_kernel(Args a) {
   }
   if (kGather) {
     __syncthreads();  // slot_row of every warp is visible to the block from here
-    for (int64_t p = warp; p < pairs; p += kWarps) {
+    for (int64_t p = warp; p < pairs; p += warps) {
       const int32_t row = rows_on_chip ? rows[p] : a.b.slot_row[p];
       if (row < 0) continue;
       const uint4* src = a.hidden + (p / k) * a.row_vecs;
@@ -460,7 +465,7 @@ std::size_t single_smem(const Config& c) {
   const int64_t pre_tokens = pre_scoring(c) ? std::min(c.max_tokens, kPreScoreMaxTokens) : 0;
   const int64_t pre_floats = pre_tokens * (2 * c.routing.experts + c.routing.n_group);
   const int64_t per_warp = c.local_experts + routing_floats(c);
-  return sizeof(int) * static_cast<std::size_t>(single_warps(c.routing.per_lane) * per_warp +
+  return sizeof(int) * static_cast<std::size_t>(max_single_warps(c.routing.per_lane) * per_warp +
                                                 c.local_experts + 1 +
                                                 kSingleRows + pre_floats);
 }
@@ -573,7 +578,7 @@ Status run(const Config& c, const Buffers& b, int64_t tokens, const Inputs& in,
   a.tokens = tokens;
   a.routing_floats = routing_floats(c);
   if (single_block(tokens, path)) {
-    const int warps = single_warps(c.routing.per_lane);
+    const int warps = single_warps(c.routing.per_lane, tokens);
     a.chunk_tokens = static_cast<int>((tokens + warps - 1) / warps);
     a.n_chunks = static_cast<int>((tokens + a.chunk_tokens - 1) / a.chunk_tokens);
     a.pre_scored = pre_scoring(c) && tokens <= kPreScoreMaxTokens;
