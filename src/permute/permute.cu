@@ -52,6 +52,7 @@ struct Args {
 // (score_tokens). Measured on the H200 (bench/results, session 7): at 1 token it takes ~1 us
 // off the permute; at 8, where 8 warps route one token each anyway, it added ~2.7 us.
 constexpr int64_t kPreScoreMaxTokens = 4;
+static_assert(kPreScoreMaxTokens <= kMinSingleWarps, "pre-scored blocks run 16 warps");
 
 // Routes (or validates the caller's ids of) token t. Lane s < k writes slot s to topk_ids /
 // topk_weights and returns its local expert, or -1 when the slot does not run here.
@@ -225,7 +226,10 @@ constexpr int kSingleRows = 1024;
 
 // kPreScore: score_tokens() runs first when a.pre_scored (instantiated where pre_scoring() can
 // hold, so the other kernels carry none of it).
-template <int kPerLane, bool kGather, bool kPreScore, int kMaxWarps = max_single_warps(kPerLane)>
+// Pre-scoring runs at up to kPreScoreMaxTokens (< 17) tokens: 16 warps, built as before 32-warp
+// blocks existed (its 64 registers under a 1024-thread bound cost DeepSeek-V3 ~0.8 us at T=1).
+template <int kPerLane, bool kGather, bool kPreScore,
+          int kMaxWarps = kPreScore ? kMinSingleWarps : max_single_warps(kPerLane)>
 __global__ void __launch_bounds__(kMaxWarps * 32) single_block_kernel(Args a) {
   constexpr int kKept = static_cast<int>(kSingleBlockMaxTokens / kMaxWarps);
   const int warps = blockDim.x >> 5;
