@@ -17,8 +17,17 @@ namespace {
 
 using routing::warp::kFull;
 
-constexpr int kSingleWarps = 16;  // warps of the single-block kernel
-constexpr int kMultiWarps = 8;    // warps per block of the multi-block kernels
+// Warps of the single-block kernel: up to 32 where the routing fits 64 registers (up to 8
+// experts per lane), 16 at 16 per lane (~100 registers). A warp routes its tokens one after
+// another, each a dependent chain of 1-2 us, so more warps pay from 17 tokens on (at 64: 2
+// tokens per warp, not 4); up to 16 tokens the 16-warp block is no slower (bench/results,
+// session 12). The kernel reads its warp count from blockDim; kMaxWarps sizes its arrays.
+constexpr int max_single_warps(int per_lane) { return per_lane <= 8 ? 32 : 16; }
+constexpr int kMinSingleWarps = 16;
+int single_warps(int per_lane, int64_t tokens) {
+  return tokens <= kMinSingleWarps ? kMinSingleWarps : max_single_warps(per_lane);
+}
+constexpr int kMultiWarps = 8;  // warps per block of the multi-block kernels
 
 struct Args {
   routing::DeviceRouting r;
@@ -43,6 +52,7 @@ struct Args {
 // (score_tokens). Measured on the H200 (bench/results, session 7): at 1 token it takes ~1 us
 // off the permute; at 8, where 8 warps route one token each anyway, it added ~2.7 us.
 constexpr int64_t kPreScoreMaxTokens = 4;
+static_assert(kPreScoreMaxTokens <= kMinSingleWarps, "pre-scored blocks run 16 warps");
 
 // Routes (or validates the caller's ids of) token t. Lane s < k writes slot s to topk_ids /
 // topk_weights and returns its local expert, or -1 when the slot does not run here.
@@ -154,15 +164,15 @@ __device__ void warp_exclusive_scan(int* v, int n, int lane) {
 }
 
 // Exclusive scan of x over the single-block kernel's threads (every thread calls it; it
-// synchronizes the block). s_warp holds kSingleWarps ints.
-__device__ int block_exclusive_scan(int x, int* s_warp, int lane, int warp) {
+// synchronizes the block). s_warp holds `warps` ints.
+__device__ int block_exclusive_scan(int x, int* s_warp, int lane, int warp, int warps) {
   const int inc = warp_inclusive_scan(x, lane);
   if (lane == 31) s_warp[warp] = inc;
   __syncthreads();
   if (warp == 0) {
-    const int total = lane < kSingleWarps ? s_warp[lane] : 0;
+    const int total = lane < warps ? s_warp[lane] : 0;
     const int through = warp_inclusive_scan(total, lane);
-    if (lane < kSingleWarps) s_warp[lane] = through - total;
+    if (lane < warps) s_warp[lane] = through - total;
   }
   __syncthreads();
   return s_warp[warp] + inc - x;
@@ -200,7 +210,7 @@ __device__ void score_tokens(const Args& a, float* pre) {
   __syncthreads();
   if (G <= 1) return;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group_size = E / G;
-  for (int task = warp; task < T * G; task += kSingleWarps) {
+  for (int task = warp; task < T * G; task += blockDim.x >> 5) {
     const int t = task / G, g = task - t * G;
     const float v = routing::warp::group_top_two(pre + t * E + g * group_size, group_size, lane);
     if (lane == 0) pre[2 * T * E + task] = v;
@@ -212,13 +222,17 @@ __device__ void score_tokens(const Args& a, float* pre) {
 // a decode step, so it keeps what it needs on chip: each warp's slots in registers (the chunks
 // of up to kSingleBlockMaxTokens tokens), the rows of up to kSingleRows slots in shared memory,
 // and the hidden rows to gather are pulled into L2 while the routing runs.
-constexpr int kSingleKept = static_cast<int>(kSingleBlockMaxTokens / kSingleWarps);
 constexpr int kSingleRows = 1024;
 
 // kPreScore: score_tokens() runs first when a.pre_scored (instantiated where pre_scoring() can
 // hold, so the other kernels carry none of it).
-template <int kPerLane, bool kGather, bool kPreScore>
-__global__ void __launch_bounds__(kSingleWarps * 32) single_block_kernel(Args a) {
+// Pre-scoring runs at up to kPreScoreMaxTokens (< 17) tokens: 16 warps, built as before 32-warp
+// blocks existed (its 64 registers under a 1024-thread bound cost DeepSeek-V3 ~0.8 us at T=1).
+template <int kPerLane, bool kGather, bool kPreScore,
+          int kMaxWarps = kPreScore ? kMinSingleWarps : max_single_warps(kPerLane)>
+__global__ void __launch_bounds__(kMaxWarps * 32) single_block_kernel(Args a) {
+  constexpr int kKept = static_cast<int>(kSingleBlockMaxTokens / kMaxWarps);
+  const int warps = blockDim.x >> 5;
   // Launched normally (it follows the caller's work); the next kernel reads nothing of ours
   // before its own wait (pipeline/pdl.cuh), except the offsets flag: cleared first, it may
   // start then.
@@ -234,15 +248,15 @@ __global__ void __launch_bounds__(kSingleWarps * 32) single_block_kernel(Args a)
   const int L = a.local_experts;
   const int k = a.r.top_k;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  int* hist = smem;                      // [kSingleWarps][L]
-  int* offs = hist + kSingleWarps * L;   // [L + 1]
-  int* rows = offs + L + 1;              // [kSingleRows]: slot rows, when the slots fit
+  int* hist = smem;                  // [kMaxWarps][L]
+  int* offs = hist + kMaxWarps * L;  // [L + 1]
+  int* rows = offs + L + 1;          // [kSingleRows]: slot rows, when the slots fit
   float* scratch = reinterpret_cast<float*>(rows + kSingleRows);
   float* scores = scratch + warp * a.routing_floats;
   // score_tokens()'s floats, after every warp's scratch (single_smem)
-  float* pre = kPreScore && a.pre_scored ? scratch + kSingleWarps * a.routing_floats : nullptr;
+  float* pre = kPreScore && a.pre_scored ? scratch + kMaxWarps * a.routing_floats : nullptr;
   int* my_hist = hist + warp * L;
-  __shared__ int s_scan[kSingleWarps];
+  __shared__ int s_scan[kMaxWarps];
   const int64_t pairs = a.tokens * k;
   if (kGather) {
     const char* hidden = reinterpret_cast<const char*>(a.hidden);
@@ -253,22 +267,23 @@ __global__ void __launch_bounds__(kSingleWarps * 32) single_block_kernel(Args a)
   const int64_t t0 = static_cast<int64_t>(warp) * a.chunk_tokens;
   const int64_t t1 = min(a.tokens, t0 + a.chunk_tokens);
   if (pre != nullptr) score_tokens(a, pre);
-  KeptSlots<kSingleKept> kept;
+  KeptSlots<kKept> kept;
   route_and_rank<kPerLane>(a, t0, t1, my_hist, scores, lane, kept, pre);
   __syncthreads();
   {  // One expert per thread (L <= kMaxLocalExperts = the block's threads): each warp's start
      // within the expert, then the experts' offsets by one block-wide scan (a single warp
      // scanning 256 experts in turn was ~8 dependent shuffle rounds on the critical path).
-    static_assert(kMaxLocalExperts <= kSingleWarps * 32, "one expert per thread");
+    // Warps past a.n_chunks had no tokens.
+    static_assert(kMaxLocalExperts <= kMinSingleWarps * 32, "one expert per thread");
     const int e = threadIdx.x;
     int count = 0;
     if (e < L)
-      for (int w = 0; w < kSingleWarps; ++w) {
+      for (int w = 0; w < a.n_chunks; ++w) {
         const int c = hist[w * L + e];
         hist[w * L + e] = count;
         count += c;
       }
-    const int offset = block_exclusive_scan(count, s_scan, lane, warp);
+    const int offset = block_exclusive_scan(count, s_scan, lane, warp, warps);
     if (e < L) {
       offs[e] = offset;
       a.b.offsets[e] = offset;
@@ -288,9 +303,9 @@ __global__ void __launch_bounds__(kSingleWarps * 32) single_block_kernel(Args a)
   for (int64_t t = t0; t < t1; ++t) {
     if (lane < k) {
       int32_t le = 0, rank = 0;
-      if (t - t0 < kSingleKept) {
+      if (t - t0 < kKept) {
 #pragma unroll
-        for (int i = 0; i < kSingleKept; ++i)
+        for (int i = 0; i < kKept; ++i)
           if (t - t0 == i) {
             le = kept.le[i];
             rank = kept.rank[i];
@@ -307,7 +322,7 @@ __global__ void __launch_bounds__(kSingleWarps * 32) single_block_kernel(Args a)
   }
   if (kGather) {
     __syncthreads();  // slot_row of every warp is visible to the block from here
-    for (int64_t p = warp; p < pairs; p += kSingleWarps) {
+    for (int64_t p = warp; p < pairs; p += warps) {
       const int32_t row = rows_on_chip ? rows[p] : a.b.slot_row[p];
       if (row < 0) continue;
       const uint4* src = a.hidden + (p / k) * a.row_vecs;
@@ -454,7 +469,8 @@ std::size_t single_smem(const Config& c) {
   const int64_t pre_tokens = pre_scoring(c) ? std::min(c.max_tokens, kPreScoreMaxTokens) : 0;
   const int64_t pre_floats = pre_tokens * (2 * c.routing.experts + c.routing.n_group);
   const int64_t per_warp = c.local_experts + routing_floats(c);
-  return sizeof(int) * static_cast<std::size_t>(kSingleWarps * per_warp + c.local_experts + 1 +
+  return sizeof(int) * static_cast<std::size_t>(max_single_warps(c.routing.per_lane) * per_warp +
+                                                c.local_experts + 1 +
                                                 kSingleRows + pre_floats);
 }
 std::size_t multi_smem(const Config& c) {
@@ -566,11 +582,12 @@ Status run(const Config& c, const Buffers& b, int64_t tokens, const Inputs& in,
   a.tokens = tokens;
   a.routing_floats = routing_floats(c);
   if (single_block(tokens, path)) {
-    a.chunk_tokens = static_cast<int>((tokens + kSingleWarps - 1) / kSingleWarps);
-    a.n_chunks = kSingleWarps;
+    const int warps = single_warps(c.routing.per_lane, tokens);
+    a.chunk_tokens = static_cast<int>((tokens + warps - 1) / warps);
+    a.n_chunks = static_cast<int>((tokens + a.chunk_tokens - 1) / a.chunk_tokens);
     a.pre_scored = pre_scoring(c) && tokens <= kPreScoreMaxTokens;
     const bool gather = fused_gather(c, tokens);
-    pick_single(c.routing.per_lane, gather, a.pre_scored)<<<1, kSingleWarps * 32, single_smem(c),
+    pick_single(c.routing.per_lane, gather, a.pre_scored)<<<1, warps * 32, single_smem(c),
                                                            stream>>>(a);
     if (!gather) {
       const cudaError_t e = cudaGetLastError();
