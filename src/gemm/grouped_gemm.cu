@@ -271,6 +271,9 @@ bool GroupedGemm::reads_row_offsets(const std::string& tactic) const {
 
 const GroupedShape& GroupedGemm::shape() const { return state_->shape; }
 
+// An expert's weight matrix up to this size counts as small for pick_tactic().
+constexpr double kSmallExpertBytes = 8e6;
+
 std::string GroupedGemm::pick_tactic(double rows_per_group_hint) const {
   const double h = std::isfinite(rows_per_group_hint) ? std::max(rows_per_group_hint, 0.0) : 0.0;
   const GroupedShape& sh = state_->shape;
@@ -290,6 +293,13 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint) const {
   //    The 12-stage variant (tma64.s12), ahead on the probe of single GEMMs at T=8 (session 9),
   //    lost in the forward where picked from a quarter row per expert (session 10: qwen3 T=8
   //    +1.7 us, mixtral T=1 +7 us, gpt-oss T=8 even), so it stays unpicked.
+  //  - Up to 4 rows per expert where an expert's matrix is small (<= 8 MB: qwen3's FC1 6.3 MB
+  //    and FC2 3.1 MB), the TMA GEMV again, with a chunk of 8 token rows per pass: the engine
+  //    chains FC1 and FC2 in one kernel there (up to 64 tokens), and the swap-AB tiles' fixed
+  //    cost per expert outweighs their single pass over the weights. Measured (session 12, one
+  //    H200, forward A/B): qwen3 T=32 268.3 -> 257.9 us, T=64 311.0 -> 299.9. Larger matrices
+  //    lost: gpt-oss (33 / 17 MB) T=32 +11 us, T=64 +14; deepseek (29 / 15 MB) T=16 +8.5,
+  //    T=64 +330 (its skewed counts stream a tile once per 8 rows); mixtral T=8 +16.
   //  - Up to ~2 rows per expert the 16-token swap-AB tile wastes least (mixtral at T=8, 2 rows:
   //    FC1+act 379.7 vs 386.3 us, FC2 227.0 vs 229.7 against the 32-token tile; qwen3 at T=8
   //    -1 us; deepseek and gpt-oss at T=64 within 0.3%).
@@ -302,6 +312,8 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint) const {
     names = {"sm90.gemv.tma64", "sm90.gemv.n8", "sm90.swapab.128x16x128.c1x1"};
   else if (h <= 1.0)
     names = {"sm90.swapab.128x16x128.c1x1", "sm90.gemv.tma64"};
+  else if (h <= 4.0 && static_cast<double>(sh.n) * sh.k * kElemBytes <= kSmallExpertBytes)
+    names = {"sm90.gemv.tma64", "sm90.swapab.128x16x128.c1x1"};
   else if (h <= 2.5)
     names = {"sm90.swapab.128x16x128.c1x1", "sm90.swapab.128x32x128.c1x1"};
   else if (h <= 24)
