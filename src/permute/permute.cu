@@ -22,8 +22,9 @@ using routing::warp::kFull;
 // another, each a dependent chain of 1-2 us, so more warps pay from 17 tokens on (at 64: 2
 // tokens per warp, not 4); up to 16 tokens the 16-warp block is no slower (bench/results,
 // session 12). The kernel reads its warp count from blockDim, and its shared memory is sized
-// for the warps launched: a larger block of shared memory on the permute's SM cost ~0.7 us at
-// T=1 (it shares that SM with the first GEMM's blocks, launched early).
+// for the warps launched: sized for 32 at every token count, T=1 lost 0.4-0.9 us (DeepSeek-V3,
+// gpt-oss; A/B against 16 warps), sized per launch it gained 0.5-1.1 us. Likely cause: the
+// permute's SM also hosts the first GEMM's early-launched blocks.
 constexpr int max_single_warps(int per_lane) { return per_lane <= 8 ? 32 : 16; }
 constexpr int kMinSingleWarps = 16;
 int single_warps(int per_lane, int64_t tokens) {
