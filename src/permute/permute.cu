@@ -21,7 +21,10 @@ using routing::warp::kFull;
 // experts per lane), 16 at 16 per lane (~100 registers). A warp routes its tokens one after
 // another, each a dependent chain of 1-2 us, so more warps pay from 17 tokens on (at 64: 2
 // tokens per warp, not 4); up to 16 tokens the 16-warp block is no slower (bench/results,
-// session 12). The kernel reads its warp count from blockDim; kMaxWarps sizes its arrays.
+// session 12). The kernel reads its warp count from blockDim, and its shared memory is sized
+// for the warps launched: sized for 32 at every token count, T=1 lost 0.4-0.9 us (DeepSeek-V3,
+// gpt-oss; A/B against 16 warps), sized per launch it gained 0.5-1.1 us. Likely cause: the
+// permute's SM also hosts the first GEMM's early-launched blocks.
 constexpr int max_single_warps(int per_lane) { return per_lane <= 8 ? 32 : 16; }
 constexpr int kMinSingleWarps = 16;
 int single_warps(int per_lane, int64_t tokens) {
@@ -248,13 +251,13 @@ __global__ void __launch_bounds__(kMaxWarps * 32) single_block_kernel(Args a) {
   const int L = a.local_experts;
   const int k = a.r.top_k;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  int* hist = smem;                  // [kMaxWarps][L]
-  int* offs = hist + kMaxWarps * L;  // [L + 1]
-  int* rows = offs + L + 1;          // [kSingleRows]: slot rows, when the slots fit
+  int* hist = smem;              // [warps][L]
+  int* offs = hist + warps * L;  // [L + 1]
+  int* rows = offs + L + 1;      // [kSingleRows]: slot rows, when the slots fit
   float* scratch = reinterpret_cast<float*>(rows + kSingleRows);
   float* scores = scratch + warp * a.routing_floats;
   // score_tokens()'s floats, after every warp's scratch (single_smem)
-  float* pre = kPreScore && a.pre_scored ? scratch + kMaxWarps * a.routing_floats : nullptr;
+  float* pre = kPreScore && a.pre_scored ? scratch + warps * a.routing_floats : nullptr;
   int* my_hist = hist + warp * L;
   __shared__ int s_scan[kMaxWarps];
   const int64_t pairs = a.tokens * k;
@@ -465,11 +468,11 @@ bool pre_scoring(const Config& c) {
   return c.routing.method == static_cast<int>(RoutingMethod::kDeepSeekV3) &&
          c.routing.per_lane >= 8;
 }
-std::size_t single_smem(const Config& c) {
+std::size_t single_smem(const Config& c, int warps) {
   const int64_t pre_tokens = pre_scoring(c) ? std::min(c.max_tokens, kPreScoreMaxTokens) : 0;
   const int64_t pre_floats = pre_tokens * (2 * c.routing.experts + c.routing.n_group);
   const int64_t per_warp = c.local_experts + routing_floats(c);
-  return sizeof(int) * static_cast<std::size_t>(max_single_warps(c.routing.per_lane) * per_warp +
+  return sizeof(int) * static_cast<std::size_t>(warps * per_warp +
                                                 c.local_experts + 1 +
                                                 kSingleRows + pre_floats);
 }
@@ -528,7 +531,8 @@ Status prepare(const Config& c) {
                                                " times top_k exceeds int32 row indices");
   for (bool gather : {false, true})
     for (bool pre_score : {false, pre_scoring(c)}) {
-      Status s = load(pick_single(c.routing.per_lane, gather, pre_score), single_smem(c));
+      Status s = load(pick_single(c.routing.per_lane, gather, pre_score),
+                      single_smem(c, max_single_warps(c.routing.per_lane)));
       if (!s.ok()) return s;
     }
   for (auto [f, smem] : {std::pair<KernelFn, std::size_t>{pick_route_rank(c.routing.per_lane),
@@ -587,7 +591,7 @@ Status run(const Config& c, const Buffers& b, int64_t tokens, const Inputs& in,
     a.n_chunks = static_cast<int>((tokens + a.chunk_tokens - 1) / a.chunk_tokens);
     a.pre_scored = pre_scoring(c) && tokens <= kPreScoreMaxTokens;
     const bool gather = fused_gather(c, tokens);
-    pick_single(c.routing.per_lane, gather, a.pre_scored)<<<1, warps * 32, single_smem(c),
+    pick_single(c.routing.per_lane, gather, a.pre_scored)<<<1, warps * 32, single_smem(c, warps),
                                                            stream>>>(a);
     if (!gather) {
       const cudaError_t e = cudaGetLastError();
