@@ -299,7 +299,7 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint) const {
   //    cost per expert outweighs their single pass over the weights. Measured (session 12, one
   //    H200, forward A/B): qwen3 T=32 268.3 -> 257.9 us, T=64 311.0 -> 299.9. Larger matrices
   //    lost: gpt-oss (33 / 17 MB) T=32 +11 us, T=64 +14; deepseek (29 / 15 MB) T=16 +8.5,
-  //    T=64 +330 (its skewed counts stream a tile once per 8 rows); mixtral T=8 +16.
+  //    T=64 +330 (a tile streams once per 8 rows of its expert); mixtral T=8 +16.
   //  - Up to ~2 rows per expert the 16-token swap-AB tile wastes least (mixtral at T=8, 2 rows:
   //    FC1+act 379.7 vs 386.3 us, FC2 227.0 vs 229.7 against the 32-token tile; qwen3 at T=8
   //    -1 us; deepseek and gpt-oss at T=64 within 0.3%).

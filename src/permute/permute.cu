@@ -229,8 +229,8 @@ constexpr int kSingleRows = 1024;
 
 // kPreScore: score_tokens() runs first when a.pre_scored (instantiated where pre_scoring() can
 // hold, so the other kernels carry none of it).
-// Pre-scoring runs at up to kPreScoreMaxTokens (< 17) tokens: 16 warps, built as before 32-warp
-// blocks existed (its 64 registers under a 1024-thread bound cost DeepSeek-V3 ~0.8 us at T=1).
+// Pre-scoring runs at up to kPreScoreMaxTokens (< 17) tokens, always in 16 warps: its kernels are
+// built for 16.
 template <int kPerLane, bool kGather, bool kPreScore,
           int kMaxWarps = kPreScore ? kMinSingleWarps : max_single_warps(kPerLane)>
 __global__ void __launch_bounds__(kMaxWarps * 32) single_block_kernel(Args a) {
@@ -472,8 +472,7 @@ std::size_t single_smem(const Config& c, int warps) {
   const int64_t pre_tokens = pre_scoring(c) ? std::min(c.max_tokens, kPreScoreMaxTokens) : 0;
   const int64_t pre_floats = pre_tokens * (2 * c.routing.experts + c.routing.n_group);
   const int64_t per_warp = c.local_experts + routing_floats(c);
-  return sizeof(int) * static_cast<std::size_t>(warps * per_warp +
-                                                c.local_experts + 1 +
+  return sizeof(int) * static_cast<std::size_t>(warps * per_warp + c.local_experts + 1 +
                                                 kSingleRows + pre_floats);
 }
 std::size_t multi_smem(const Config& c) {
