@@ -382,6 +382,21 @@ TEST_F(GroupedGemmRun, HeuristicPicksBuiltTacticsAndUnknownNamesAreNotFound) {
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
+// Between 1 and 4 rows per expert the TMA GEMV is picked only for small experts (an expert's
+// matrix up to 8 MB: qwen3's FC1 and FC2), where it measured faster than swap-AB (session 12);
+// gpt-oss's experts keep swap-AB, and so does qwen3 past 4 rows.
+TEST_F(GroupedGemmRun, PickTakesTheGemvForSmallExpertsUpToFourRows) {
+  const GroupedGemm qwen3_fc1(GroupedShape{Elem::kBF16, 128, 1536, 2048, 512}, 0);
+  const GroupedGemm qwen3_fc2(GroupedShape{Elem::kBF16, 128, 2048, 768, 512}, 0);
+  const GroupedGemm gpt_oss_fc1(GroupedShape{Elem::kBF16, 128, 5760, 2880, 256}, 0);
+  for (double h : {2.0, 4.0}) {
+    EXPECT_EQ(qwen3_fc1.pick_tactic(h), "sm90.gemv.tma64") << h;
+    EXPECT_EQ(qwen3_fc2.pick_tactic(h), "sm90.gemv.tma64") << h;
+    EXPECT_NE(gpt_oss_fc1.pick_tactic(h).find("swapab"), std::string::npos) << h;
+  }
+  EXPECT_NE(qwen3_fc1.pick_tactic(8.0).find("swapab"), std::string::npos);
+}
+
 // Constructing a GroupedGemm of `shape` (with `act`) throws `code`, naming `value`.
 void expect_refused(const GroupedShape& shape, const std::optional<EpilogueActivation>& act,
                     ErrorCode code, const std::string& value) {
