@@ -289,7 +289,7 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
     // saves P * 2I elements, 1.9 GB for mixtral at 16384 tokens.
     fc1_out_ = gated ? nullptr : c.take<char>(P * lp_.fc1_rows * es);
     act_out_bytes_ = static_cast<std::size_t>(P * I * es);
-    act_out_ = c.take<char>(P * I * es);
+    act_out_ = c.take<char>(static_cast<int64_t>(act_out_bytes_));
     fc2_out_ = b.permuted;
     return b;
   };

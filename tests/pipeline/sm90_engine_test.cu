@@ -302,9 +302,9 @@ TEST_F(Sm90EngineTest, DecodeGemvAfterTheGatherKernel) {
 // replays run them) give the same bits. A race shows as a difference: named by forward, token
 // and column range (one token's columns all differing points at FC1's input or output, a few
 // columns at FC2's; 16 columns of one expert's tokens, one warp's rows of a TMA GEMV stage:
-// session 11's missing proxy fence). Decode shapes of DecodeGemvAfterTheGatherKernel, chained and not; then
-// with the engine's buffers poisoned before each forward, where a read of an element the
-// forward has not written yet shows as NaN.
+// session 11's missing proxy fence). Decode shapes of DecodeGemvAfterTheGatherKernel, chained
+// and not; then with the engine's buffers poisoned before each forward, where a read of an
+// element the forward has not written yet shows as NaN.
 void expect_back_to_back_equal(const char* preset, const Sm90Options& options,
                                std::mt19937_64& rng) {
   constexpr int kRuns = 64;
