@@ -307,8 +307,16 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint) const {
   //    around 32 the 64-row ping-pong tile wastes least; past that the 128x256 tile wins.
   const double live = sh.groups * (1.0 - std::exp(-h));  // expected non-empty experts
   const double stream_bytes = live * static_cast<double>(sh.n) * sh.k * kElemBytes;
+  // The TMA GEMV's items (live expert, 64-row tile) in waves of tma64's grid (3 blocks per SM).
+  const double tma_waves = live * std::ceil(sh.n / 64.0) / (3.0 * std::max(state_->sm_count, 1));
   std::vector<const char*> names;
-  if (h <= 1.0 && (stream_bytes <= 256e6 || (live >= 4.0 && stream_bytes <= 1e9)))
+  if (h <= 1.0 && (stream_bytes <= 256e6 || (live >= 4.0 && stream_bytes <= 1e9)) &&
+      tma_waves > 1.0 && tma_waves <= 2.0)
+    // Between one and two waves of tma64's grid, tma64's second wave leaves most blocks idle;
+    // the 2-per-SM .s12 grid takes the same items in ~two full waves. Among the presets only
+    // deepseek's FC1 at T=1 (1.27 waves) falls here: forward 186.9 -> 184.6 us (A/B, session 13).
+    names = {"sm90.gemv.tma64.s12", "sm90.gemv.tma64", "sm90.gemv.n8"};
+  else if (h <= 1.0 && (stream_bytes <= 256e6 || (live >= 4.0 && stream_bytes <= 1e9)))
     names = {"sm90.gemv.tma64", "sm90.gemv.n8", "sm90.swapab.128x16x128.c1x1"};
   else if (h <= 1.0)
     names = {"sm90.swapab.128x16x128.c1x1", "sm90.gemv.tma64"};

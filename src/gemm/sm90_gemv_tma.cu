@@ -667,9 +667,9 @@ void add_gemv_tma(std::vector<TacticEntry>& v) {
 template <bool kBF16>
 std::vector<TacticEntry> gemv_tma_list() {
   std::vector<TacticEntry> v;
-  add_gemv_tma<kBF16, 64, 8, 3>(v);  // sm90.gemv.tma64: 72 KB, 3 blocks per SM
+  add_gemv_tma<kBF16, 64, 8, 3>(v);      // sm90.gemv.tma64: 72 KB, 3 blocks per SM
+  add_gemv_tma<kBF16, 64, 12, 2, 8>(v);  // .s12: 108 KB, 2 per SM (pick_tactic: 1-2 waves)
 #if !defined(MOEKIT_ONE_TACTIC)
-  add_gemv_tma<kBF16, 64, 12, 2, 8>(v);  // .s12: 108 KB, 2 per SM
   add_gemv_tma<kBF16, 64, 24, 1, 8>(v);  // .s24: 216 KB, 1 per SM
   add_gemv_tma<kBF16, 128, 6, 2>(v);     // sm90.gemv.tma128: 16 KB boxes as CUTLASS's tiles
   add_gemv_tma<kBF16, 128, 12, 1, 6>(v);  // .s12: 204 KB, 1 per SM

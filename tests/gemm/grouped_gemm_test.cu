@@ -397,6 +397,19 @@ TEST_F(GroupedGemmRun, PickTakesTheGemvForSmallExpertsUpToFourRows) {
   EXPECT_NE(qwen3_fc1.pick_tactic(8.0).find("swapab"), std::string::npos);
 }
 
+// deepseek's FC1 at T=1 (8 of 256 experts hit) fills tma64's grid 1.27 times: the 2-per-SM grid
+// takes it; at T=8 (~10 waves) and gpt-oss at T=1 (under one wave) tma64 stays.
+TEST_F(GroupedGemmRun, PickTakesTheTwoPerSmGemvBetweenOneAndTwoWaves) {
+  const GroupedGemm deepseek_fc1(GroupedShape{Elem::kBF16, 256, 4096, 7168, 64}, 0);
+  const GroupedGemm gpt_oss_fc1(GroupedShape{Elem::kBF16, 128, 5760, 2880, 64}, 0);
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  if (sms != 132) GTEST_SKIP() << "the wave counts assume 132 SMs (an H100/H200 SXM); this has " << sms;
+  EXPECT_EQ(deepseek_fc1.pick_tactic(8.0 / 256), "sm90.gemv.tma64.s12");
+  EXPECT_EQ(deepseek_fc1.pick_tactic(64.0 / 256), "sm90.gemv.tma64");
+  EXPECT_EQ(gpt_oss_fc1.pick_tactic(4.0 / 128), "sm90.gemv.tma64");
+}
+
 // Constructing a GroupedGemm of `shape` (with `act`) throws `code`, naming `value`.
 void expect_refused(const GroupedShape& shape, const std::optional<EpilogueActivation>& act,
                     ErrorCode code, const std::string& value) {
