@@ -274,7 +274,7 @@ const GroupedShape& GroupedGemm::shape() const { return state_->shape; }
 // An expert's weight matrix up to this size counts as small for pick_tactic().
 constexpr double kSmallExpertBytes = 8e6;
 
-std::string GroupedGemm::pick_tactic(double rows_per_group_hint) const {
+std::string GroupedGemm::pick_tactic(double rows_per_group_hint, bool chained) const {
   const double h = std::isfinite(rows_per_group_hint) ? std::max(rows_per_group_hint, 0.0) : 0.0;
   const GroupedShape& sh = state_->shape;
   // Measured on an H200 (bench/gemm_sweep.cu over the FC1/FC2 shapes of qwen3-30b-a3b,
@@ -307,14 +307,18 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint) const {
   //    around 32 the 64-row ping-pong tile wastes least; past that the 128x256 tile wins.
   const double live = sh.groups * (1.0 - std::exp(-h));  // expected non-empty experts
   const double stream_bytes = live * static_cast<double>(sh.n) * sh.k * kElemBytes;
-  // The TMA GEMV's items (live expert, 64-row tile) in waves of tma64's grid (3 blocks per SM).
-  const double tma_waves = live * std::ceil(sh.n / 64.0) / (3.0 * std::max(state_->sm_count, 1));
+  // The TMA GEMV's items (live expert, 64-row tile) per SM; tma64 runs 3 blocks per SM, .s12 2.
+  const double items_per_sm = live * std::ceil(sh.n / 64.0) / std::max(state_->sm_count, 1);
+  const bool s12_fills_better = items_per_sm > 1.0 && !chained &&
+                                std::ceil(items_per_sm / 2) <= std::ceil(items_per_sm / 3);
   std::vector<const char*> names;
   if (h <= 1.0 && (stream_bytes <= 256e6 || (live >= 4.0 && stream_bytes <= 1e9)) &&
-      tma_waves > 1.0 && tma_waves <= 2.0)
-    // Between one and two waves of tma64's grid, tma64's second wave leaves most blocks idle;
-    // the 2-per-SM .s12 grid takes the same items in ~two full waves. Among the presets only
-    // deepseek's FC1 at T=1 (1.27 waves) falls here: forward 186.9 -> 184.6 us (A/B, session 13).
+      s12_fills_better)
+    // Where the 2-per-SM .s12 grid takes tma64's items in no more waves, its waves are fuller
+    // and its blocks hold 12 stages instead of 8. Forward A/B (session 13, one H200 each):
+    // deepseek T=1 (FC1 3.8 items per SM) 186.9 -> 184.6 us, gpt-oss T=1 (FC2 1.3) 62.9 -> 61.1,
+    // qwen3 T=1 (1.4, 1.9) even. Under one item per SM it lost: mixtral's FC2 at T=1 (0.86) +0.9.
+    // The chained kernel (chained) was measured as tma64 only.
     names = {"sm90.gemv.tma64.s12", "sm90.gemv.tma64", "sm90.gemv.n8"};
   else if (h <= 1.0 && (stream_bytes <= 256e6 || (live >= 4.0 && stream_bytes <= 1e9)))
     names = {"sm90.gemv.tma64", "sm90.gemv.n8", "sm90.swapab.128x16x128.c1x1"};

@@ -57,8 +57,10 @@ class GroupedGemm {
   GroupedGemm& operator=(const GroupedGemm&) = delete;
 
   // The tactic the heuristic picks for `tokens_hint` rows per group on average (host-known:
-  // tokens * top_k / experts), and the one `run` will use when `tactic` is empty.
-  std::string pick_tactic(double rows_per_group_hint) const;
+  // tokens * top_k / experts), and the one `run` will use when `tactic` is empty. `chained`:
+  // the caller runs FC1 and FC2 in one kernel where both take the TMA GEMV (launch_chained),
+  // which needs the same variant for both.
+  std::string pick_tactic(double rows_per_group_hint, bool chained = false) const;
 
   // Every tactic this object built: tactic_names() plus the "+act" kernels.
   std::vector<std::string> tactics() const;

@@ -364,7 +364,12 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   // Rows per expert if routing were uniform: only a hint for the GEMM's tactic.
   const double hint = static_cast<double>(T) * k / static_cast<double>(lp_.num_experts_global);
   const int64_t rows = T * std::min<int64_t>(k, lp_.num_experts);
-  const std::string fc1_tactic = fc1_->pick_tactic(hint);
+  // Decode with the TMA GEMV on both: one kernel, FC2's weights streaming while FC1 ends
+  // (its per-expert counters were cleared by the permute). Not at one token: measured there,
+  // qwen3 and gpt-oss lost 9-11 us against the two launches (deepseek even); from 8 tokens on
+  // it gained 0.5-5 us.
+  const bool chain = options_.chain_decode && T > 1 && permute::clears_expert_done(T);
+  const std::string fc1_tactic = fc1_->pick_tactic(hint, chain);
   // FC1 may start at the permute's flag (see below) where its kernel reads the offsets itself;
   // elsewhere (CUTLASS) the permute leaves the flag alone: its fences would only delay FC1.
   const permute::OffsetsFinal ready = permute::offsets_final_for_next_kernel(pcfg_, T);
@@ -388,14 +393,10 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   fc1_call.offsets_ready = ready == permute::OffsetsFinal::kAtItsStart;
   if (at_flag) fc1_call.offsets_flag = pbuf_.offsets_flag;
   const Call calls[2] = {
-      fc1_call, Call{fc2_.get(), act_out_, w2_, fc2_out_, fc2_->pick_tactic(hint), true}};
+      fc1_call, Call{fc2_.get(), act_out_, w2_, fc2_out_, fc2_->pick_tactic(hint, chain), true}};
   throw_if_error(gemm::GroupedGemm::write_problems(calls, 2, pbuf_.offsets, stream));
-  // Decode with the TMA GEMV on both: one kernel, FC2's weights streaming while FC1 ends
-  // (its per-expert counters were cleared by the permute). Not at one token: measured there,
-  // qwen3 and gpt-oss lost 9-11 us against the two launches (deepseek even); from 8 tokens on
-  // it gained 0.5-5 us.
   Status chained(ErrorCode::kUnsupported, "not tried");
-  if (options_.chain_decode && fused && T > 1 && permute::clears_expert_done(T))
+  if (chain && fused)
     chained = gemm::GroupedGemm::launch_chained(calls[0], calls[1], pbuf_.offsets,
                                                 pbuf_.expert_done, stream);
   if (chained.code() != ErrorCode::kUnsupported) {
