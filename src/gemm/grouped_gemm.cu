@@ -292,7 +292,8 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint, bool chained) c
   //    read-only stream rate (FC1 4.4 TB/s).
   //    The 12-stage variant (tma64.s12), ahead on the probe of single GEMMs at T=8 (session 9),
   //    lost in the forward where picked from a quarter row per expert (session 10: qwen3 T=8
-  //    +1.7 us, mixtral T=1 +7 us, gpt-oss T=8 even), so it stays unpicked.
+  //    +1.7 us, mixtral T=1 +7 us, gpt-oss T=8 even), so it is picked only where its grid fills
+  //    better (below).
   //  - Up to 4 rows per expert where an expert's matrix is small (<= 8 MB: qwen3's FC1 6.3 MB
   //    and FC2 3.1 MB), the TMA GEMV again, with a chunk of 8 token rows per pass: the engine
   //    chains FC1 and FC2 in one kernel there (up to 64 tokens), and the swap-AB tiles' fixed
@@ -311,16 +312,17 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint, bool chained) c
   const double items_per_sm = live * std::ceil(sh.n / 64.0) / std::max(state_->sm_count, 1);
   const bool s12_fills_better = items_per_sm > 1.0 && !chained &&
                                 std::ceil(items_per_sm / 2) <= std::ceil(items_per_sm / 3);
+  const bool decode_gemv =
+      h <= 1.0 && (stream_bytes <= 256e6 || (live >= 4.0 && stream_bytes <= 1e9));
   std::vector<const char*> names;
-  if (h <= 1.0 && (stream_bytes <= 256e6 || (live >= 4.0 && stream_bytes <= 1e9)) &&
-      s12_fills_better)
+  if (decode_gemv && s12_fills_better)
     // Where the 2-per-SM .s12 grid takes tma64's items in no more waves, its waves are fuller
     // and its blocks hold 12 stages instead of 8. Forward A/B (session 13, one H200 each):
     // deepseek T=1 (FC1 3.8 items per SM) 186.9 -> 184.6 us, gpt-oss T=1 (FC2 1.3) 62.9 -> 61.1,
     // qwen3 T=1 (1.4, 1.9) even. Under one item per SM it lost: mixtral's FC2 at T=1 (0.86) +0.9.
-    // The chained kernel (chained) was measured as tma64 only.
+    // Not where FC1 and FC2 run chained: one variant serves both, and only tma64 was measured.
     names = {"sm90.gemv.tma64.s12", "sm90.gemv.tma64", "sm90.gemv.n8"};
-  else if (h <= 1.0 && (stream_bytes <= 256e6 || (live >= 4.0 && stream_bytes <= 1e9)))
+  else if (decode_gemv)
     names = {"sm90.gemv.tma64", "sm90.gemv.n8", "sm90.swapab.128x16x128.c1x1"};
   else if (h <= 1.0)
     names = {"sm90.swapab.128x16x128.c1x1", "sm90.gemv.tma64"};

@@ -1,5 +1,6 @@
-// Grouped GEMV for decode with the weights streamed by TMA (`sm90.gemv.tma64`; variants with
-// more stages or 128-row boxes are listed for measurement in full builds, see gemv_tma_list):
+// Grouped GEMV for decode with the weights streamed by TMA (`sm90.gemv.tma64`; `.s12`, two
+// blocks per SM, where its grid fills better; other variants with more stages or 128-row boxes
+// are listed for measurement in full builds, see gemv_tma_list):
 // one producer thread copies 64-row x 64-k boxes of weights (8 KB, 128-byte swizzle), each
 // with the 8 token rows x 64 k of activations it multiplies (1 KB), into a ring of kStages
 // shared-memory stages, without a break from one item to the next; four consumer warps each
@@ -668,7 +669,7 @@ template <bool kBF16>
 std::vector<TacticEntry> gemv_tma_list() {
   std::vector<TacticEntry> v;
   add_gemv_tma<kBF16, 64, 8, 3>(v);      // sm90.gemv.tma64: 72 KB, 3 blocks per SM
-  add_gemv_tma<kBF16, 64, 12, 2, 8>(v);  // .s12: 108 KB, 2 per SM (pick_tactic: 1-2 waves)
+  add_gemv_tma<kBF16, 64, 12, 2, 8>(v);  // .s12: 108 KB, 2 per SM (pick_tactic: fuller waves)
 #if !defined(MOEKIT_ONE_TACTIC)
   add_gemv_tma<kBF16, 64, 24, 1, 8>(v);  // .s24: 216 KB, 1 per SM
   add_gemv_tma<kBF16, 128, 6, 2>(v);     // sm90.gemv.tma128: 16 KB boxes as CUTLASS's tiles
