@@ -374,6 +374,9 @@ Status GroupedGemm::check_call(const GemmCall& c, const int32_t* row_offsets,
   if (!aligned16(c.a) || !aligned16(c.b) || !aligned16(c.d))
     return Status(ErrorCode::kInvalidArgument,
                   shape_text(st.shape) + ": activations, weights and output must be 16-byte aligned");
+  if (!aligned16(c.one_row))
+    return Status(ErrorCode::kInvalidArgument,
+                  shape_text(st.shape) + ": the one activation row must be 16-byte aligned");
   return {};
 }
 
@@ -426,7 +429,8 @@ Status GroupedGemm::launch(const GemmCall& call, const int32_t* row_offsets,
   bool skip = false;
   Status s = check_call(call, row_offsets, &slot, &skip);
   if (!s.ok() || skip) return s;
-  RunArgs args{call.a, call.b, call.d, row_offsets, stream, call.offsets_ready, call.offsets_flag};
+  RunArgs args{call.a,  call.b,           call.d,           row_offsets,
+               stream,  call.offsets_ready, call.offsets_flag, call.one_row};
   return slot->tactic->run(args);
 }
 

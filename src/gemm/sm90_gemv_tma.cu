@@ -360,8 +360,9 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
                                      sm.acts + stage * kActBytes, kb * kBoxK, token_row);
       };
       // The activations come from the kernel before: before its wait, the producer copies
-      // weights only and notes where each stage's activations are, (k box, token row).
-      bool waited = !p.offsets_ready;
+      // weights only and notes where each stage's activations are, (k box, token row). One
+      // row (p.one_row) comes from before that kernel: copied from the start, row 0 always.
+      bool waited = !p.offsets_ready || p.one_row;
       int pending_kb[kStages], pending_row[kStages];
       const auto wait_and_flush = [&](int pending) {
         pipeline::pdl_wait();
@@ -385,7 +386,7 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
                                          uint64_t(cute::TMA::CacheHintSm90::EVICT_FIRST),
                                          sm.weights + stage * kStageBytes, kb * kBoxK, row);
             if (waited) {
-              load_acts(stage, kb, m0 + c0);
+              load_acts(stage, kb, p.one_row ? 0 : m0 + c0);
             } else {
               pending_kb[issued] = kb;
               pending_row[issued] = m0 + c0;
@@ -398,6 +399,7 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
           }
       }
       if (!waited) wait_and_flush(issued);
+      if (p.one_row) pipeline::pdl_wait();  // the next kernel starts after the one before
     } else {
       pipeline::pdl_wait();
     }
@@ -405,8 +407,12 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
     return;
   }
 
-  if (p.offsets_ready) pipeline::pdl_wait();  // the outputs may still be read by the kernel before
-  pipeline::pdl_launch_dependents();
+  // The outputs may still be read by the kernel before. Not with one row (its contract): then
+  // the consumers neither wait nor let the next kernel start; the producer warp does both.
+  if (!p.one_row) {
+    if (p.offsets_ready) pipeline::pdl_wait();
+    pipeline::pdl_launch_dependents();
+  }
   RingConsumer<kBF16, R, kStages> consumer(sm, warp, lane);
   for (int64_t item = blockIdx.x; item < walk.items(); item += gridDim.x)
     consumer.template item<kAct>(p, walk, sm.active, item);
@@ -578,9 +584,12 @@ class GemvTmaTactic final : public GemvTacticBase {
   // replays reuse them).
   Status bind(const RunArgs& a, Bound& out) {
     Status s = weights_.map(a.b, int64_t(p_.groups) * p_.n, kRows, "weights", *this);
-    if (s.ok()) s = acts_.map(a.a, max_rows_, kTokens, "activations", *this);
+    TensorMap& acts = a.one_row != nullptr ? one_row_ : acts_;
+    if (s.ok())
+      s = a.one_row != nullptr ? one_row_.map(a.one_row, 1, kTokens, "activation row", *this)
+                               : acts_.map(a.a, max_rows_, kTokens, "activations", *this);
     if (!s.ok()) return s;
-    out = Bound{params(a), &weights_.map_, &acts_.map_};
+    out = Bound{params(a), &weights_.map_, &acts.map_};
     return {};
   }
 
@@ -605,7 +614,9 @@ class GemvTmaTactic final : public GemvTacticBase {
                     what_ + ": chains only as FC1 (+act) before " + Second::name() + " as FC2");
     if (grid_ == 0) return {};
     Bound b1, b2;
-    Status s = bind(a, b1);
+    RunArgs first = a;
+    first.one_row = nullptr;  // the chained kernel reads FC1's rows from `a`
+    Status s = bind(first, b1);
     if (s.ok()) s = second->bind(next_args, b2);
     if (!s.ok()) return s;
     const int grid = static_cast<int>(
@@ -651,7 +662,7 @@ class GemvTmaTactic final : public GemvTacticBase {
   PFN_cuTensorMapEncodeTiled_v12000 encode_ = nullptr;
   int64_t max_rows_ = 0, live_max_ = 0, chained_slots_ = 0;
   int chained_per_sm_ = 0;
-  TensorMap weights_, acts_;
+  TensorMap weights_, acts_, one_row_;  // one_row_: RunArgs::one_row, [1, k]
 };
 
 template <bool kBF16, int kRows, int kStages, int kBlocksPerSm, int kDefaultStages = kStages>
