@@ -386,9 +386,10 @@ void Sm90Engine::forward(const ForwardArgs& args) {
     throw Error(ErrorCode::kInternal, "FC1 tactic " + fc1_tactic +
                                           " does not apply the gated activation and no buffer "
                                           "holds its raw output");
-  // FC2's offsets were written before FC1 started: it may read them before its PDL wait. So
-  // may FC1 where the permute's last kernel is not their writer, or else once the permute's
-  // flag says they are written; either way it starts on its weights before the gather ends.
+  // FC2's offsets are final before it starts (FC1 lets it start after its own wait): it may
+  // read them before its PDL wait. So may FC1 where the permute's last kernel is not their
+  // writer, or else once the permute's flag says they are written; either way it starts on its
+  // weights before the gather ends.
   Call fc1_call{fc1_.get(), pbuf_.permuted, w1_, fused ? act_out_ : fc1_out_, fc1_tactic};
   fc1_call.offsets_ready = ready == permute::OffsetsFinal::kAtItsStart;
   if (at_flag) fc1_call.offsets_flag = pbuf_.offsets_flag;
