@@ -226,14 +226,18 @@ struct RingConsumer {
   uint32_t phase = 0;
   int warp, lane, a_row, a_chunk, b_row, b_chunk;
 
-  __device__ RingConsumer(const R& ring, int w, int l) : sm(ring), warp(w), lane(l) {
+  // one_row: the stage holds one token row (GemvParams::one_row), read as all 8.
+  __device__ RingConsumer(const R& ring, int w, int l, bool one_row = false)
+      : sm(ring), warp(w), lane(l) {
     // ldmatrix.x4 of a 16 x 16 A tile: lanes 8j..8j+7 address matrix j's rows; matrices 0..3
     // are (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15).
     a_row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
     a_chunk = lane >> 4;  // 16-byte chunk within the 16-k step
     // ldmatrix.x4 of the 8 tokens x 32 k: matrix j is k chunk j (8 k) of all 8 token rows, so
     // lane l gets token l / 4, k 2(l % 4) + {0, 1} of each: the B fragments of two 16-k steps.
-    b_row = lane & 7;
+    // With one row, every token column reads row 0: an expert given the token twice (repeated
+    // caller ids) gets it in both of its rows.
+    b_row = one_row ? 0 : lane & 7;
     b_chunk = lane >> 3;
   }
 
@@ -413,7 +417,7 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
     if (p.offsets_ready) pipeline::pdl_wait();
     pipeline::pdl_launch_dependents();
   }
-  RingConsumer<kBF16, R, kStages> consumer(sm, warp, lane);
+  RingConsumer<kBF16, R, kStages> consumer(sm, warp, lane, p.one_row != 0);
   for (int64_t item = blockIdx.x; item < walk.items(); item += gridDim.x)
     consumer.template item<kAct>(p, walk, sm.active, item);
 }

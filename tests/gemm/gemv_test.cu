@@ -191,12 +191,13 @@ TEST_F(GemvPdl, FlaggedOffsetsAreReadAfterTheFlag) {
 
 // FC1's case at one token: every row is the caller's hidden row (GemmCall::one_row), ready
 // before the kernel before, which writes the gathered rows `a` late. The TMA GEMV reads the one
-// row (from the flag on); the others read `a` after their wait. Both must match. A misaligned
-// row is refused, named.
+// row (from the flag on); the others read `a` after their wait. Both must match, also where an
+// expert has the token twice or more (repeated caller ids: rows of one chunk, and past it). A
+// misaligned row is refused, named.
 TEST_F(GemvPdl, OneRowServesEveryRowFromTheFlag) {
   std::mt19937 rng(static_cast<unsigned>(base_seed() ^ 0x6e08));
-  Problem p = make_gemm_inputs(Elem::kBF16, 192, 320, {1, 0, 1, 1, 0, 1}, rng);
-  for (int64_t r = 1; r < p.rows; ++r)  // one token routed to 4 experts: equal rows
+  Problem p = make_gemm_inputs(Elem::kBF16, 192, 320, {1, 0, 2, 1, 0, 9}, rng);
+  for (int64_t r = 1; r < p.rows; ++r)  // one token's 13 slots: equal rows
     std::copy_n(p.a_bits.begin(), p.k, p.a_bits.begin() + r * p.k);
   compute_reference(p);
   const std::vector<uint16_t> row(p.a_bits.begin(), p.a_bits.begin() + p.k);
