@@ -144,6 +144,12 @@ class DeviceGuard {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
+// A checked call's arguments for its tactic.
+RunArgs run_args(const GroupedGemm::GemmCall& c, const int32_t* row_offsets,
+                 cudaStream_t stream) {
+  return RunArgs{c.a, c.b, c.d, row_offsets, stream, c.offsets_ready, c.offsets_flag, c.one_row};
+}
+
 }  // namespace
 
 struct GroupedGemm::Slot {
@@ -307,7 +313,8 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint, bool chained) c
   //  - Up to ~24 rows the swap-AB tile (weights as M, 32 tokens as N) reads each weight once;
   //    around 32 the 64-row ping-pong tile wastes least; past that the 128x256 tile wins.
   const double live = sh.groups * (1.0 - std::exp(-h));  // expected non-empty experts
-  const double stream_bytes = live * static_cast<double>(sh.n) * sh.k * kElemBytes;
+  const double expert_bytes = static_cast<double>(sh.n) * sh.k * kElemBytes;
+  const double stream_bytes = live * expert_bytes;
   // The TMA GEMV's items (live expert, 64-row tile) per SM; tma64 runs 3 blocks per SM, .s12 2.
   const double items_per_sm = live * std::ceil(sh.n / 64.0) / std::max(state_->sm_count, 1);
   const bool s12_fills_better = items_per_sm > 1.0 && !chained &&
@@ -326,7 +333,7 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint, bool chained) c
     names = {"sm90.gemv.tma64", "sm90.gemv.n8", "sm90.swapab.128x16x128.c1x1"};
   else if (h <= 1.0)
     names = {"sm90.swapab.128x16x128.c1x1", "sm90.gemv.tma64"};
-  else if (h <= 4.0 && static_cast<double>(sh.n) * sh.k * kElemBytes <= kSmallExpertBytes)
+  else if (h <= 4.0 && expert_bytes <= kSmallExpertBytes)
     names = {"sm90.gemv.tma64", "sm90.swapab.128x16x128.c1x1"};
   else if (h <= 2.5)
     names = {"sm90.swapab.128x16x128.c1x1", "sm90.swapab.128x32x128.c1x1"};
@@ -429,9 +436,7 @@ Status GroupedGemm::launch(const GemmCall& call, const int32_t* row_offsets,
   bool skip = false;
   Status s = check_call(call, row_offsets, &slot, &skip);
   if (!s.ok() || skip) return s;
-  RunArgs args{call.a,  call.b,           call.d,           row_offsets,
-               stream,  call.offsets_ready, call.offsets_flag, call.one_row};
-  return slot->tactic->run(args);
+  return slot->tactic->run(run_args(call, row_offsets, stream));
 }
 
 Status GroupedGemm::launch_chained(const GemmCall& first, const GemmCall& second,
@@ -451,10 +456,11 @@ Status GroupedGemm::launch_chained(const GemmCall& first, const GemmCall& second
   Status s = first.gemm->check_call(first, row_offsets, &slot1, &skip1);
   if (s.ok()) s = second.gemm->check_call(second, row_offsets, &slot2, &skip2);
   if (!s.ok() || skip1 || skip2) return s;
-  const RunArgs a1{first.a, first.b, first.d, row_offsets, stream, first.offsets_ready,
-                   first.offsets_flag};
-  const RunArgs a2{second.a, second.b, second.d, row_offsets, stream, true, nullptr};
-  return slot1->tactic->run_chained(a1, *slot2->tactic, a2, done);
+  RunArgs a2 = run_args(second, row_offsets, stream);
+  a2.offsets_ready = true;  // FC2's offsets are FC1's, read inside the one kernel
+  a2.offsets_flag = nullptr;
+  return slot1->tactic->run_chained(run_args(first, row_offsets, stream), *slot2->tactic, a2,
+                                    done);
 }
 
 Status GroupedGemm::run(const void* a, const void* b, void* d, const int32_t* row_offsets,
