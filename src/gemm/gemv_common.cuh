@@ -26,6 +26,7 @@ struct GemvParams {
   int kw, rw, row_tiles;   // sm90_gemv.cu's split; the TMA kernel uses row_tiles only
   int offsets_ready;       // row_offsets final before the kernel starts, or at the flag
   const uint32_t* offsets_flag;  // or null (GemmCall)
+  int one_row;                   // the TMA GEMV reads RunArgs::one_row for every row
   activation::Params act;  // "+act" only
   const float* bias;       // "+act" only: [groups, n] or null
 };
@@ -163,6 +164,7 @@ class GemvTacticBase : public Tactic {
     p.row_offsets = a.row_offsets;
     p.offsets_ready = a.offsets_ready || a.offsets_flag != nullptr ? 1 : 0;
     p.offsets_flag = a.offsets_flag;
+    p.one_row = a.one_row != nullptr ? 1 : 0;
     return p;
   }
 

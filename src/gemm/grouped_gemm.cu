@@ -147,7 +147,7 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 // A checked call's arguments for its tactic.
 RunArgs run_args(const GroupedGemm::GemmCall& c, const int32_t* row_offsets,
                  cudaStream_t stream) {
-  return RunArgs{c.a, c.b, c.d, row_offsets, stream, c.offsets_ready, c.offsets_flag};
+  return RunArgs{c.a, c.b, c.d, row_offsets, stream, c.offsets_ready, c.offsets_flag, c.one_row};
 }
 
 }  // namespace
@@ -381,6 +381,9 @@ Status GroupedGemm::check_call(const GemmCall& c, const int32_t* row_offsets,
   if (!aligned16(c.a) || !aligned16(c.b) || !aligned16(c.d))
     return Status(ErrorCode::kInvalidArgument,
                   shape_text(st.shape) + ": activations, weights and output must be 16-byte aligned");
+  if (!aligned16(c.one_row))
+    return Status(ErrorCode::kInvalidArgument,
+                  shape_text(st.shape) + ": the one activation row must be 16-byte aligned");
   return {};
 }
 

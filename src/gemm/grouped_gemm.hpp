@@ -105,6 +105,11 @@ class GroupedGemm {
     // runs while this one starts (the permute, permute::OffsetsFinal::kAtFlag). The GEMV waits
     // for it instead of the previous kernel before it reads them; other tactics ignore it.
     const uint32_t* offsets_flag = nullptr;
+    // Or null: every row of `a` is this one row (device, [k], 16-byte aligned): one token sent
+    // to each of its experts. The TMA GEMV then reads it instead of `a`, and as the kernel
+    // before must neither write it nor read `d`, it waits for that kernel only for the offsets
+    // (offsets_flag) and before it lets the next kernel start. Other tactics read `a`.
+    const void* one_row = nullptr;
   };
   static constexpr int kMaxCallsPerWrite = 2;
   static Status write_problems(const GemmCall* calls, int count, const int32_t* row_offsets,

@@ -226,14 +226,18 @@ struct RingConsumer {
   uint32_t phase = 0;
   int warp, lane, a_row, a_chunk, b_row, b_chunk;
 
-  __device__ RingConsumer(const R& ring, int w, int l) : sm(ring), warp(w), lane(l) {
+  // one_row: the stage holds one token row (GemvParams::one_row), read as all 8.
+  __device__ RingConsumer(const R& ring, int w, int l, bool one_row = false)
+      : sm(ring), warp(w), lane(l) {
     // ldmatrix.x4 of a 16 x 16 A tile: lanes 8j..8j+7 address matrix j's rows; matrices 0..3
     // are (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15).
     a_row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
     a_chunk = lane >> 4;  // 16-byte chunk within the 16-k step
     // ldmatrix.x4 of the 8 tokens x 32 k: matrix j is k chunk j (8 k) of all 8 token rows, so
     // lane l gets token l / 4, k 2(l % 4) + {0, 1} of each: the B fragments of two 16-k steps.
-    b_row = lane & 7;
+    // With one row, every token column reads row 0: an expert given the token twice (repeated
+    // caller ids) gets it in both of its rows.
+    b_row = one_row ? 0 : lane & 7;
     b_chunk = lane >> 3;
   }
 
@@ -360,8 +364,9 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
                                      sm.acts + stage * kActBytes, kb * kBoxK, token_row);
       };
       // The activations come from the kernel before: before its wait, the producer copies
-      // weights only and notes where each stage's activations are, (k box, token row).
-      bool waited = !p.offsets_ready;
+      // weights only and notes where each stage's activations are, (k box, token row). One
+      // row (p.one_row) comes from before that kernel: copied from the start, row 0 always.
+      bool waited = !p.offsets_ready || p.one_row;
       int pending_kb[kStages], pending_row[kStages];
       const auto wait_and_flush = [&](int pending) {
         pipeline::pdl_wait();
@@ -385,7 +390,7 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
                                          uint64_t(cute::TMA::CacheHintSm90::EVICT_FIRST),
                                          sm.weights + stage * kStageBytes, kb * kBoxK, row);
             if (waited) {
-              load_acts(stage, kb, m0 + c0);
+              load_acts(stage, kb, p.one_row ? 0 : m0 + c0);
             } else {
               pending_kb[issued] = kb;
               pending_row[issued] = m0 + c0;
@@ -398,6 +403,7 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
           }
       }
       if (!waited) wait_and_flush(issued);
+      if (p.one_row) pipeline::pdl_wait();  // the next kernel starts after the one before
     } else {
       pipeline::pdl_wait();
     }
@@ -405,9 +411,13 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
     return;
   }
 
-  if (p.offsets_ready) pipeline::pdl_wait();  // the outputs may still be read by the kernel before
-  pipeline::pdl_launch_dependents();
-  RingConsumer<kBF16, R, kStages> consumer(sm, warp, lane);
+  // The outputs may still be read by the kernel before. Not with one row (its contract): then
+  // the consumers neither wait nor let the next kernel start; the producer warp does both.
+  if (!p.one_row) {
+    if (p.offsets_ready) pipeline::pdl_wait();
+    pipeline::pdl_launch_dependents();
+  }
+  RingConsumer<kBF16, R, kStages> consumer(sm, warp, lane, p.one_row != 0);
   for (int64_t item = blockIdx.x; item < walk.items(); item += gridDim.x)
     consumer.template item<kAct>(p, walk, sm.active, item);
 }
@@ -578,9 +588,12 @@ class GemvTmaTactic final : public GemvTacticBase {
   // replays reuse them).
   Status bind(const RunArgs& a, Bound& out) {
     Status s = weights_.map(a.b, int64_t(p_.groups) * p_.n, kRows, "weights", *this);
-    if (s.ok()) s = acts_.map(a.a, max_rows_, kTokens, "activations", *this);
+    TensorMap& acts = a.one_row != nullptr ? one_row_ : acts_;
+    if (s.ok())
+      s = a.one_row != nullptr ? one_row_.map(a.one_row, 1, kTokens, "activation row", *this)
+                               : acts_.map(a.a, max_rows_, kTokens, "activations", *this);
     if (!s.ok()) return s;
-    out = Bound{params(a), &weights_.map_, &acts_.map_};
+    out = Bound{params(a), &weights_.map_, &acts.map_};
     return {};
   }
 
@@ -605,7 +618,9 @@ class GemvTmaTactic final : public GemvTacticBase {
                     what_ + ": chains only as FC1 (+act) before " + Second::name() + " as FC2");
     if (grid_ == 0) return {};
     Bound b1, b2;
-    Status s = bind(a, b1);
+    RunArgs first = a;
+    first.one_row = nullptr;  // the chained kernel reads FC1's rows from `a`
+    Status s = bind(first, b1);
     if (s.ok()) s = second->bind(next_args, b2);
     if (!s.ok()) return s;
     const int grid = static_cast<int>(
@@ -651,7 +666,7 @@ class GemvTmaTactic final : public GemvTacticBase {
   PFN_cuTensorMapEncodeTiled_v12000 encode_ = nullptr;
   int64_t max_rows_ = 0, live_max_ = 0, chained_slots_ = 0;
   int chained_per_sm_ = 0;
-  TensorMap weights_, acts_;
+  TensorMap weights_, acts_, one_row_;  // one_row_: RunArgs::one_row, [1, k]
 };
 
 template <bool kBF16, int kRows, int kStages, int kBlocksPerSm, int kDefaultStages = kStages>

@@ -51,6 +51,7 @@ struct RunArgs {
   // (see GemmCall).
   bool offsets_ready = false;
   const uint32_t* offsets_flag = nullptr;
+  const void* one_row = nullptr;  // or null (see GemmCall)
 };
 
 class Tactic {

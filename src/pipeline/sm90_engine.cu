@@ -393,6 +393,10 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   Call fc1_call{fc1_.get(), pbuf_.permuted, w1_, fused ? act_out_ : fc1_out_, fc1_tactic};
   fc1_call.offsets_ready = ready == permute::OffsetsFinal::kAtItsStart;
   if (at_flag) fc1_call.offsets_flag = pbuf_.offsets_flag;
+  // One token: each of its experts' rows is the caller's hidden row, which the permute only
+  // reads (and it touches none of FC1's outputs), so the TMA GEMV streams from it at the flag
+  // instead of waiting for the permute's gather and its end.
+  if (T == 1) fc1_call.one_row = args.hidden.data;
   const Call calls[2] = {
       fc1_call, Call{fc2_.get(), act_out_, w2_, fc2_out_, fc2_->pick_tactic(hint, chain), true}};
   throw_if_error(gemm::GroupedGemm::write_problems(calls, 2, pbuf_.offsets, stream));

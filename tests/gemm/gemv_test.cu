@@ -40,9 +40,9 @@ std::vector<std::string> gemv_tactics() {
 
 using Problem = GemmProblem;
 
-// bf16 inputs and the reference D [rows, n] (double sums).
-Problem make_problem(int64_t n, int64_t k, const std::vector<int>& counts, std::mt19937& rng) {
-  Problem p = make_gemm_inputs(Elem::kBF16, n, k, counts, rng);
+// The reference D [rows, n] of p's inputs (double sums).
+void compute_reference(Problem& p) {
+  const int64_t n = p.n, k = p.k;
   p.ref.assign(static_cast<std::size_t>(p.rows * n), 0.f);
   for (int g = 0; g < p.groups; ++g)
     for (int64_t r = p.offsets[g]; r < p.offsets[g + 1]; ++r)
@@ -52,6 +52,12 @@ Problem make_problem(int64_t n, int64_t k, const std::vector<int>& counts, std::
           s += double(value(p.a_bits[r * k + kk])) * value(p.w_bits[(g * n + i) * k + kk]);
         p.ref[r * n + i] = float(s);
       }
+}
+
+// bf16 inputs and their reference.
+Problem make_problem(int64_t n, int64_t k, const std::vector<int>& counts, std::mt19937& rng) {
+  Problem p = make_gemm_inputs(Elem::kBF16, n, k, counts, rng);
+  compute_reference(p);
   return p;
 }
 
@@ -142,14 +148,11 @@ TEST_F(GemvPdl, WaitsForThePreviousKernel) {
   cudaStreamDestroy(stream);
 }
 
-// FC1's case at T=1: the offsets come while the previous kernel runs, announced by a flag; the
-// GEMV reads them after the flag (not before: they are stale until then) and the activations
-// after its wait.
-TEST_F(GemvPdl, FlaggedOffsetsAreReadAfterTheFlag) {
-  std::mt19937 rng(static_cast<unsigned>(base_seed() ^ 0x6e06));
-  const Problem p = make_problem(128, 256, {3, 0, 9, 1}, rng);
+// Every GEMV tactic as the dependent of flagging_writer (the permute's case at T=1): the offsets
+// come at the flag, the rows `a` late. With `one_row` (host, [k]) the call also names that row.
+void expect_flagged_runs_match(const Problem& p, const std::vector<uint16_t>& one_row) {
   const DeviceBuffer a_src(to_device(p.a_bits)), w(to_device(p.w_bits)),
-      off_src(to_device(p.offsets));
+      off_src(to_device(p.offsets)), row(to_device(one_row));
   DeviceBuffer a(p.a_bits.size() * 2), off(p.offsets.size() * 4), flag(4),
       d(static_cast<std::size_t>(p.max_rows * p.n) * 2);
   GroupedGemm gemm(GroupedShape{Elem::kBF16, p.groups, p.n, p.k, p.max_rows}, 0);
@@ -169,12 +172,45 @@ TEST_F(GemvPdl, FlaggedOffsetsAreReadAfterTheFlag) {
         static_cast<int64_t>(p.a_bits.size() / 8), 100000);
     GroupedGemm::GemmCall call{&gemm, a.ptr, w.ptr, d.ptr, t};
     call.offsets_flag = static_cast<const uint32_t*>(flag.ptr);
+    if (!one_row.empty()) call.one_row = row.ptr;
     const Status s = gemm.launch(call, static_cast<const int32_t*>(off.ptr), stream);
     ASSERT_TRUE(s.ok()) << s.message();
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     expect_matches(p, to_host<uint16_t>(d.ptr, d.bytes / 2));
   }
   cudaStreamDestroy(stream);
+}
+
+// FC1's case at T=1: the offsets come while the previous kernel runs, announced by a flag; the
+// GEMV reads them after the flag (not before: they are stale until then) and the activations
+// after its wait.
+TEST_F(GemvPdl, FlaggedOffsetsAreReadAfterTheFlag) {
+  std::mt19937 rng(static_cast<unsigned>(base_seed() ^ 0x6e06));
+  expect_flagged_runs_match(make_problem(128, 256, {3, 0, 9, 1}, rng), {});
+}
+
+// FC1's case at one token: every row is the caller's hidden row (GemmCall::one_row), ready
+// before the kernel before, which writes the gathered rows `a` late. The TMA GEMV reads the one
+// row (from the flag on); the others read `a` after their wait. Both must match, also where an
+// expert has the token twice or more (repeated caller ids: rows of one chunk, and past it). A
+// misaligned row is refused, named.
+TEST_F(GemvPdl, OneRowServesEveryRowFromTheFlag) {
+  std::mt19937 rng(static_cast<unsigned>(base_seed() ^ 0x6e08));
+  Problem p = make_gemm_inputs(Elem::kBF16, 192, 320, {1, 0, 2, 1, 0, 9}, rng);
+  for (int64_t r = 1; r < p.rows; ++r)  // one token's 13 slots: equal rows
+    std::copy_n(p.a_bits.begin(), p.k, p.a_bits.begin() + r * p.k);
+  compute_reference(p);
+  const std::vector<uint16_t> row(p.a_bits.begin(), p.a_bits.begin() + p.k);
+  expect_flagged_runs_match(p, row);
+
+  const DeviceBuffer buf(to_device(p.a_bits)), off(to_device(p.offsets));
+  GroupedGemm gemm(GroupedShape{Elem::kBF16, p.groups, p.n, p.k, p.max_rows}, 0);
+  GroupedGemm::GemmCall bad{&gemm, buf.ptr, buf.ptr, buf.ptr,
+                            gemv_tactics().front()};
+  bad.one_row = static_cast<const char*>(buf.ptr) + 2;
+  const Status s = gemm.launch(bad, static_cast<const int32_t*>(off.ptr), nullptr);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("one activation row"), std::string::npos) << s.message();
 }
 
 // FC1 (+ its SwiGLU) and FC2 on a TMA GEMV tactic over `counts` rows per expert, with the
