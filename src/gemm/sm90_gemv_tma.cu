@@ -494,10 +494,17 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
   consumers_start(p1);
   RingConsumer<kBF16, R, kStages> cons(sm, warp, lane);
   for (;;) {
-    EmptyBarrier::wait(&s_item_full[slot], slot_phase);
-    const int item = *static_cast<volatile int*>(&s_items[slot]);
-    __syncwarp();
-    if (lane == 0) EmptyBarrier::arrive(&s_item_empty[slot]);
+    // Lane 0 reads the slot and frees it, so that the read comes before the arrive in one
+    // thread (the producer writes the slot again after it); the warp gets the item by shuffle.
+    // Every lane reading it before lane 0's arrive, ordered by __syncwarp only, showed as a
+    // read/write race under racecheck once blocks took over kStages items (session 14).
+    int item = 0;
+    if (lane == 0) {
+      EmptyBarrier::wait(&s_item_full[slot], slot_phase);
+      item = s_items[slot];
+      EmptyBarrier::arrive(&s_item_empty[slot]);
+    }
+    item = __shfl_sync(0xffffffffu, item, 0);
     next_slot();
     if (item < 0) break;
     if (item < items1) {

@@ -345,6 +345,27 @@ TEST_F(GemvPdl, ChainedFc1Fc2RepeatedAfterALateWriter) {
   cudaStreamDestroy(stream);
 }
 
+// For compute-sanitizer (scripts/device.sh runs *Sanitizer* under memcheck and racecheck): the
+// chained kernel once, with its blocks taking more items than its item ring has slots (256
+// experts of one row: 6144 items, ~15 per block on 132 SMs, the ring 8), so that the ring's slots
+// are written again after the consumers read them. Racecheck saw that reuse as a race while every
+// consumer lane read the slot (session 14); the two-launch result must match bit for bit.
+class GemvPdlSanitizer : public GpuTest {};
+
+TEST_F(GemvPdlSanitizer, ChainedItemRingWraps) {
+  std::mt19937 rng(static_cast<unsigned>(base_seed() ^ 0x6e0a));
+  ChainedCase c(1024, 256, std::vector<int>(256, 1), rng);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  c.two_launches(stream);
+  c.reset();
+  const Status s = c.chained(stream, false);
+  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(c.first_difference(), "");
+  cudaStreamDestroy(stream);
+}
+
 // FC2's case: row_offsets were written before the previous kernel started (offsets_ready), so
 // the GEMV may read them and prefetch weights before its wait, but not the activations, which
 // the previous kernel writes late.
