@@ -258,6 +258,15 @@ struct ChainedCase {
         Call{&fc2, y2.ptr, w2.ptr, z2.ptr, second.empty() ? tactic : second}, offsets(),
         static_cast<int*>(done.ptr), stream);
   }
+  // Both ways on fresh buffers (the chained kernel after nothing: offsets ready), bit for bit.
+  void expect_chained_matches_two_launches(cudaStream_t stream) {
+    two_launches(stream);
+    reset();
+    const Status s = chained(stream, false);
+    ASSERT_TRUE(s.ok()) << s.message();
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    EXPECT_EQ(first_difference(), "");
+  }
   // The first element where the chained run differs from the two launches, as row (expert) and
   // column of FC1's and FC2's outputs; empty where both are equal bit for bit.
   std::string first_difference() const {
@@ -292,12 +301,7 @@ TEST_F(GemvPdl, ChainedFc1Fc2EqualsTwoLaunches) {
     if (t.rfind("sm90.gemv.tma", 0) != 0) continue;
     SCOPED_TRACE(t);
     c.tactic = t;
-    c.two_launches(stream);
-    c.reset();
-    const Status s = c.chained(stream, false);
-    ASSERT_TRUE(s.ok()) << s.message();
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    EXPECT_EQ(c.first_difference(), "");
+    c.expect_chained_matches_two_launches(stream);
     const auto got_z = to_host<uint16_t>(c.z2.ptr, c.z2.bytes / 2);
     int64_t unwritten = 0;
     for (int64_t i = 0; i < c.p1.rows * c.H; ++i) unwritten += got_z[i] == 0xffff;
@@ -357,12 +361,7 @@ TEST_F(GemvPdlSanitizer, ChainedItemRingWraps) {
   ChainedCase c(1024, 256, std::vector<int>(256, 1), rng);
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  c.two_launches(stream);
-  c.reset();
-  const Status s = c.chained(stream, false);
-  ASSERT_TRUE(s.ok()) << s.message();
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  EXPECT_EQ(c.first_difference(), "");
+  c.expect_chained_matches_two_launches(stream);
   cudaStreamDestroy(stream);
 }
 
