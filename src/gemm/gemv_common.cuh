@@ -27,6 +27,7 @@ struct GemvParams {
   int offsets_ready;       // row_offsets final before the kernel starts, or at the flag
   const uint32_t* offsets_flag;  // or null (GemmCall)
   int one_row;                   // the TMA GEMV reads RunArgs::one_row for every row
+  int* next_item;                // or null: RunArgs::item_counter (the TMA GEMV)
   activation::Params act;  // "+act" only
   const float* bias;       // "+act" only: [groups, n] or null
 };
@@ -165,6 +166,7 @@ class GemvTacticBase : public Tactic {
     p.offsets_ready = a.offsets_ready || a.offsets_flag != nullptr ? 1 : 0;
     p.offsets_flag = a.offsets_flag;
     p.one_row = a.one_row != nullptr ? 1 : 0;
+    p.next_item = a.item_counter;
     return p;
   }
 

@@ -147,7 +147,8 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 // A checked call's arguments for its tactic.
 RunArgs run_args(const GroupedGemm::GemmCall& c, const int32_t* row_offsets,
                  cudaStream_t stream) {
-  return RunArgs{c.a, c.b, c.d, row_offsets, stream, c.offsets_ready, c.offsets_flag, c.one_row};
+  return RunArgs{c.a, c.b, c.d, row_offsets, stream, c.offsets_ready, c.offsets_flag, c.one_row,
+                 c.item_counter};
 }
 
 }  // namespace

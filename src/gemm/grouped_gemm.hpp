@@ -110,6 +110,11 @@ class GroupedGemm {
     // before must neither write it nor read `d`, it waits for that kernel only for the offsets
     // (offsets_flag) and before it lets the next kernel start. Other tactics read `a`.
     const void* one_row = nullptr;
+    // Or null: a counter, zero before the kernel starts (written by a kernel it waits for, or
+    // before the flag), from which the TMA GEMV's blocks take their items one by one instead of
+    // a fixed share each: blocks that start late or stream slowly take fewer. Other tactics
+    // ignore it.
+    int32_t* item_counter = nullptr;
   };
   static constexpr int kMaxCallsPerWrite = 2;
   static Status write_problems(const GemmCall* calls, int count, const int32_t* row_offsets,

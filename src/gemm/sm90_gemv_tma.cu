@@ -10,8 +10,11 @@
 // on the consumers' path: loading the activations one box ahead from global memory held each
 // block to ~10 GB/s (H200, session 8), slower than gemv.n8 at T=1.
 //
-// Items are (non-empty expert, 64-row tile), persistent as in sm90_gemv.cu; an expert with more
-// than 8 rows runs in chunks of 8 that stream its tile again. Weights are constant, so with
+// Items are (non-empty expert, 64-row tile), persistent as in sm90_gemv.cu: a fixed share per
+// block, or, where blocks take more than one and the caller gives a counter
+// (GemmCall::item_counter), one at a time from it, so that blocks that start late (beside the
+// permute's block) or stream slowly take fewer. An expert with more than 8 rows runs in chunks
+// of 8 that stream its tile again. Weights are constant, so with
 // settled offsets (FC2) the producer copies the first kStages weight boxes before the PDL wait,
 // while the kernel before finishes, and their activations after it.
 //
@@ -96,6 +99,55 @@ struct Walk {
 __device__ __forceinline__ Walk walk_of(const GemvParams& p, int live) {
   return Walk{live, p.row_tiles, (p.k + kBoxK - 1) / kBoxK};
 }
+
+// Item ids handed from the producer thread to the consumer warps through kSlots slots, taken
+// one at a time from a counter: a block takes its next item only once a slot is free.
+// -1: no more items.
+template <int kSlots>
+struct ItemRing {
+  uint64_t* full;   // [kSlots]: the id is written
+  uint64_t* empty;  // [kSlots]: every consumer warp has read it
+  int* ids;         // [kSlots]
+  int slot = 0;
+  uint32_t phase = 0;
+
+  __device__ static void init(uint64_t* full, uint64_t* empty, int consumers) {  // one thread
+    for (int s = 0; s < kSlots; ++s) {
+      EmptyBarrier::init(&full[s], 1);
+      EmptyBarrier::init(&empty[s], consumers);
+    }
+  }
+  __device__ void advance() {
+    if (++slot == kSlots) {
+      slot = 0;
+      phase ^= 1;
+    }
+  }
+  // The producer thread: the next id from *counter, published; -1 once it passes `items`.
+  __device__ int take_and_publish(int* counter, int items) {
+    EmptyBarrier::wait(&empty[slot], phase ^ 1);
+    int id = atomicAdd(counter, 1);
+    if (id >= items) id = -1;
+    ids[slot] = id;
+    EmptyBarrier::arrive(&full[slot]);
+    advance();
+    return id;
+  }
+  // A consumer warp: lane 0 reads the slot and frees it, so that the read comes before the
+  // arrive in one thread (the producer writes the slot again after it); the warp gets the id
+  // by shuffle. Every lane reading it before lane 0's arrive, ordered by __syncwarp only,
+  // showed as a read/write race under racecheck once blocks took over kSlots items (session 14).
+  __device__ int read(int lane) {
+    int id = 0;
+    if (lane == 0) {
+      EmptyBarrier::wait(&full[slot], phase);
+      id = ids[slot];
+      EmptyBarrier::arrive(&empty[slot]);
+    }
+    advance();
+    return __shfl_sync(0xffffffffu, id, 0);
+  }
+};
 
 // Global memory written by generic stores in other blocks, read next by TMA (the async proxy).
 __device__ __forceinline__ void fence_proxy_async_global() {
@@ -340,19 +392,27 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
   constexpr int kConsumers = R::kConsumers, kWarps = R::kWarps, kStageBytes = R::kStageBytes;
   extern __shared__ uint8_t smem_raw[];
   __shared__ int s_warp_live[kWarps];
+  __shared__ uint64_t s_item_full[kStages], s_item_empty[kStages];
+  __shared__ int s_items[kStages];
   const R sm(smem_raw);
+  ItemRing<kStages> counted_items{s_item_full, s_item_empty, s_items};
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       FullBarrier::init(&sm.full[s], 1);
       EmptyBarrier::init(&sm.empty[s], kConsumers);
     }
+    if (p.next_item != nullptr) ItemRing<kStages>::init(s_item_full, s_item_empty, kConsumers);
     cutlass::arch::fence_barrier_init();
   }
+  // The counter is clear once the offsets can be read (GemmCall::item_counter).
   wait_for_offsets(p);
   // Synchronizes the block: the barriers are initialized from here on.
   const Walk walk{compact_live_groups<kWarps>(p.row_offsets, p.groups, sm.active, s_warp_live),
                   p.row_tiles, (p.k + kBoxK - 1) / kBoxK};
+  // Items from the counter only where blocks take more than one: else the fixed share is the
+  // same and costs no atomic (forward A/B, session 15: qwen3 T=1 +0.3 us with the counter).
+  const bool counted = p.next_item != nullptr && walk.items() > gridDim.x;
 
   if (warp == kConsumers) {  // the producer warp; one thread issues the copies
     if (lane == 0) {
@@ -376,7 +436,13 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
       };
       int stage = 0, issued = 0;
       uint32_t phase = 0;
-      for (int64_t item = blockIdx.x; item < walk.items(); item += gridDim.x) {
+      const int n_items = int(walk.items());  // < 2^31: Walk::items of int32 rows
+      const auto next = [&](int64_t item) -> int64_t {
+        if (!counted) return item + gridDim.x;
+        const int id = counted_items.take_and_publish(p.next_item, n_items);
+        return id < 0 ? n_items : id;
+      };
+      for (int64_t item = counted ? next(0) : blockIdx.x; item < n_items; item = next(item)) {
         const int g = sm.active[item / walk.row_tiles];
         const int row = g * p.n + int(item % walk.row_tiles) * kRows;
         const int m0 = p.row_offsets[g];
@@ -418,8 +484,13 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
     pipeline::pdl_launch_dependents();
   }
   RingConsumer<kBF16, R, kStages> consumer(sm, warp, lane, p.one_row != 0);
-  for (int64_t item = blockIdx.x; item < walk.items(); item += gridDim.x)
-    consumer.template item<kAct>(p, walk, sm.active, item);
+  if (counted) {
+    for (int item = counted_items.read(lane); item >= 0; item = counted_items.read(lane))
+      consumer.template item<kAct>(p, walk, sm.active, item);
+  } else {
+    for (int64_t item = blockIdx.x; item < walk.items(); item += gridDim.x)
+      consumer.template item<kAct>(p, walk, sm.active, item);
+  }
 }
 
 // FC1 (+ its gated activation) then FC2 in one persistent kernel, for decode. Items are FC1's,
@@ -440,27 +511,16 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
   extern __shared__ uint8_t smem_raw[];
   __shared__ int s_warp_live[R::kWarps];
   __shared__ uint64_t s_item_full[kStages], s_item_empty[kStages];
-  __shared__ int s_items[kStages];  // -1: no more items
+  __shared__ int s_items[kStages];
   const R sm(smem_raw);
+  ItemRing<kStages> ring{s_item_full, s_item_empty, s_items};
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (threadIdx.x == 0)
-    for (int s = 0; s < kStages; ++s) {
-      EmptyBarrier::init(&s_item_full[s], 1);
-      EmptyBarrier::init(&s_item_empty[s], R::kConsumers);
-    }
+  if (threadIdx.x == 0) ItemRing<kStages>::init(s_item_full, s_item_empty, R::kConsumers);
   // Fences the item barriers' initialization with the ring's and synchronizes the block.
   const int live = ring_prologue<R, kStages>(sm, p1, s_warp_live);
   const Walk fc1 = walk_of(p1, live), fc2 = walk_of(p2, live);
   const int items1 = int(fc1.items()), items = items1 + int(fc2.items());
   int* const next_item = done + p1.groups;
-  int slot = 0;
-  uint32_t slot_phase = 0;
-  const auto next_slot = [&] {
-    if (++slot == kStages) {
-      slot = 0;
-      slot_phase ^= 1;
-    }
-  };
 
   if (warp == R::kConsumers) {
     producer_warp(lane, [&] {
@@ -474,12 +534,7 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
       typename Producer::Noted noted[kStages];
       Producer prod(sm, noted, done, s_opened, !p1.offsets_ready);
       for (;;) {
-        EmptyBarrier::wait(&s_item_empty[slot], slot_phase ^ 1);
-        int item = atomicAdd(next_item, 1);
-        if (item >= items) item = -1;
-        s_items[slot] = item;
-        EmptyBarrier::arrive(&s_item_full[slot]);
-        next_slot();
+        const int item = ring.take_and_publish(next_item, items);
         if (item < 0) break;
         if (item < items1)
           prod.item(p1, fc1, sm.active, item, &w1, &a1, -1, 0);
@@ -494,18 +549,7 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
   consumers_start(p1);
   RingConsumer<kBF16, R, kStages> cons(sm, warp, lane);
   for (;;) {
-    // Lane 0 reads the slot and frees it, so that the read comes before the arrive in one
-    // thread (the producer writes the slot again after it); the warp gets the item by shuffle.
-    // Every lane reading it before lane 0's arrive, ordered by __syncwarp only, showed as a
-    // read/write race under racecheck once blocks took over kStages items (session 14).
-    int item = 0;
-    if (lane == 0) {
-      EmptyBarrier::wait(&s_item_full[slot], slot_phase);
-      item = s_items[slot];
-      EmptyBarrier::arrive(&s_item_empty[slot]);
-    }
-    item = __shfl_sync(0xffffffffu, item, 0);
-    next_slot();
+    const int item = ring.read(lane);
     if (item < 0) break;
     if (item < items1) {
       const int chunks = cons.template item<true>(p1, fc1, sm.active, item);

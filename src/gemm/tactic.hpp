@@ -52,6 +52,7 @@ struct RunArgs {
   bool offsets_ready = false;
   const uint32_t* offsets_flag = nullptr;
   const void* one_row = nullptr;  // or null (see GemmCall)
+  int32_t* item_counter = nullptr;  // or null (see GemmCall)
 };
 
 class Tactic {

@@ -295,7 +295,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) single_block_kernel(Args a) {
     if (e == L - 1) {
       offs[L] = offset + count;
       a.b.offsets[L] = offset + count;
-      if (a.b.expert_done != nullptr) a.b.expert_done[L] = 0;
+      if (a.b.expert_done != nullptr) a.b.expert_done[L] = a.b.expert_done[L + 1] = 0;
     }
     if (a.b.offsets_flag != nullptr) __threadfence();  // the offsets before the flag
   }

@@ -53,8 +53,9 @@ struct Buffers {
   // [1] or null: the single-block kernel clears it before the next kernel can start and sets it
   // once the offsets are written (OffsetsFinal::kAtFlag).
   uint32_t* offsets_flag = nullptr;
-  // [L + 1] or null: cleared by the single-block kernel (clears_expert_done), for the chained
-  // FC1 -> FC2 GEMV to count each expert's finished FC1 work in, and its items handed out.
+  // [L + 2] or null: cleared by the single-block kernel (clears_expert_done) before the
+  // offsets flag, for the chained FC1 -> FC2 GEMV to count each expert's finished FC1 work in
+  // and hand out its items ([L]), and for the standalone GEMVs' item counters ([L], [L + 1]).
   int32_t* expert_done = nullptr;
 };
 

@@ -214,7 +214,8 @@ TEST_F(GemvPdl, OneRowServesEveryRowFromTheFlag) {
 }
 
 // FC1 (+ its SwiGLU) and FC2 on a TMA GEMV tactic over `counts` rows per expert, with the
-// buffers of two runs: y1/z1 from two launches, y2/z2 from the chained kernel (`x` its input).
+// buffers of two runs: y1/z1 from two launches, y2/z2 from the chained kernel or from two
+// launches that take their items from counters (`x` their input).
 struct ChainedCase {
   using Call = GroupedGemm::GemmCall;
   std::string tactic = "sm90.gemv.tma64";
@@ -232,7 +233,7 @@ struct ChainedCase {
         x_src(to_device(p1.a_bits)), x(to_device(p1.a_bits)), w1(to_device(p1.w_bits)),
         w2(to_device(p2.w_bits)), off(to_device(p1.offsets)), y1(size_t(P) * i * 2),
         z1(size_t(P) * h * 2), y2(size_t(P) * i * 2), z2(size_t(P) * h * 2),
-        done(size_t(G + 1) * 4),
+        done(size_t(G + 2) * 4),
         fc1(GroupedShape{Elem::kBF16, G, 2 * i, h, P}, 0, act),
         fc2(GroupedShape{Elem::kBF16, G, h, i, P}, 0) {}
   const int32_t* offsets() const { return static_cast<const int32_t*>(off.ptr); }
@@ -243,6 +244,19 @@ struct ChainedCase {
     ASSERT_TRUE(fc1.launch(Call{&fc1, x.ptr, w1.ptr, y1.ptr, t + "+act"}, offsets(), stream).ok());
     ASSERT_TRUE(fc2.launch(Call{&fc2, y1.ptr, w2.ptr, z1.ptr, t, true}, offsets(), stream).ok());
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  }
+  // y2 and z2 by two launches taking their items from done[G] and done[G + 1] (after reset());
+  // returns the two counters' values after the run.
+  std::vector<int32_t> counted_launches(cudaStream_t stream) {
+    const std::string& t = tactic;
+    Call c1{&fc1, x.ptr, w1.ptr, y2.ptr, t + "+act"}, c2{&fc2, y2.ptr, w2.ptr, z2.ptr, t, true};
+    c1.item_counter = static_cast<int32_t*>(done.ptr) + G;
+    c2.item_counter = static_cast<int32_t*>(done.ptr) + G + 1;
+    EXPECT_TRUE(fc1.launch(c1, offsets(), stream).ok());
+    EXPECT_TRUE(fc2.launch(c2, offsets(), stream).ok());
+    EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    const auto counters = to_host<int32_t>(done.ptr, size_t(G) + 2);
+    return {counters[G], counters[G + 1]};
   }
   // Before each chained run (and before any kernel it is to follow: this waits for the device):
   // y2 and z2 poisoned, the counters cleared.
@@ -267,10 +281,12 @@ struct ChainedCase {
     ASSERT_TRUE(s.ok()) << s.message();
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     EXPECT_EQ(first_difference(), "");
+    EXPECT_EQ(unwritten(), 0);
+  }
+  // Elements of FC2's output rows (z2) still poisoned.
+  int64_t unwritten() const {
     const auto got_z = to_host<uint16_t>(z2.ptr, z2.bytes / 2);
-    int64_t unwritten = 0;
-    for (int64_t i = 0; i < p1.rows * H; ++i) unwritten += got_z[i] == 0xffff;
-    EXPECT_EQ(unwritten, 0);
+    return std::count(got_z.begin(), got_z.begin() + p1.rows * H, uint16_t(0xffff));
   }
   // The first element where the chained run differs from the two launches, as row (expert) and
   // column of FC1's and FC2's outputs; empty where both are equal bit for bit.
@@ -363,6 +379,31 @@ TEST_F(GemvPdlSanitizer, ChainedItemRingWraps) {
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   c.expect_chained_matches_two_launches(stream);
+  cudaStreamDestroy(stream);
+}
+
+// The standalone TMA GEMV with GemmCall::item_counter, where its blocks take several items
+// (256 experts of one row: FC1 2048 items, FC2 4096, on at most 396 blocks), so that the item
+// ring's slots are reused: equal to the fixed shares bit for bit, every output written, and the
+// counters show that the items came from them. Named for the device script's memcheck and
+// racecheck pass; the two variants the engine picks.
+TEST_F(GemvPdlSanitizer, CountedItemsEqualFixedShares) {
+  std::mt19937 rng(static_cast<unsigned>(base_seed() ^ 0x6e0b));
+  ChainedCase c(1024, 256, std::vector<int>(256, 1), rng);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  for (const char* t : {"sm90.gemv.tma64", "sm90.gemv.tma64.s12"}) {
+    SCOPED_TRACE(t);
+    c.tactic = t;
+    c.two_launches(stream);
+    c.reset();
+    const std::vector<int32_t> counters = c.counted_launches(stream);
+    EXPECT_EQ(c.first_difference(), "");
+    EXPECT_EQ(c.unwritten(), 0);
+    // Each block takes ids until one passes the end: items + grid.
+    EXPECT_GT(counters[0], 256 * 8);
+    EXPECT_GT(counters[1], 256 * 16);
+  }
   cudaStreamDestroy(stream);
 }
 

@@ -44,7 +44,7 @@ struct Workspace {
     b.permuted = take(n.permuted_bytes);
     b.error_word = static_cast<unsigned long long*>(take(8));  // 0xff..: kNoError
     b.offsets_flag = static_cast<uint32_t*>(take(4));          // 0xff..: stale
-    b.expert_done = static_cast<int32_t*>(take((n.experts + 1) * 4));  // 0xff..: stale
+    b.expert_done = static_cast<int32_t*>(take((n.experts + 2) * 4));  // 0xff..: stale
   }
 };
 
@@ -159,8 +159,8 @@ void check_one(const PermuteCase& su, int64_t tokens, Path path, std::mt19937_64
       path == Path::kSingleBlock || (path == Path::kAuto && tokens <= kSingleBlockMaxTokens);
   EXPECT_EQ(to_host<uint32_t>(ws.b.offsets_flag, 1)[0], single ? 1u : 0xffffffffu);
   EXPECT_EQ(clears_expert_done(tokens, path), single);
-  EXPECT_EQ(to_host<int32_t>(ws.b.expert_done, L + 1),
-            std::vector<int32_t>(L + 1, single ? 0 : -1));
+  EXPECT_EQ(to_host<int32_t>(ws.b.expert_done, L + 2),
+            std::vector<int32_t>(L + 2, single ? 0 : -1));
   const auto got_ids = to_host<int32_t>(ws.b.topk_ids, ids.size());
   EXPECT_EQ(got_ids, kept);
   const auto got_w = to_host<float>(ws.b.topk_weights, ids.size());
