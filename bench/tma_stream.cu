@@ -1,0 +1,195 @@
+// How fast the decode GEMV's way of reading weights can stream a row-major [rows, k] bf16
+// matrix from DRAM, without its math: one producer thread copies boxes by TMA into a ring of
+// 8 KB stages, four consumer warps wait for each stage, read one word of it and free it
+// (sm90_gemv_tma.cu's ring). Each block takes whole row tiles (all of k), as the GEMV's items.
+// Variants differ in the stage's shape: 64 rows x 64 k (one 128-byte piece per row: the GEMV's
+// box), 16 x 256 or 8 x 512 (4 or 8 boxes side by side: longer runs per row), and the same
+// bytes read as contiguous 8 KB boxes; 8 stages at 3 blocks per SM or 12 at 2. A plain
+// vectorized read of the same bytes gives the machine's read-only stream rate beside them.
+// Usage: moekit_tma_stream [k ...] (default 2880 3072 2048 768); about 1 GB per matrix.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include <cutlass/arch/barrier.h>
+#include <cute/arch/copy_sm90_desc.hpp>
+#include <cute/arch/copy_sm90_tma.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+namespace {
+
+using FullBarrier = cutlass::arch::ClusterTransactionBarrier;
+using EmptyBarrier = cutlass::arch::ClusterBarrier;
+constexpr int kBoxK = 64;
+constexpr int kStageBytes = 8192;
+constexpr int kConsumers = 4;
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+// Stages of kRows rows x (kBoxes x 64) k; items are kRows-row tiles over all of k.
+template <int kRows, int kBoxes, int kStages, int kPerSm>
+__global__ void __launch_bounds__((kConsumers + 1) * 32, kPerSm)
+    tma_stream_kernel(const __grid_constant__ CUtensorMap map, int rows, int k,
+                      unsigned* sink) {
+  static_assert(kRows * kBoxes * kBoxK * 2 == kStageBytes);
+  extern __shared__ __align__(1024) uint8_t smem[];
+  __shared__ uint64_t full[kStages], empty[kStages];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      FullBarrier::init(&full[s], 1);
+      EmptyBarrier::init(&empty[s], kConsumers);
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();
+  const int tiles = rows / kRows, steps = k / (kBoxes * kBoxK);
+  int stage = 0;
+  uint32_t phase = 0;
+  if (warp == kConsumers) {
+    if (lane == 0)
+      for (int t = blockIdx.x; t < tiles; t += gridDim.x)
+        for (int j = 0; j < steps; ++j) {
+          EmptyBarrier::wait(&empty[stage], phase ^ 1);
+          FullBarrier::arrive_and_expect_tx(&full[stage], kStageBytes);
+          for (int b = 0; b < kBoxes; ++b)
+            cute::SM90_TMA_LOAD_2D::copy(&map, &full[stage],
+                                         uint64_t(cute::TMA::CacheHintSm90::EVICT_FIRST),
+                                         smem + stage * kStageBytes + b * kRows * 128,
+                                         (j * kBoxes + b) * kBoxK, t * kRows);
+          if (++stage == kStages) stage = 0, phase ^= 1;
+        }
+    return;
+  }
+  unsigned acc = 0;
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x)
+    for (int j = 0; j < steps; ++j) {
+      FullBarrier::wait(&full[stage], phase);
+      if (lane == 0) acc += reinterpret_cast<const unsigned*>(smem + stage * kStageBytes)[warp];
+      cutlass::arch::fence_view_async_shared();
+      __syncwarp();
+      if (lane == 0) EmptyBarrier::arrive(&empty[stage]);
+      if (++stage == kStages) stage = 0, phase ^= 1;
+    }
+  if (acc == 0x12345678u) *sink = acc;  // keeps the reads
+}
+
+__global__ void plain_read_kernel(const uint4* p, int64_t n, unsigned* sink) {
+  unsigned acc = 0;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const uint4 v = __ldcs(p + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x12345678u) *sink = acc;
+}
+
+PFN_cuTensorMapEncodeTiled_v12000 encoder() {
+  void* f = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
+                                         &q),
+        "cuTensorMapEncodeTiled");
+  return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+}
+
+CUtensorMap make_map(void* base, int64_t rows, int64_t k, int box_rows) {
+  CUtensorMap m{};
+  const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)};
+  const cuuint64_t pitch[1] = {cuuint64_t(k) * 2};
+  const cuuint32_t box[2] = {kBoxK, cuuint32_t(box_rows)};
+  const cuuint32_t unit[2] = {1, 1};
+  if (encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, base, dims, pitch, box, unit,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != 0) {
+    std::fprintf(stderr, "cuTensorMapEncodeTiled failed\n");
+    std::exit(1);
+  }
+  return m;
+}
+
+template <class Launch>
+double median_us(Launch&& launch) {
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "event");
+  check(cudaEventCreate(&b), "event");
+  std::vector<double> us;
+  for (int r = 0; r < 25; ++r) {
+    check(cudaEventRecord(a), "record");
+    launch();
+    check(cudaEventRecord(b), "record");
+    check(cudaEventSynchronize(b), "sync");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, a, b), "elapsed");
+    if (r >= 3) us.push_back(ms * 1e3);
+  }
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+template <int kRows, int kBoxes, int kStages, int kPerSm>
+void run_variant(const char* name, void* base, int64_t rows, int64_t k, int sms, unsigned* sink) {
+  const auto kernel = tma_stream_kernel<kRows, kBoxes, kStages, kPerSm>;
+  const int smem = kStages * kStageBytes + 1024;
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), "attr");
+  int per_sm = 0;
+  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, (kConsumers + 1) * 32,
+                                                      smem),
+        "occupancy");
+  const CUtensorMap map = make_map(base, rows, k, kRows);
+  const int tiles = int(rows / kRows);
+  const int grid = std::min(tiles, per_sm * sms);
+  const double us = median_us([&] {
+    kernel<<<grid, (kConsumers + 1) * 32, smem>>>(map, int(rows), int(k), sink);
+  });
+  check(cudaGetLastError(), name);
+  const double bytes = double(rows) * double(k) * 2;
+  std::printf("  %-34s %d/SM  %8.1f us  %5.2f TB/s\n", name, per_sm, us, bytes / us * 1e-6);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int64_t> ks;
+  for (int i = 1; i < argc; ++i) ks.push_back(std::atoll(argv[i]));
+  if (ks.empty()) ks = {2880, 3072, 2048, 768};
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "properties");
+  const int sms = prop.multiProcessorCount;
+  std::printf("# TMA weight stream on %s (%d SMs): medians of 22 runs, ~1 GB each\n", prop.name,
+              sms);
+  unsigned* sink = nullptr;
+  check(cudaMalloc(&sink, 4), "malloc");
+  for (int64_t k : ks) {
+    if (k % 64 != 0) continue;
+    const int64_t rows = (int64_t(1) << 30) / (k * 2) / 64 * 64;
+    void* base = nullptr;
+    check(cudaMalloc(&base, rows * k * 2), "malloc");
+    check(cudaMemset(base, 1, rows * k * 2), "memset");
+    std::printf("k %lld (%lld rows, %.2f GB)\n", (long long)k, (long long)rows,
+                rows * k * 2 * 1e-9);
+    const int64_t vecs = rows * k * 2 / 16;
+    const double us = median_us([&] {
+      plain_read_kernel<<<sms * 8, 512>>>(static_cast<const uint4*>(base), vecs, sink);
+    });
+    std::printf("  %-34s        %8.1f us  %5.2f TB/s\n", "plain 16-byte loads", us,
+                vecs * 16.0 / us * 1e-6);
+    run_variant<64, 1, 8, 3>("64 rows x 64 k (the GEMV's box)", base, rows, k, sms, sink);
+    run_variant<64, 1, 12, 2>("64 rows x 64 k, 12 stages", base, rows, k, sms, sink);
+    if (k % 256 == 0) run_variant<16, 4, 8, 3>("16 rows x 256 k", base, rows, k, sms, sink);
+    if (k % 512 == 0) run_variant<8, 8, 8, 3>("8 rows x 512 k", base, rows, k, sms, sink);
+    // The same bytes as [rows * k / 64, 64]: every box 8 KB contiguous.
+    run_variant<64, 1, 8, 3>("contiguous 8 KB boxes", base, rows * k / 64, 64, sms, sink);
+    check(cudaFree(base), "free");
+  }
+  return 0;
+}
