@@ -70,21 +70,9 @@ if want sanitize; then
 fi
 
 if want bench; then
-  # One process per preset, as a server holds one model: in one process, gpt-oss T=1 read 68.1 us
-  # right after deepseek's rows against 64.7 alone (session 15, same machine and binary, SM clock
-  # back at 1980 MHz before it); the rows' JSON files are merged into bench.json after.
-  parts=$(mktemp -d); rc=0; files=()
-  for p in $(echo "${MOEKIT_BENCH_PRESETS:-qwen3-30b-a3b,mixtral-8x7b,deepseek-v3,gpt-oss-120b}" | tr , ' '); do
-    $bin/tools/moekit bench --preset "$p" ${MOEKIT_BENCH_TOKENS:+--tokens "$MOEKIT_BENCH_TOKENS"} \
-      --flush "${MOEKIT_FLUSH:-read}" --json "$parts/$p.json" >"$parts/$p.txt" 2>&1 || rc=$?
-    files+=("$parts/$p.json")
-    if [ -s "$OUT/bench.txt" ]; then grep -v '^#\|^preset ' "$parts/$p.txt"; else cat "$parts/$p.txt"; fi >>"$OUT/bench.txt"
-  done
-  python3 -c 'import json, sys
-docs = [json.load(open(f)) for f in sys.argv[2:]]
-docs[0]["rows"] = [r for d in docs for r in d["rows"]]
-json.dump(docs[0], open(sys.argv[1], "w"), indent=1)' "$OUT/bench.json" "${files[@]}" || rc=$?
-  echo "bench: rc=$rc" >>"$OUT/bench.txt"
+  $bin/tools/moekit bench --preset "${MOEKIT_BENCH_PRESETS:-qwen3-30b-a3b,mixtral-8x7b,deepseek-v3,gpt-oss-120b}" \
+    ${MOEKIT_BENCH_TOKENS:+--tokens "$MOEKIT_BENCH_TOKENS"} --flush "${MOEKIT_FLUSH:-read}" --json "$OUT/bench.json" >"$OUT/bench.txt" 2>&1
+  echo "bench: rc=$?" >>"$OUT/bench.txt"
   cat "$OUT/bench.txt" >>"$summary"
 fi
 

@@ -205,7 +205,14 @@ int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& f
               const std::string& json_path, int trace_replays) {
   const std::vector<int64_t> tokens = parse_tokens(tokens_list);
   const L2Flush flush = parse_l2_flush(flush_text);
-  const int64_t max_t = *std::max_element(tokens.begin(), tokens.end());
+  // The workspace: --max-tokens where given (as a server sizes it for its largest batch; the
+  // decode GEMVs' grids follow it), else the largest count asked for.
+  const int64_t largest = *std::max_element(tokens.begin(), tokens.end());
+  if (lo.max_tokens != 0 && lo.max_tokens < largest)
+    throw Error(ErrorCode::kInvalidArgument, "--max-tokens " + std::to_string(lo.max_tokens) +
+                                                 " is below the token count " +
+                                                 std::to_string(largest));
+  const int64_t max_t = lo.max_tokens != 0 ? lo.max_tokens : largest;
   std::vector<std::string> presets;
   {
     std::stringstream ss(lo.preset);
@@ -215,10 +222,13 @@ int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& f
   const Floors floors = measure_floors();
   std::printf("# moekit bench on %s; floors: copy %.2f TB/s (read+write), BF16 GEMM %.0f TFLOP/s (cuBLAS 8192^3)\n",
               floors.gpu_name.c_str(), floors.copy_bytes_per_s / 1e12, floors.gemm_flops_per_s / 1e12);
-  std::printf("# median of graph replays, L2 flush before each: %s; routing included; random routing\n",
-              flush == L2Flush::kRead    ? "256 MiB read (L2 left clean)"
-              : flush == L2Flush::kWrite ? "256 MiB written (L2 left dirty)"
-                                         : "none");
+  std::printf(
+      "# median of graph replays, L2 flush before each: %s; routing included; random routing; "
+      "workspace for %lld tokens\n",
+      flush == L2Flush::kRead    ? "256 MiB read (L2 left clean)"
+      : flush == L2Flush::kWrite ? "256 MiB written (L2 left dirty)"
+                                 : "none",
+      static_cast<long long>(max_t));
   std::printf("%-16s %6s %10s %9s %9s %6s %8s %6s %8s %6s %10s  %s\n", "preset", "T", "median_us", "p10", "p90",
               "hit", "GB/s", "%bw", "TFLOP/s", "%gemm", "floor_us", "implementation");
   nlohmann::json rows = nlohmann::json::array();
@@ -267,7 +277,7 @@ int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& f
                       {"p90_us", row.p90_us}, {"reps", row.reps}, {"experts_hit", row.experts_hit},
                       {"bytes", row.bytes}, {"flops", row.flops}, {"floor_us", floor_us},
                       {"implementation", layer->resolution().chosen->id()}, {"l2_flush", to_string(flush)},
-                      {"trace", traced}});
+                      {"max_tokens", max_t}, {"trace", traced}});
     }
   }
   if (!json_path.empty()) {

@@ -89,6 +89,11 @@ TEST(Cli, ErrorsAreOneLineAndNonZero) {
   EXPECT_NE(moekit("bench --flush sideways").err.find("sideways"), std::string::npos);
   EXPECT_EQ(moekit("run --tokens 0").code, 2);  // command-line error
   EXPECT_EQ(moekit("bench --trace -1").code, 2);
+  // bench sizes the workspace by --max-tokens where given, so a count past it is refused first.
+  Ran small = moekit("bench --preset qwen3-30b-a3b --tokens 1,64 --max-tokens 8");
+  EXPECT_EQ(small.code, 1) << small.out << small.err;
+  EXPECT_NE(small.err.find("--max-tokens 8 is below the token count 64"), std::string::npos)
+      << small.err;
   EXPECT_EQ(moekit("frobnicate").code, 2);
 }
 
