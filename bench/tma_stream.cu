@@ -4,7 +4,8 @@
 // (sm90_gemv_tma.cu's ring). Each block takes whole row tiles (all of k), as the GEMV's items.
 // Variants differ in the stage's shape: 64 rows x 64 k (one 128-byte piece per row: the GEMV's
 // box), 16 x 256 or 8 x 512 (4 or 8 boxes side by side: longer runs per row), and the same
-// bytes read as contiguous 8 KB boxes; 8 stages at 3 blocks per SM or 12 at 2. A plain
+// bytes read as contiguous 8 KB boxes; 8 stages at 3 blocks per SM or 12 at 2; the GEMV's box
+// without its L2 promotion (or to 128-byte lines) or without its swizzle. A plain
 // vectorized read of the same bytes gives the machine's read-only stream rate beside them.
 // Usage: moekit_tma_stream [k ...] (default 2880 3072 2048 768); about 1 GB per matrix.
 #include <cuda.h>
@@ -93,6 +94,35 @@ __global__ void plain_read_kernel(const uint4* p, int64_t n, unsigned* sink) {
   if (acc == 0x12345678u) *sink = acc;
 }
 
+// Plain loads in the GEMV's order: a block takes 64-row tiles over all of k; per 64-k step each
+// of its 8 warps loads 8 rows x 128 bytes (a lane two 16-byte pieces), kUnroll steps in flight.
+template <int kUnroll>
+__global__ void __launch_bounds__(256) plain_tiles_kernel(const uint4* p, int rows, int k,
+                                                         unsigned* sink) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int chunk = lane % 8;              // 8 lanes x 16 bytes per 128-byte row piece
+  const int r = warp * 8 + lane / 8 * 2;  // rows r, r + 1 of the tile
+  const int64_t pitch = int64_t(k) * 2 / 16;  // uint4 per row
+  const int steps = k / 64;
+  unsigned acc = 0;
+  for (int t = blockIdx.x; t < rows / 64; t += gridDim.x) {
+    const uint4* base = p + (int64_t(t) * 64 + r) * pitch + chunk;
+    for (int j = 0; j < steps; j += kUnroll) {
+      uint4 v[kUnroll][2];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (j + u < steps) {
+          v[u][0] = __ldcs(base + (j + u) * 8);
+          v[u][1] = __ldcs(base + pitch + (j + u) * 8);
+        }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (j + u < steps) acc ^= v[u][0].x ^ v[u][1].y;
+    }
+  }
+  if (acc == 0x12345678u) *sink = acc;
+}
+
 PFN_cuTensorMapEncodeTiled_v12000 encoder() {
   void* f = nullptr;
   cudaDriverEntryPointQueryResult q{};
@@ -102,15 +132,21 @@ PFN_cuTensorMapEncodeTiled_v12000 encoder() {
   return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
 }
 
-CUtensorMap make_map(void* base, int64_t rows, int64_t k, int box_rows) {
+// How the map reads: the GEMV's (128-byte swizzle, L2 promotion to 256-byte lines) or another.
+struct MapStyle {
+  CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
+  CUtensorMapL2promotion promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+};
+
+CUtensorMap make_map(void* base, int64_t rows, int64_t k, int box_rows, MapStyle style) {
   CUtensorMap m{};
   const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)};
   const cuuint64_t pitch[1] = {cuuint64_t(k) * 2};
   const cuuint32_t box[2] = {kBoxK, cuuint32_t(box_rows)};
   const cuuint32_t unit[2] = {1, 1};
   if (encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, base, dims, pitch, box, unit,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != 0) {
+                CU_TENSOR_MAP_INTERLEAVE_NONE, style.swizzle, style.promotion,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != 0) {
     std::fprintf(stderr, "cuTensorMapEncodeTiled failed\n");
     std::exit(1);
   }
@@ -137,7 +173,8 @@ double median_us(Launch&& launch) {
 }
 
 template <int kRows, int kBoxes, int kStages, int kPerSm>
-void run_variant(const char* name, void* base, int64_t rows, int64_t k, int sms, unsigned* sink) {
+void run_variant(const char* name, void* base, int64_t rows, int64_t k, int sms, unsigned* sink,
+                 MapStyle style = {}) {
   const auto kernel = tma_stream_kernel<kRows, kBoxes, kStages, kPerSm>;
   const int smem = kStages * kStageBytes + 1024;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), "attr");
@@ -145,7 +182,7 @@ void run_variant(const char* name, void* base, int64_t rows, int64_t k, int sms,
   check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, (kConsumers + 1) * 32,
                                                       smem),
         "occupancy");
-  const CUtensorMap map = make_map(base, rows, k, kRows);
+  const CUtensorMap map = make_map(base, rows, k, kRows, style);
   const int tiles = int(rows / kRows);
   const int grid = std::min(tiles, per_sm * sms);
   const double us = median_us([&] {
@@ -183,8 +220,20 @@ int main(int argc, char** argv) {
     });
     std::printf("  %-34s        %8.1f us  %5.2f TB/s\n", "plain 16-byte loads", us,
                 vecs * 16.0 / us * 1e-6);
+    const double tiles_us = median_us([&] {
+      plain_tiles_kernel<4><<<sms * 8, 256>>>(static_cast<const uint4*>(base), int(rows), int(k),
+                                              sink);
+    });
+    std::printf("  %-34s        %8.1f us  %5.2f TB/s\n", "plain loads, 64-row tiles, 4 ahead",
+                tiles_us, rows * k * 2.0 / tiles_us * 1e-6);
     run_variant<64, 1, 8, 3>("64 rows x 64 k (the GEMV's box)", base, rows, k, sms, sink);
     run_variant<64, 1, 12, 2>("64 rows x 64 k, 12 stages", base, rows, k, sms, sink);
+    run_variant<64, 1, 8, 3>("64 x 64, no L2 promotion", base, rows, k, sms, sink,
+                             {CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE});
+    run_variant<64, 1, 8, 3>("64 x 64, L2 promotion 128 B", base, rows, k, sms, sink,
+                             {CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B});
+    run_variant<64, 1, 8, 3>("64 x 64, no swizzle", base, rows, k, sms, sink,
+                             {CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B});
     if (k % 256 == 0) run_variant<16, 4, 8, 3>("16 rows x 256 k", base, rows, k, sms, sink);
     if (k % 512 == 0) run_variant<8, 8, 8, 3>("8 rows x 512 k", base, rows, k, sms, sink);
     // The same bytes as [rows * k / 64, 64]: every box 8 KB contiguous.
