@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/event_timing.hpp"
 #include "gemm/grouped_gemm.hpp"
 
 namespace {
@@ -48,11 +49,6 @@ const Preset kPresets[] = {{"qwen3-30b-a3b", 128, 8, 2048, 768},
                            {"deepseek-v3", 256, 8, 7168, 2048},
                            {"gpt-oss-120b", 128, 4, 2880, 2880}};
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -66,9 +62,6 @@ int main(int argc, char** argv) {
   const std::vector<std::string> tactics = moekit::gemm::tactic_names(Elem::kBF16);
   cudaStream_t stream;
   check(cudaStreamCreate(&stream), "cudaStreamCreate");
-  cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "event");
-  check(cudaEventCreate(&stop), "event");
   void* flush;
   check(cudaMalloc(&flush, 256u << 20), "cudaMalloc");
   std::printf("# grouped GEMM tactic sweep, bf16, median us of >= 15 runs, L2 flushed before each\n");
@@ -137,19 +130,13 @@ int main(int argc, char** argv) {
             std::printf(" %14s", "-");
             continue;
           }
-          std::vector<double> us;
           bool ok = true;
-          for (int rep = 0; rep < 17 && ok; ++rep) {
-            check(cudaMemsetAsync(flush, rep, 256u << 20, stream), "flush");
-            check(cudaEventRecord(start, stream), "record");
-            ok = gemm.run(a, b, d, offsets, hint, stream, name).ok();
-            check(cudaEventRecord(stop, stream), "record");
-            check(cudaEventSynchronize(stop), name.c_str());
-            float ms = 0;
-            check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
-            if (rep > 1) us.push_back(ms * 1e3);
-          }
-          const double m = ok ? median(us) : -1;
+          int rep = 0;
+          const double us = moekit::event_median_us(
+              stream, 2, 15,
+              [&] { ok = ok && gemm.run(a, b, d, offsets, hint, stream, name).ok(); },
+              [&] { check(cudaMemsetAsync(flush, rep++, 256u << 20, stream), "flush"); });
+          const double m = ok ? us : -1;
           std::printf(" %14.1f", m);
           if (ok && m < best) { best = m; best_name = name; }
         }

@@ -21,6 +21,8 @@
 #include <cstdlib>
 #include <vector>
 
+#include "common/event_timing.hpp"
+
 namespace {
 
 using FullBarrier = cutlass::arch::ClusterTransactionBarrier;
@@ -155,21 +157,7 @@ CUtensorMap make_map(void* base, int64_t rows, int64_t k, int box_rows, MapStyle
 
 template <class Launch>
 double median_us(Launch&& launch) {
-  cudaEvent_t a, b;
-  check(cudaEventCreate(&a), "event");
-  check(cudaEventCreate(&b), "event");
-  std::vector<double> us;
-  for (int r = 0; r < 25; ++r) {
-    check(cudaEventRecord(a), "record");
-    launch();
-    check(cudaEventRecord(b), "record");
-    check(cudaEventSynchronize(b), "sync");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, a, b), "elapsed");
-    if (r >= 3) us.push_back(ms * 1e3);
-  }
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
+  return moekit::event_median_us(nullptr, 3, 22, launch);
 }
 
 template <int kRows, int kBoxes, int kStages, int kPerSm>

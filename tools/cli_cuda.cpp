@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli_common.hpp"
+#include "common/event_timing.hpp"
 #include "common/numeric.hpp"
 #include "moekit/status.hpp"
 
@@ -217,22 +218,9 @@ Floors measure_floors() {
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   f.gpu_name = prop.name;
-  cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "cudaEventCreate");
-  check(cudaEventCreate(&stop), "cudaEventCreate");
+  // Seconds: the median of `reps` runs after one untimed.
   auto time_median = [&](auto&& body, int reps) {
-    std::vector<double> ms;
-    body();
-    for (int i = 0; i < reps; ++i) {
-      check(cudaEventRecord(start), "cudaEventRecord");
-      body();
-      check(cudaEventRecord(stop), "cudaEventRecord");
-      check(cudaEventSynchronize(stop), "floor measurement");
-      float m = 0;
-      check(cudaEventElapsedTime(&m, start, stop), "cudaEventElapsedTime");
-      ms.push_back(m);
-    }
-    return quantile(ms, 0.5) * 1e-3;
+    return quantile(event_times_us(nullptr, 1, reps, body), 0.5) * 1e-6;
   };
   {  // Device copy: 2 GiB, bytes read plus bytes written.
     const std::size_t bytes = 2ull << 30;
@@ -261,8 +249,6 @@ Floors measure_floors() {
     cublasDestroy(h);
     f.gemm_flops_per_s = 2.0 * n * double(n) * n / s;
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   return f;
 }
 
