@@ -5,7 +5,8 @@
 // Variants differ in the stage's shape: 64 rows x 64 k (one 128-byte piece per row: the GEMV's
 // box), 16 x 256 or 8 x 512 (4 or 8 boxes side by side: longer runs per row), and the same
 // bytes read as contiguous 8 KB boxes; 8 stages at 3 blocks per SM or 12 at 2; the GEMV's box
-// without its L2 promotion (or to 128-byte lines) or without its swizzle. A plain
+// without its L2 promotion (or to 128-byte lines) or without its swizzle; half the tiles through
+// the ring and half by the consumer warps' own plain loads. A plain
 // vectorized read of the same bytes gives the machine's read-only stream rate beside them.
 // Usage: moekit_tma_stream [k ...] (default 2880 3072 2048 768); about 1 GB per matrix.
 #include <cuda.h>
@@ -38,10 +39,14 @@ void check(cudaError_t e, const char* what) {
   }
 }
 
-// Stages of kRows rows x (kBoxes x 64) k; items are kRows-row tiles over all of k.
-template <int kRows, int kBoxes, int kStages, int kPerSm>
+// Stages of kRows rows x (kBoxes x 64) k; items are kRows-row tiles over all of k. With
+// kLdgAhead > 0 (64-row stages only) the ring streams the first half of the tiles and the
+// consumer warps the second half themselves, by plain 16-byte loads kLdgAhead steps ahead into
+// registers, a step of theirs per ring stage: whether bytes in flight in registers add to the
+// ring's.
+template <int kRows, int kBoxes, int kStages, int kPerSm, int kLdgAhead = 0>
 __global__ void __launch_bounds__((kConsumers + 1) * 32, kPerSm)
-    tma_stream_kernel(const __grid_constant__ CUtensorMap map, int rows, int k,
+    tma_stream_kernel(const __grid_constant__ CUtensorMap map, const uint4* raw, int rows, int k,
                       unsigned* sink) {
   static_assert(kRows * kBoxes * kBoxK * 2 == kStageBytes);
   extern __shared__ __align__(1024) uint8_t smem[];
@@ -56,11 +61,12 @@ __global__ void __launch_bounds__((kConsumers + 1) * 32, kPerSm)
   }
   __syncthreads();
   const int tiles = rows / kRows, steps = k / (kBoxes * kBoxK);
+  const int ring_tiles = kLdgAhead > 0 ? tiles / 2 : tiles;
   int stage = 0;
   uint32_t phase = 0;
   if (warp == kConsumers) {
     if (lane == 0)
-      for (int t = blockIdx.x; t < tiles; t += gridDim.x)
+      for (int t = blockIdx.x; t < ring_tiles; t += gridDim.x)
         for (int j = 0; j < steps; ++j) {
           EmptyBarrier::wait(&empty[stage], phase ^ 1);
           FullBarrier::arrive_and_expect_tx(&full[stage], kStageBytes);
@@ -74,15 +80,46 @@ __global__ void __launch_bounds__((kConsumers + 1) * 32, kPerSm)
     return;
   }
   unsigned acc = 0;
-  for (int t = blockIdx.x; t < tiles; t += gridDim.x)
-    for (int j = 0; j < steps; ++j) {
-      FullBarrier::wait(&full[stage], phase);
-      if (lane == 0) acc += reinterpret_cast<const unsigned*>(smem + stage * kStageBytes)[warp];
-      cutlass::arch::fence_view_async_shared();
-      __syncwarp();
-      if (lane == 0) EmptyBarrier::arrive(&empty[stage]);
-      if (++stage == kStages) stage = 0, phase ^= 1;
+  const auto take_stage = [&] {
+    FullBarrier::wait(&full[stage], phase);
+    if (lane == 0) acc += reinterpret_cast<const unsigned*>(smem + stage * kStageBytes)[warp];
+    cutlass::arch::fence_view_async_shared();
+    __syncwarp();
+    if (lane == 0) EmptyBarrier::arrive(&empty[stage]);
+    if (++stage == kStages) stage = 0, phase ^= 1;
+  };
+  if constexpr (kLdgAhead == 0) {
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x)
+      for (int j = 0; j < steps; ++j) take_stage();
+  } else {
+    static_assert(kRows == 64 && kBoxes == 1, "the plain loads mirror 64 x 64 stages");
+    // Thread c loads 64 bytes of row c / 2 per step: 4 x 16 bytes.
+    const int row = threadIdx.x / 2, half = threadIdx.x % 2;
+    const int64_t pitch = int64_t(k) * 2 / 16;  // uint4 per row
+    int mine = 0;
+    for (int t = blockIdx.x; t < ring_tiles; t += gridDim.x) ++mine;
+    const int total = mine * steps;
+    const auto load = [&](int i, uint4 (&v)[4]) {
+      if (i >= total) return;
+      const int t2 = ring_tiles + blockIdx.x + (i / steps) * gridDim.x;
+      if (t2 >= tiles) return;
+      const uint4* q = raw + (int64_t(t2) * 64 + row) * pitch + (i % steps) * 8 + half * 4;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) v[e] = __ldcs(q + e);
+    };
+    uint4 v[kLdgAhead][4];
+#pragma unroll
+    for (int u = 0; u < kLdgAhead; ++u) load(u, v[u]);
+    for (int i0 = 0; i0 < total; i0 += kLdgAhead) {
+#pragma unroll
+      for (int u = 0; u < kLdgAhead; ++u) {
+        if (i0 + u >= total) break;
+        take_stage();
+        acc ^= v[u][0].x ^ v[u][1].y ^ v[u][2].z ^ v[u][3].w;
+        load(i0 + u + kLdgAhead, v[u]);
+      }
     }
+  }
   if (acc == 0x12345678u) *sink = acc;  // keeps the reads
 }
 
@@ -160,10 +197,10 @@ double median_us(Launch&& launch) {
   return moekit::event_median_us(nullptr, 3, 22, launch);
 }
 
-template <int kRows, int kBoxes, int kStages, int kPerSm>
+template <int kRows, int kBoxes, int kStages, int kPerSm, int kLdgAhead = 0>
 void run_variant(const char* name, void* base, int64_t rows, int64_t k, int sms, unsigned* sink,
                  MapStyle style = {}) {
-  const auto kernel = tma_stream_kernel<kRows, kBoxes, kStages, kPerSm>;
+  const auto kernel = tma_stream_kernel<kRows, kBoxes, kStages, kPerSm, kLdgAhead>;
   const int smem = kStages * kStageBytes + 1024;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), "attr");
   int per_sm = 0;
@@ -174,7 +211,8 @@ void run_variant(const char* name, void* base, int64_t rows, int64_t k, int sms,
   const int tiles = int(rows / kRows);
   const int grid = std::min(tiles, per_sm * sms);
   const double us = median_us([&] {
-    kernel<<<grid, (kConsumers + 1) * 32, smem>>>(map, int(rows), int(k), sink);
+    kernel<<<grid, (kConsumers + 1) * 32, smem>>>(map, static_cast<const uint4*>(base), int(rows),
+                                                  int(k), sink);
   });
   check(cudaGetLastError(), name);
   const double bytes = double(rows) * double(k) * 2;
@@ -216,6 +254,8 @@ int main(int argc, char** argv) {
                 tiles_us, rows * k * 2.0 / tiles_us * 1e-6);
     run_variant<64, 1, 8, 3>("64 rows x 64 k (the GEMV's box)", base, rows, k, sms, sink);
     run_variant<64, 1, 12, 2>("64 rows x 64 k, 12 stages", base, rows, k, sms, sink);
+    run_variant<64, 1, 8, 3, 2>("half ring, half plain 2 ahead", base, rows, k, sms, sink);
+    run_variant<64, 1, 8, 3, 4>("half ring, half plain 4 ahead", base, rows, k, sms, sink);
     run_variant<64, 1, 8, 3>("64 x 64, no L2 promotion", base, rows, k, sms, sink,
                              {CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE});
     run_variant<64, 1, 8, 3>("64 x 64, L2 promotion 128 B", base, rows, k, sms, sink,
