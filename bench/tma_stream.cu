@@ -6,8 +6,9 @@
 // box), 16 x 256 or 8 x 512 (4 or 8 boxes side by side: longer runs per row), and the same
 // bytes read as contiguous 8 KB boxes; 8 stages at 3 blocks per SM or 12 at 2; the GEMV's box
 // without its L2 promotion (or to 128-byte lines) or without its swizzle; half the tiles through
-// the ring and half by the consumer warps' own plain loads. A plain
-// vectorized read of the same bytes gives the machine's read-only stream rate beside them.
+// the ring and half by the consumer warps' own plain loads; grids of fewer blocks than slots, as
+// the decode GEMVs launch at one token. A plain vectorized read of the same bytes gives the
+// machine's read-only stream rate beside them.
 // Usage: moekit_tma_stream [k ...] (default 2880 3072 2048 768); about 1 GB per matrix.
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -199,7 +200,7 @@ double median_us(Launch&& launch) {
 
 template <int kRows, int kBoxes, int kStages, int kPerSm, int kLdgAhead = 0>
 void run_variant(const char* name, void* base, int64_t rows, int64_t k, int sms, unsigned* sink,
-                 MapStyle style = {}) {
+                 MapStyle style = {}, int blocks = 0) {
   const auto kernel = tma_stream_kernel<kRows, kBoxes, kStages, kPerSm, kLdgAhead>;
   const int smem = kStages * kStageBytes + 1024;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), "attr");
@@ -209,14 +210,15 @@ void run_variant(const char* name, void* base, int64_t rows, int64_t k, int sms,
         "occupancy");
   const CUtensorMap map = make_map(base, rows, k, kRows, style);
   const int tiles = int(rows / kRows);
-  const int grid = std::min(tiles, per_sm * sms);
+  const int grid = std::min(tiles, blocks > 0 ? blocks : per_sm * sms);
   const double us = median_us([&] {
     kernel<<<grid, (kConsumers + 1) * 32, smem>>>(map, static_cast<const uint4*>(base), int(rows),
                                                   int(k), sink);
   });
   check(cudaGetLastError(), name);
   const double bytes = double(rows) * double(k) * 2;
-  std::printf("  %-34s %d/SM  %8.1f us  %5.2f TB/s\n", name, per_sm, us, bytes / us * 1e-6);
+  std::printf("  %-34s %d/SM  %8.1f us  %5.2f TB/s  (%d blocks, %.1f MB in flight)\n", name, per_sm,
+              us, bytes / us * 1e-6, grid, grid * kStages * kStageBytes * 1e-6);
 }
 
 }  // namespace
@@ -254,6 +256,11 @@ int main(int argc, char** argv) {
                 tiles_us, rows * k * 2.0 / tiles_us * 1e-6);
     run_variant<64, 1, 8, 3>("64 rows x 64 k (the GEMV's box)", base, rows, k, sms, sink);
     run_variant<64, 1, 12, 2>("64 rows x 64 k, 12 stages", base, rows, k, sms, sink);
+    // Fewer blocks than slots, as the decode GEMVs at one token (gpt-oss FC1 360 and FC2 180,
+    // qwen3 FC1 192, mixtral FC2 128): the stream rate against the bytes in flight.
+    for (int blocks : {360, 192, 128})
+      run_variant<64, 1, 8, 3>("64 x 64, fewer blocks", base, rows, k, sms, sink, {}, blocks);
+    run_variant<64, 1, 12, 2>("12 stages, fewer blocks", base, rows, k, sms, sink, {}, 180);
     run_variant<64, 1, 8, 3, 2>("half ring, half plain 2 ahead", base, rows, k, sms, sink);
     run_variant<64, 1, 8, 3, 4>("half ring, half plain 4 ahead", base, rows, k, sms, sink);
     run_variant<64, 1, 8, 3>("64 x 64, no L2 promotion", base, rows, k, sms, sink,
