@@ -399,7 +399,7 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   if (T == 1) fc1_call.one_row = args.hidden.data;
   Call fc2_call{fc2_.get(), act_out_, w2_, fc2_out_, fc2_->pick_tactic(hint, chain), true};
   // Two TMA GEMVs take their items from counters the permute cleared, where their blocks take
-  // more than one: deepseek T=1 -1.2 to -1.6 us (forward A/B, session 15; others even).
+  // more than one: deepseek T=1 -1.2 to -1.8 us (forward A/B, session 15; others even).
   if (!chain && permute::clears_expert_done(T)) {
     fc1_call.item_counter = pbuf_.expert_done + lp_.num_experts;
     fc2_call.item_counter = pbuf_.expert_done + lp_.num_experts + 1;
