@@ -97,8 +97,8 @@ __global__ void __launch_bounds__((kConsumers + 1) * 32, kPerSm)
     // Thread c loads 64 bytes of row c / 2 per step: 4 x 16 bytes.
     const int row = threadIdx.x / 2, half = threadIdx.x % 2;
     const int64_t pitch = int64_t(k) * 2 / 16;  // uint4 per row
-    int mine = 0;
-    for (int t = blockIdx.x; t < ring_tiles; t += gridDim.x) ++mine;
+    // This block's ring tiles (blockIdx.x, + gridDim.x, ...), each paired with a tile of ours.
+    const int mine = max(0, (ring_tiles - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x));
     const int total = mine * steps;
     const auto load = [&](int i, uint4 (&v)[4]) {
       if (i >= total) return;
