@@ -148,7 +148,7 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 RunArgs run_args(const GroupedGemm::GemmCall& c, const int32_t* row_offsets,
                  cudaStream_t stream) {
   return RunArgs{c.a, c.b, c.d, row_offsets, stream, c.offsets_ready, c.offsets_flag, c.one_row,
-                 c.item_counter};
+                 c.item_counter, c.rows_bound};
 }
 
 }  // namespace
@@ -385,6 +385,9 @@ Status GroupedGemm::check_call(const GemmCall& c, const int32_t* row_offsets,
   if (!aligned16(c.one_row))
     return Status(ErrorCode::kInvalidArgument,
                   shape_text(st.shape) + ": the one activation row must be 16-byte aligned");
+  if (c.rows_bound < 0)
+    return Status(ErrorCode::kInvalidArgument, shape_text(st.shape) + ": rows_bound " +
+                                                   std::to_string(c.rows_bound) + " is negative");
   return {};
 }
 

@@ -115,6 +115,10 @@ class GroupedGemm {
     // a fixed share each: blocks that start late or stream slowly take fewer. Other tactics
     // ignore it.
     int32_t* item_counter = nullptr;
+    // Or 0: this run's rows are at most this many (the engine knows its token count, and the
+    // shape's max_rows is its largest batch's). The decode GEMVs then launch a grid for at most
+    // min(groups, rows_bound) live groups instead of max_rows'; others ignore it.
+    int64_t rows_bound = 0;
   };
   static constexpr int kMaxCallsPerWrite = 2;
   static Status write_problems(const GemmCall* calls, int count, const int32_t* row_offsets,

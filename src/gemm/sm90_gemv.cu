@@ -196,7 +196,7 @@ class GemvTactic final : public GemvTacticBase {
   Status run(const RunArgs& a) override {
     if (grid_ == 0) return {};  // max_rows == 0: nothing can ever be computed
     const GemvParams p = params(a);
-    const cudaError_t err = pipeline::launch_pdl(grouped_gemv_kernel<kBF16, NT, kAct>, grid_,
+    const cudaError_t err = pipeline::launch_pdl(grouped_gemv_kernel<kBF16, NT, kAct>, grid_for(a),
                                                  kThreads, smem_, a.stream, p);
     if (err != cudaSuccess) return cuda_status(err, "kernel launch", what_);
     return {};

@@ -653,8 +653,8 @@ class GemvTmaTactic final : public GemvTacticBase {
     Bound b;
     const Status s = bind(a, b);
     if (!s.ok()) return s;
-    const cudaError_t err = pipeline::launch_pdl(kernel, grid_, R::kThreads, smem_, a.stream,
-                                                 *b.weights, *b.acts, b.p);
+    const cudaError_t err = pipeline::launch_pdl(kernel, grid_for(a), R::kThreads, smem_,
+                                                 a.stream, *b.weights, *b.acts, b.p);
     if (err != cudaSuccess) return cuda_status(err, "kernel launch", what_);
     return {};
   }
@@ -674,8 +674,10 @@ class GemvTmaTactic final : public GemvTacticBase {
     Status s = bind(first, b1);
     if (s.ok()) s = second->bind(next_args, b2);
     if (!s.ok()) return s;
+    const int64_t live =
+        a.rows_bound > 0 ? std::min<int64_t>(live_max_, a.rows_bound) : live_max_;
     const int grid = static_cast<int>(
-        std::min<int64_t>(chained_slots_, live_max_ * (b1.p.row_tiles + b2.p.row_tiles)));
+        std::min<int64_t>(chained_slots_, live * (b1.p.row_tiles + b2.p.row_tiles)));
     const cudaError_t err =
         pipeline::launch_pdl(kChained, grid, R::kThreads, smem_, a.stream, *b1.weights, *b1.acts,
                              *b2.weights, *b2.acts, b1.p, b2.p, done);

@@ -53,6 +53,7 @@ struct RunArgs {
   const uint32_t* offsets_flag = nullptr;
   const void* one_row = nullptr;  // or null (see GemmCall)
   int32_t* item_counter = nullptr;  // or null (see GemmCall)
+  int64_t rows_bound = 0;           // or 0 (see GemmCall)
 };
 
 class Tactic {

@@ -404,6 +404,8 @@ void Sm90Engine::forward(const ForwardArgs& args) {
     fc1_call.item_counter = pbuf_.expert_done + lp_.num_experts;
     fc2_call.item_counter = pbuf_.expert_done + lp_.num_experts + 1;
   }
+  // Their grids for this run's rows, not max_tokens' (GemmCall::rows_bound).
+  fc1_call.rows_bound = fc2_call.rows_bound = rows;
   const Call calls[2] = {fc1_call, fc2_call};
   throw_if_error(gemm::GroupedGemm::write_problems(calls, 2, pbuf_.offsets, stream));
   Status chained(ErrorCode::kUnsupported, "not tried");

@@ -213,6 +213,36 @@ TEST_F(GemvPdl, OneRowServesEveryRowFromTheFlag) {
   EXPECT_NE(s.message().find("one activation row"), std::string::npos) << s.message();
 }
 
+// A shape built for many more rows than the run has (a server's workspace, at decode): with
+// GemmCall::rows_bound, every GEMV tactic launches a grid for that many rows. Any grid serves
+// (the kernels are persistent over their items), so a bound of the run's rows and one of a
+// single row (one block per row tile) both match the reference, every output written, none past
+// the rows. A negative bound is refused, named.
+TEST_F(GemvPdl, GridBoundedByTheRunsRows) {
+  std::mt19937 rng(static_cast<unsigned>(base_seed() ^ 0x6e0c));
+  Problem p = make_gemm_inputs(Elem::kBF16, 192, 320, {1, 0, 2, 1, 0, 9}, rng, 4000);
+  compute_reference(p);
+  const DeviceBuffer a(to_device(p.a_bits)), w(to_device(p.w_bits)), off(to_device(p.offsets));
+  DeviceBuffer d(static_cast<std::size_t>(p.max_rows * p.n) * 2);
+  GroupedGemm gemm(GroupedShape{Elem::kBF16, p.groups, p.n, p.k, p.max_rows}, 0);
+  for (const auto& t : gemv_tactics())
+    for (int64_t bound : {p.rows, int64_t(1)}) {
+      SCOPED_TRACE(t + " rows_bound " + std::to_string(bound));
+      d.poison();
+      GroupedGemm::GemmCall call{&gemm, a.ptr, w.ptr, d.ptr, t};
+      call.rows_bound = bound;
+      const Status s = gemm.launch(call, static_cast<const int32_t*>(off.ptr), nullptr);
+      ASSERT_TRUE(s.ok()) << s.message();
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      expect_matches(p, to_host<uint16_t>(d.ptr, d.bytes / 2));
+    }
+  GroupedGemm::GemmCall bad{&gemm, a.ptr, w.ptr, d.ptr, gemv_tactics().front()};
+  bad.rows_bound = -5;
+  const Status s = gemm.launch(bad, static_cast<const int32_t*>(off.ptr), nullptr);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("rows_bound -5"), std::string::npos) << s.message();
+}
+
 // FC1 (+ its SwiGLU) and FC2 on a TMA GEMV tactic over `counts` rows per expert, with the
 // buffers of two runs: y1/z1 from two launches, y2/z2 from the chained kernel or from two
 // launches that take their items from counters (`x` their input).
