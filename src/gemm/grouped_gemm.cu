@@ -297,10 +297,7 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint, bool chained) c
   //    another; not on mixtral's two experts at T=1 (+16 us, every block on the same two token
   //    rows), nor on deepseek's 1.7-3.3 GB at T=8 (+16 us), where swap-AB reads at the
   //    read-only stream rate (FC1 4.4 TB/s).
-  //    The 12-stage variant (tma64.s12), ahead on the probe of single GEMMs at T=8 (session 9),
-  //    lost in the forward where picked from a quarter row per expert (session 10: qwen3 T=8
-  //    +1.7 us, mixtral T=1 +7 us, gpt-oss T=8 even), so it is picked only where its grid fills
-  //    better (below).
+  //    Which TMA GEMV variant: see the .s12 rule below.
   //  - Up to 4 rows per expert where an expert's matrix is small (<= 8 MB: qwen3's FC1 6.3 MB
   //    and FC2 3.1 MB), the TMA GEMV again, with a chunk of 8 token rows per pass: the engine
   //    chains FC1 and FC2 in one kernel there (up to 64 tokens), and the swap-AB tiles' fixed
@@ -318,17 +315,27 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint, bool chained) c
   const double stream_bytes = live * expert_bytes;
   // The TMA GEMV's items (live expert, 64-row tile) per SM; tma64 runs 3 blocks per SM, .s12 2.
   const double items_per_sm = live * std::ceil(sh.n / 64.0) / std::max(state_->sm_count, 1);
-  const bool s12_fills_better = items_per_sm > 1.0 && !chained &&
-                                std::ceil(items_per_sm / 2) <= std::ceil(items_per_sm / 3);
+  // tma64.s12 (12 stages, 2 blocks per SM) or tma64 (8 stages, 3 per SM). Forward A/Bs with
+  // either forced everywhere (session 16, L2 promotion 128 B, one H200, 2 rounds):
+  //  - blocks taking several items (over 3 per SM: deepseek at T=1, FC1 3.8, FC2 6.7): .s12.
+  //    Both on .s12 182.7 us, FC1 only 184.7, neither 192.5.
+  //  - long items (64 rows of k > 2400) where .s12's grid takes them in no more waves: .s12.
+  //    gpt-oss's FC2 at T=1 (1.3 per SM, 368 KB items): 63.6 against 65.0 on tma64.
+  //    Short items stay on tma64: qwen3 at T=1 (FC1 1.4 per SM of 256 KB, FC2 1.9 of 96 KB)
+  //    33.5 on tma64 against 34.9 on .s12. Under one item per SM tma64 (session 13: mixtral's
+  //    FC2 at T=1, 0.86 per SM, +0.9 on .s12).
+  //  - chained (one variant serves FC1 and FC2): .s12 for large experts (gpt-oss T=8 358.0
+  //    against 361.5), tma64 for small ones (qwen3 T=8 even, T=64 +1.3 on .s12).
+  const bool long_items = sh.k > 2400;
+  const bool s12_fills_better =
+      chained ? expert_bytes > kSmallExpertBytes
+              : items_per_sm > 3.0 ||
+                    (long_items && items_per_sm > 1.0 &&
+                     std::ceil(items_per_sm / 2) <= std::ceil(items_per_sm / 3));
   const bool decode_gemv =
       h <= 1.0 && (stream_bytes <= 256e6 || (live >= 4.0 && stream_bytes <= 1e9));
   std::vector<const char*> names;
   if (decode_gemv && s12_fills_better)
-    // Where the 2-per-SM .s12 grid takes tma64's items in no more waves, its waves are fuller
-    // and its blocks hold 12 stages instead of 8. Forward A/B (session 13, one H200 each):
-    // deepseek T=1 (FC1 3.8 items per SM) 186.9 -> 184.6 us, gpt-oss T=1 (FC2 1.3) 62.9 -> 61.1,
-    // qwen3 T=1 (1.4, 1.9) even. Under one item per SM it lost: mixtral's FC2 at T=1 (0.86) +0.9.
-    // Not where FC1 and FC2 run chained: one variant serves both, and only tma64 was measured.
     names = {"sm90.gemv.tma64.s12", "sm90.gemv.tma64", "sm90.gemv.n8"};
   else if (decode_gemv)
     names = {"sm90.gemv.tma64", "sm90.gemv.n8", "sm90.swapab.128x16x128.c1x1"};

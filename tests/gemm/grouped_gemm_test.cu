@@ -397,23 +397,33 @@ TEST_F(GroupedGemmRun, PickTakesTheGemvForSmallExpertsUpToFourRows) {
   EXPECT_NE(qwen3_fc1.pick_tactic(8.0).find("swapab"), std::string::npos);
 }
 
-// The 2-per-SM TMA GEMV (.s12) where it takes tma64's items in no more waves, from one item per
-// SM on: deepseek's FC1 at T=1 (3.8 items per SM), gpt-oss's FC2 (1.3); not gpt-oss's FC1 (2.7:
-// .s12 would add a wave), mixtral's FC2 (0.9), deepseek's FC1 at T=8 (3.3 GB: swap-AB), nor
-// where FC1 and FC2 run chained (one variant for both).
-TEST_F(GroupedGemmRun, PickTakesTheTwoPerSmGemvWhereItAddsNoWave) {
+// The 2-per-SM TMA GEMV (.s12) where blocks take over 3 items per SM (deepseek at T=1: FC1 3.8,
+// FC2 6.7), or where its items are long (k > 2400) and it takes them in no more waves (gpt-oss's
+// FC2 at T=1, 1.3); chained, for large experts (gpt-oss at T=8). tma64 for short items (qwen3 at
+// T=1, also chained at T=8), where .s12 would add a wave (gpt-oss's FC1 at T=1, 2.7), under one
+// item per SM (mixtral's FC2, 0.9); swap-AB for deepseek's FC1 at T=8 (3.3 GB).
+TEST_F(GroupedGemmRun, PickTakesTheTwoPerSmGemvWhereItMeasuredFaster) {
   int sms = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
   if (sms != 132)
     GTEST_SKIP() << "the wave counts assume 132 SMs (an H100/H200 SXM); this has " << sms;
   const GroupedGemm deepseek_fc1(GroupedShape{Elem::kBF16, 256, 4096, 7168, 64}, 0);
+  const GroupedGemm deepseek_fc2(GroupedShape{Elem::kBF16, 256, 7168, 2048, 64}, 0);
   const GroupedGemm gpt_oss_fc1(GroupedShape{Elem::kBF16, 128, 5760, 2880, 64}, 0);
   const GroupedGemm gpt_oss_fc2(GroupedShape{Elem::kBF16, 128, 2880, 2880, 64}, 0);
   const GroupedGemm mixtral_fc2(GroupedShape{Elem::kBF16, 8, 4096, 14336, 64}, 0);
+  const GroupedGemm qwen3_fc1(GroupedShape{Elem::kBF16, 128, 1536, 2048, 64}, 0);
+  const GroupedGemm qwen3_fc2(GroupedShape{Elem::kBF16, 128, 2048, 768, 64}, 0);
   EXPECT_EQ(deepseek_fc1.pick_tactic(8.0 / 256), "sm90.gemv.tma64.s12");
+  EXPECT_EQ(deepseek_fc2.pick_tactic(8.0 / 256), "sm90.gemv.tma64.s12");
   EXPECT_EQ(gpt_oss_fc2.pick_tactic(4.0 / 128), "sm90.gemv.tma64.s12");
-  EXPECT_EQ(gpt_oss_fc2.pick_tactic(4.0 / 128, true), "sm90.gemv.tma64");
   EXPECT_EQ(gpt_oss_fc1.pick_tactic(4.0 / 128), "sm90.gemv.tma64");
+  for (const GroupedGemm* g : {&gpt_oss_fc1, &gpt_oss_fc2})
+    EXPECT_EQ(g->pick_tactic(32.0 / 128, true), "sm90.gemv.tma64.s12");
+  for (const GroupedGemm* g : {&qwen3_fc1, &qwen3_fc2}) {
+    EXPECT_EQ(g->pick_tactic(8.0 / 128), "sm90.gemv.tma64");
+    EXPECT_EQ(g->pick_tactic(64.0 / 128, true), "sm90.gemv.tma64");
+  }
   EXPECT_EQ(mixtral_fc2.pick_tactic(2.0 / 8), "sm90.gemv.tma64");
   EXPECT_EQ(deepseek_fc1.pick_tactic(64.0 / 256), "sm90.swapab.128x16x128.c1x1");
 }
