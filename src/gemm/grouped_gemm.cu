@@ -324,11 +324,14 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint, bool chained) c
   //    Short items stay on tma64: qwen3 at T=1 (FC1 1.4 per SM of 256 KB, FC2 1.9 of 96 KB)
   //    33.5 on tma64 against 34.9 on .s12. Under one item per SM tma64 (session 13: mixtral's
   //    FC2 at T=1, 0.86 per SM, +0.9 on .s12).
-  //  - chained (one variant serves FC1 and FC2): .s12 for large experts (gpt-oss T=8 358.0
-  //    against 361.5), tma64 for small ones (qwen3 T=8 even, T=64 +1.3 on .s12).
+  //  - chained: .s12 for large experts (gpt-oss T=8 358.0 against 361.5), tma64 for small ones
+  //    (qwen3 T=8 even, T=64 +1.3 on .s12). One kernel variant serves FC1 and FC2, so both
+  //    decide on the pair's bytes: an expert's FC1 + FC2 (FC1 gated: with `act` this is FC1,
+  //    [2I, H]; else FC2, [H, I]), over 24 MB (qwen3 9.4 MB, gpt-oss 50, deepseek 88).
+  const double pair_bytes = expert_bytes * (state_->act ? 1.5 : 3.0);
   const bool long_items = sh.k > 2400;
   const bool s12_fills_better =
-      chained ? expert_bytes > kSmallExpertBytes
+      chained ? pair_bytes > 3 * kSmallExpertBytes
               : items_per_sm > 3.0 ||
                     (long_items && items_per_sm > 1.0 &&
                      std::ceil(items_per_sm / 2) <= std::ceil(items_per_sm / 3));

@@ -399,9 +399,10 @@ TEST_F(GroupedGemmRun, PickTakesTheGemvForSmallExpertsUpToFourRows) {
 
 // The 2-per-SM TMA GEMV (.s12) where blocks take over 3 items per SM (deepseek at T=1: FC1 3.8,
 // FC2 6.7), or where its items are long (k > 2400) and it takes them in no more waves (gpt-oss's
-// FC2 at T=1, 1.3); chained, for large experts (gpt-oss at T=8). tma64 for short items (qwen3 at
-// T=1, also chained at T=8), where .s12 would add a wave (gpt-oss's FC1 at T=1, 2.7), under one
-// item per SM (mixtral's FC2, 0.9); swap-AB for deepseek's FC1 at T=8 (3.3 GB).
+// FC2 at T=1, 1.3); chained, where an expert's FC1 + FC2 pass 24 MB (gpt-oss at T=8), the same
+// variant for both GEMMs. tma64 for short items (qwen3 at T=1, also chained at T=8), where .s12
+// would add a wave (gpt-oss's FC1 at T=1, 2.7), under one item per SM (mixtral's FC2, 0.9);
+// swap-AB for deepseek's FC1 at T=8 (3.3 GB).
 TEST_F(GroupedGemmRun, PickTakesTheTwoPerSmGemvWhereItMeasuredFaster) {
   int sms = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
@@ -426,6 +427,16 @@ TEST_F(GroupedGemmRun, PickTakesTheTwoPerSmGemvWhereItMeasuredFaster) {
   }
   EXPECT_EQ(mixtral_fc2.pick_tactic(2.0 / 8), "sm90.gemv.tma64");
   EXPECT_EQ(deepseek_fc1.pick_tactic(64.0 / 256), "sm90.swapab.128x16x128.c1x1");
+  // Chained, FC1 (with its activation) and FC2 pick the same variant: they run as one kernel.
+  // H 2048, I 1408: FC1's matrix 11.5 MB, FC2's 5.8, the pair 17.3 MB (tma64); H 4096, I 1536:
+  // 25 and 12.6 MB, the pair 37.7 (.s12).
+  for (const auto& [h, i, pick] :
+       {std::tuple{2048, 1408, "sm90.gemv.tma64"}, std::tuple{4096, 1536, "sm90.gemv.tma64.s12"}}) {
+    const GroupedGemm fc1(GroupedShape{Elem::kBF16, 64, 2 * i, h, 64}, 0, EpilogueActivation{});
+    const GroupedGemm fc2(GroupedShape{Elem::kBF16, 64, h, i, 64}, 0);
+    EXPECT_EQ(fc1.pick_tactic(16.0 / 64, true), std::string(pick) + "+act") << h << "x" << i;
+    EXPECT_EQ(fc2.pick_tactic(16.0 / 64, true), pick) << h << "x" << i;
+  }
 }
 
 // Constructing a GroupedGemm of `shape` (with `act`) throws `code`, naming `value`.
