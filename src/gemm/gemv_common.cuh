@@ -150,19 +150,22 @@ class GemvTacticBase : public Tactic {
     if (err != cudaSuccess)
       return cuda_status(err, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", what_);
     // At most min(groups, max_rows) groups are non-empty.
-    const int64_t live_max = std::min<int64_t>(ctx.shape.groups, ctx.shape.max_rows);
-    const int64_t items = live_max * p_.row_tiles;
+    live_max_ = std::min<int64_t>(ctx.shape.groups, ctx.shape.max_rows);
+    const int64_t items = live_max_ * p_.row_tiles;
     grid_ = static_cast<int>(std::min<int64_t>(items, int64_t(std::max(per_sm, 1)) * ctx.sm_count));
     return {};
   }
 
-  // This run's grid: grid_, or fewer blocks where RunArgs::rows_bound caps the live groups.
-  // Blocks without an item cost the T=1 forward (gpt-oss 68.4 us with the grid of a workspace
-  // for 16384 tokens, 64.7-65.0 with one for a single token; session 15).
+  // The groups this run can have non-empty: fewer than the shape's where RunArgs::rows_bound
+  // caps them.
+  int64_t live_groups(const RunArgs& a) const {
+    return a.rows_bound > 0 ? std::min<int64_t>(live_max_, a.rows_bound) : live_max_;
+  }
+  // This run's grid: grid_, or fewer blocks for live_groups(a). Blocks without an item cost the
+  // T=1 forward (gpt-oss 68.4 us with the grid of a workspace for 16384 tokens, 64.7-65.0 with
+  // one for a single token; session 15).
   int grid_for(const RunArgs& a) const {
-    if (a.rows_bound <= 0) return grid_;
-    const int64_t live = std::min<int64_t>(p_.groups, a.rows_bound);
-    return static_cast<int>(std::min<int64_t>(grid_, live * p_.row_tiles));
+    return static_cast<int>(std::min<int64_t>(grid_, live_groups(a) * p_.row_tiles));
   }
 
   // p_ with this run's pointers.
@@ -181,6 +184,7 @@ class GemvTacticBase : public Tactic {
 
   GemvParams p_{};
   std::size_t smem_ = 0;
+  int64_t live_max_ = 0;  // min(groups, max_rows)
   int grid_ = 0;
   std::string what_;
 };

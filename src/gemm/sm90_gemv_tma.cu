@@ -618,7 +618,6 @@ class GemvTmaTactic final : public GemvTacticBase {
     encode_ = tensor_map_encoder(s);
     if (!s.ok()) return Status(s.code(), what_ + ": " + s.message());
     p_.row_tiles = static_cast<int>((ctx.shape.n + kRows - 1) / kRows);
-    live_max_ = std::min<int64_t>(ctx.shape.groups, ctx.shape.max_rows);
     s = size_grid(reinterpret_cast<const void*>(kernel), ctx, R::smem_bytes(ctx.shape.groups),
                   R::kThreads);
     if (!s.ok() || !kAct) return s;
@@ -674,10 +673,8 @@ class GemvTmaTactic final : public GemvTacticBase {
     Status s = bind(first, b1);
     if (s.ok()) s = second->bind(next_args, b2);
     if (!s.ok()) return s;
-    const int64_t live =
-        a.rows_bound > 0 ? std::min<int64_t>(live_max_, a.rows_bound) : live_max_;
     const int grid = static_cast<int>(
-        std::min<int64_t>(chained_slots_, live * (b1.p.row_tiles + b2.p.row_tiles)));
+        std::min<int64_t>(chained_slots_, live_groups(a) * (b1.p.row_tiles + b2.p.row_tiles)));
     const cudaError_t err =
         pipeline::launch_pdl(kChained, grid, R::kThreads, smem_, a.stream, *b1.weights, *b1.acts,
                              *b2.weights, *b2.acts, b1.p, b2.p, done);
@@ -719,7 +716,7 @@ class GemvTmaTactic final : public GemvTacticBase {
   };
 
   PFN_cuTensorMapEncodeTiled_v12000 encode_ = nullptr;
-  int64_t max_rows_ = 0, live_max_ = 0, chained_slots_ = 0;
+  int64_t max_rows_ = 0, chained_slots_ = 0;
   int chained_per_sm_ = 0;
   TensorMap weights_, acts_, one_row_;  // one_row_: RunArgs::one_row, [1, k]
 };
