@@ -72,11 +72,18 @@ MOEKIT_HD float apply_gated(const Params& p, float gate, float up) {
   switch (p.kind) {
     case Kind::kSwiGLU: return silu(gate) * up;
     case Kind::kSwiGLUClamped: {
-      // gpt-oss: gate clamped from above only, up on both sides. Comparisons, not fminf/fmaxf:
-      // those return the other operand for a NaN, which would hide a NaN input (torch.clamp
-      // propagates it).
+      // gpt-oss: gate clamped from above only, up on both sides, a NaN input kept NaN (as
+      // torch.clamp does; fminf/fmaxf would return the other operand). On the device min.NaN /
+      // max.NaN do that in one instruction each (two, compare and select, otherwise).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+      float g, u;
+      asm("min.NaN.f32 %0, %1, %2;" : "=f"(g) : "f"(gate), "f"(p.limit));
+      asm("min.NaN.f32 %0, %1, %2;" : "=f"(u) : "f"(up), "f"(p.limit));
+      asm("max.NaN.f32 %0, %0, %1;" : "+f"(u) : "f"(-p.limit));
+#else
       float g = gate > p.limit ? p.limit : gate;
       float u = up > p.limit ? p.limit : (up < -p.limit ? -p.limit : up);
+#endif
       return g * sigmoid(p.alpha * g) * (u + p.beta);
     }
     case Kind::kGeGLUTanh: return gelu_tanh(gate) * up;

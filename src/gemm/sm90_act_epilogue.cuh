@@ -180,7 +180,7 @@ class Sm90ActEpilogueOp {
     // cost gpt-oss's FC1 at T=16384 0.8 ms.
     if constexpr (!kSwapAB) {
       constexpr int kGroups = decltype(size<0, 2>(acc))::value / 2;  // gate groups of 8 columns
-      constexpr int kBiasGroups = kGroups < 8 ? kGroups : 8;
+      constexpr int kBiasGroups = kGroups < 4 ? kGroups : 4;
       static_assert(kGroups % kBiasGroups == 0);
       CUTLASS_PRAGMA_UNROLL
       for (int nn = 0; nn < size<2>(acc); ++nn) {
