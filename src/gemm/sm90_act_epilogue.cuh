@@ -177,7 +177,10 @@ class Sm90ActEpilogueOp {
     const int64_t ld = params_.out_ld;
     // The bias is loaded ahead of the stores that use it, kBiasGroups gate groups at a time: a
     // load after a store would wait for it (the compiler cannot tell they do not alias), which
-    // cost gpt-oss's FC1 at T=16384 0.8 ms.
+    // cost gpt-oss's FC1 at T=16384 0.8 ms. Four groups, not eight: with no test per pair the
+    // compiler interleaves more pairs, and eight spilled 56 bytes in the 128x256 tile.
+    // This epilogue runs while both warp groups' tensor cores idle (ncu, session 17: +5% cycles
+    // over the plain store for qwen3's FC1, +13% for gpt-oss's), so its instructions count.
     if constexpr (!kSwapAB) {
       constexpr int kGroups = decltype(size<0, 2>(acc))::value / 2;  // gate groups of 8 columns
       constexpr int kBiasGroups = kGroups < 4 ? kGroups : 4;
