@@ -2,7 +2,7 @@
 // counts of serving, with random top-k routing: the data behind GroupedGemm::pick_tactic.
 // "fc1+act" rows time FC1's "+act" kernels, which apply SwiGLU (gpt-oss: clamped, with bias)
 // in their epilogue, as the engine's FC1 does for gated kinds.
-// Usage: moekit_gemm_sweep [tokens,...]   (prints one table; GPU only)
+// Usage: moekit_gemm_sweep [tokens,...] [preset,...]   (prints one table; GPU only)
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -58,6 +58,18 @@ int main(int argc, char** argv) {
     std::stringstream ss(argv[1]);
     for (std::string t; std::getline(ss, t, ',');) tokens.push_back(std::atoi(t.c_str()));
   }
+  std::vector<std::string> only;  // presets to run; all when empty
+  if (argc > 2) {
+    std::stringstream ss(argv[2]);
+    for (std::string name; std::getline(ss, name, ',');) {
+      if (std::none_of(std::begin(kPresets), std::end(kPresets),
+                       [&](const Preset& p) { return name == p.name; })) {
+        std::fprintf(stderr, "moekit_gemm_sweep: unknown preset '%s'\n", name.c_str());
+        return 2;
+      }
+      only.push_back(name);
+    }
+  }
   const int max_t = *std::max_element(tokens.begin(), tokens.end());
   const std::vector<std::string> tactics = moekit::gemm::tactic_names(Elem::kBF16);
   cudaStream_t stream;
@@ -70,6 +82,7 @@ int main(int argc, char** argv) {
   std::printf("  best\n");
   std::mt19937 rng(1);
   for (const Preset& p : kPresets) {
+    if (!only.empty() && std::find(only.begin(), only.end(), p.name) == only.end()) continue;
     for (int which = 0; which < 3; ++which) {  // fc1, fc1+act, fc2
       const bool fc1 = which < 2;
       GroupedShape s;

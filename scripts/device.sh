@@ -19,7 +19,7 @@
 # replays instead (PDL overlap and gaps included).
 # Environment: MOEKIT_TEST_FILTER (gtest filter), MOEKIT_BENCH_PRESETS, MOEKIT_BENCH_TOKENS,
 # MOEKIT_FLUSH (read|write|none: how bench and torch empty the L2 before each rep; default read),
-# MOEKIT_SWEEP_TOKENS.
+# MOEKIT_SWEEP_TOKENS, MOEKIT_SWEEP_PRESETS.
 set -uo pipefail
 OUT=${OUT:-/tmp/moekit-out}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -77,7 +77,8 @@ if want bench; then
 fi
 
 if want sweep; then
-  $bin/bench/moekit_gemm_sweep ${MOEKIT_SWEEP_TOKENS:-${MOEKIT_BENCH_TOKENS:-}} >"$OUT/sweep.txt" 2>&1
+  $bin/bench/moekit_gemm_sweep "${MOEKIT_SWEEP_TOKENS:-${MOEKIT_BENCH_TOKENS:-1,8,64,512,4096,16384}}" \
+    ${MOEKIT_SWEEP_PRESETS:+"$MOEKIT_SWEEP_PRESETS"} >"$OUT/sweep.txt" 2>&1
   echo "sweep: rc=$?" >>"$OUT/sweep.txt"
   cat "$OUT/sweep.txt" >>"$summary"
 fi

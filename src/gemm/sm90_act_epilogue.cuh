@@ -177,10 +177,13 @@ class Sm90ActEpilogueOp {
     const int64_t ld = params_.out_ld;
     // The bias is loaded ahead of the stores that use it, kBiasGroups gate groups at a time: a
     // load after a store would wait for it (the compiler cannot tell they do not alias), which
-    // cost gpt-oss's FC1 at T=16384 0.8 ms.
+    // cost gpt-oss's FC1 at T=16384 0.8 ms. Four groups, not eight: with no test per pair the
+    // compiler interleaves more pairs, and eight spilled 56 bytes in the 128x256 tile.
+    // This epilogue runs while both warp groups' tensor cores idle (ncu, session 17: +5% cycles
+    // over the plain store for qwen3's FC1, +13% for gpt-oss's), so its instructions count.
     if constexpr (!kSwapAB) {
       constexpr int kGroups = decltype(size<0, 2>(acc))::value / 2;  // gate groups of 8 columns
-      constexpr int kBiasGroups = kGroups < 8 ? kGroups : 8;
+      constexpr int kBiasGroups = kGroups < 4 ? kGroups : 4;
       static_assert(kGroups % kBiasGroups == 0);
       CUTLASS_PRAGMA_UNROLL
       for (int nn = 0; nn < size<2>(acc); ++nn) {
@@ -201,12 +204,19 @@ class Sm90ActEpilogueOp {
           for (int mm = 0; mm < size<1>(acc); ++mm) {
             CUTLASS_PRAGMA_UNROLL
             for (int j = 0; j < 2; ++j) {
+              // A thread's row is the same along the columns: padded rows of a group's last
+              // tile are skipped here, once per row (whole warps at a time), not per pair.
+              if (t.m0 + get<0>(crd(make_coord(0, j, 0), mm, nn)) >= t.m_end) continue;
               CUTLASS_PRAGMA_UNROLL
               for (int gi = 0; gi < kBiasGroups; ++gi) {
                 const int v = 2 * (g0 + gi);
                 const auto c = crd(make_coord(0, j, v), mm, nn);
-                const int row = t.m0 + get<0>(c), col = t.n0 + get<1>(c);  // col: a gate, even
-                if (row >= t.m_end || col >= t.n_end) continue;  // n % 16 == 0: its up is in too
+                [[maybe_unused]] const int row = t.m0 + get<0>(c);
+                const int col = t.n0 + get<1>(c);  // a gate, even
+                // Staged outputs land in the tile's own shared memory and write_back drops the
+                // columns past n, so no test per pair there (a branch and two compares of the
+                // ~30 instructions of a pair). n % 16 == 0: a gate's up is in when it is.
+                if (!kStaged && col >= t.n_end) continue;
                 const float g0v = acc(make_coord(0, j, v), mm, nn) + bias[gi].x;
                 const float g1v = acc(make_coord(1, j, v), mm, nn) + bias[gi].y;
                 const float u0v = acc(make_coord(0, j, v + 1), mm, nn) + bias[gi].z;
