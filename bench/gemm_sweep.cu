@@ -3,6 +3,10 @@
 // "fc1+act" rows time FC1's "+act" kernels, which apply SwiGLU (gpt-oss: clamped, with bias)
 // in their epilogue, as the engine's FC1 does for gated kinds.
 // Usage: moekit_gemm_sweep [tokens,...] [preset,...]   (prints one table; GPU only)
+// MOEKIT_SWEEP_ROUTING=even gives every expert the same rows (T * k / E, the remainder to the
+// first experts) instead of random routing's spread: at T=16384 a whole number of 128-row tiles
+// per expert on every preset, so the difference to random routing is what its last, partly
+// filled tiles cost.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -56,7 +60,18 @@ int main(int argc, char** argv) {
   if (argc > 1) {
     tokens.clear();
     std::stringstream ss(argv[1]);
-    for (std::string t; std::getline(ss, t, ',');) tokens.push_back(std::atoi(t.c_str()));
+    for (std::string t; std::getline(ss, t, ',');) {
+      // Up to 2^20 tokens: T x top_k rows then fit the int32 row offsets with room to spare
+      // (the large presets run out of memory first, which cudaMalloc's error names).
+      char* end = nullptr;
+      const long v = std::strtol(t.c_str(), &end, 10);
+      if (t.empty() || *end != '\0' || v < 1 || v > (1 << 20)) {
+        std::fprintf(stderr, "moekit_gemm_sweep: token count '%s' is not an integer in [1, 2^20]\n",
+                     t.c_str());
+        return 2;
+      }
+      tokens.push_back(static_cast<int>(v));
+    }
   }
   std::vector<std::string> only;  // presets to run; all when empty
   if (argc > 2) {
@@ -70,13 +85,26 @@ int main(int argc, char** argv) {
       only.push_back(name);
     }
   }
+  bool even = false;
+  if (const char* r = std::getenv("MOEKIT_SWEEP_ROUTING")) {
+    if (std::string(r) != "even" && std::string(r) != "random") {
+      std::fprintf(stderr,
+                   "moekit_gemm_sweep: MOEKIT_SWEEP_ROUTING '%s' is neither 'even' nor 'random'\n",
+                   r);
+      return 2;
+    }
+    even = std::string(r) == "even";
+  }
   const int max_t = *std::max_element(tokens.begin(), tokens.end());
   const std::vector<std::string> tactics = moekit::gemm::tactic_names(Elem::kBF16);
   cudaStream_t stream;
   check(cudaStreamCreate(&stream), "cudaStreamCreate");
   void* flush;
   check(cudaMalloc(&flush, 256u << 20), "cudaMalloc");
-  std::printf("# grouped GEMM tactic sweep, bf16, median us of >= 15 runs, L2 flushed before each\n");
+  std::printf(
+      "# grouped GEMM tactic sweep, bf16, median us of >= 15 runs, L2 flushed before each, %s "
+      "routing\n",
+      even ? "even" : "random");
   std::printf("%-14s %-7s %6s %7s", "preset", "gemm", "T", "rows/e");
   for (const auto& t : tactics) std::printf(" %14s", t.substr(5).c_str());
   std::printf("  best\n");
@@ -120,9 +148,11 @@ int main(int argc, char** argv) {
       int32_t* offsets;
       check(cudaMalloc(&offsets, (p.experts + 1) * 4), "cudaMalloc offsets");
       for (int t : tokens) {
-        // Uniform random top-k routing: k distinct experts per token.
+        // Uniform random top-k routing (k distinct experts per token), or the same rows each.
         std::vector<int> count(p.experts, 0), perm(p.experts);
-        for (int tok = 0; tok < t; ++tok) {
+        for (int e = 0; even && e < p.experts; ++e)
+          count[e] = t * p.top_k / p.experts + (e < t * p.top_k % p.experts ? 1 : 0);
+        for (int tok = 0; !even && tok < t; ++tok) {
           for (int e = 0; e < p.experts; ++e) perm[e] = e;
           for (int j = 0; j < p.top_k; ++j) {
             std::swap(perm[j], perm[j + rng() % (p.experts - j)]);
