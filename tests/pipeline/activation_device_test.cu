@@ -94,6 +94,49 @@ TEST_F(ActivationDeviceTest, MatchesHostMath) {
       }
 }
 
+// The device clamps with min.NaN / max.NaN (activation_math.hpp): a NaN gate or up stays NaN
+// through the clamp, as torch.clamp and the host's comparisons keep it; finite values around
+// the limit still match the host.
+TEST_F(ActivationDeviceTest, ClampedKindKeepsNaN) {
+  for (DType elem : {DType::kBFloat16, DType::kFloat16}) {
+    SCOPED_TRACE(to_string(elem));
+    DeviceActivation a;
+    a.elem = elem;
+    a.params.kind = Kind::kSwiGLUClamped;
+    a.params.limit = 7.0f;
+    a.params.alpha = 1.702f;
+    a.params.beta = 1.0f;
+    a.intermediate = 16;
+    a.local_experts = 1;
+    const int64_t I = a.intermediate, R = a.fc1_rows();
+    std::vector<int32_t> offsets = {0, 1}, row_expert = {0};
+    std::vector<uint16_t> in(static_cast<std::size_t>(R));
+    for (int64_t c = 0; c < R; ++c) in[c] = to_bits(elem, -10.0f + 1.5f * (c % 14));  // +-limit
+    const uint16_t nan = elem == DType::kBFloat16 ? 0x7fc0 : 0x7e00;
+    in[blocked_gate_row(0)] = nan;  // output 0: NaN gate
+    in[blocked_up_row(1)] = nan;    // output 1: NaN up
+    DeviceBuffer d_in = to_device(in), d_off = to_device(offsets), d_re = to_device(row_expert);
+    DeviceBuffer d_out(I * 2);
+    d_out.poison();
+    ASSERT_TRUE(prepare_device(a).ok());
+    ASSERT_TRUE(
+        run_device(a, d_in.ptr, d_out.ptr, d_re.as<int32_t>(), d_off.as<int32_t>(), 1, nullptr)
+            .ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto got = to_host<uint16_t>(d_out.ptr, I);
+    EXPECT_TRUE(std::isnan(from_bits(elem, got[0])));
+    EXPECT_TRUE(std::isnan(from_bits(elem, got[1])));
+    for (int64_t i = 2; i < I; ++i) {
+      const float want = from_bits(
+          elem, to_bits(elem, apply_gated(a.params, from_bits(elem, in[blocked_gate_row(i)]),
+                                          from_bits(elem, in[blocked_up_row(i)]))));
+      const float g = from_bits(elem, got[i]);
+      const float ulp = elem == DType::kBFloat16 ? 0x1p-7f : 0x1p-10f;
+      EXPECT_LE(std::fabs(g - want), ulp * std::fabs(want) + 1e-6f) << "output " << i;
+    }
+  }
+}
+
 TEST(ActivationDeviceLimits, RefusesWhatItCannotRun) {
   DeviceActivation a;
   a.elem = DType::kFloat32;
