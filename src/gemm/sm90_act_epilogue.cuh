@@ -206,13 +206,13 @@ class Sm90ActEpilogueOp {
             for (int j = 0; j < 2; ++j) {
               // A thread's row is the same along the columns: padded rows of a group's last
               // tile are skipped here, once per row (whole warps at a time), not per pair.
-              if (t.m0 + get<0>(crd(make_coord(0, j, 0), mm, nn)) >= t.m_end) continue;
+              const int row = t.m0 + get<0>(crd(make_coord(0, j, 0), mm, nn));
+              if (row >= t.m_end) continue;
               CUTLASS_PRAGMA_UNROLL
               for (int gi = 0; gi < kBiasGroups; ++gi) {
                 const int v = 2 * (g0 + gi);
-                const auto c = crd(make_coord(0, j, v), mm, nn);
-                [[maybe_unused]] const int row = t.m0 + get<0>(c);
-                const int col = t.n0 + get<1>(c);  // a gate, even
+                const auto c = crd(make_coord(0, j, v), mm, nn);  // tile-local (row, gate col)
+                const int col = t.n0 + get<1>(c);
                 // Staged outputs land in the tile's own shared memory and write_back drops the
                 // columns past n, so no test per pair there (a branch and two compares of the
                 // ~30 instructions of a pair). n % 16 == 0: a gate's up is in when it is.
