@@ -24,22 +24,19 @@
 #include <cstdlib>
 #include <vector>
 
-#include "common/event_timing.hpp"
+#include "tma_probe.hpp"
 
 namespace {
 
 using FullBarrier = cutlass::arch::ClusterTransactionBarrier;
 using EmptyBarrier = cutlass::arch::ClusterBarrier;
-constexpr int kBoxK = 64;
+using tma_probe::check;
+using tma_probe::kBoxK;
+using tma_probe::make_map;
+using tma_probe::MapStyle;
+using tma_probe::median_us;
 constexpr int kStageBytes = 8192;
 constexpr int kConsumers = 4;
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
 
 // Stages of kRows rows x (kBoxes x 64) k; items are kRows-row tiles over all of k. With
 // kLdgAhead > 0 (64-row stages only) the ring streams the first half of the tiles and the
@@ -162,41 +159,6 @@ __global__ void __launch_bounds__(256) plain_tiles_kernel(const uint4* p, int ro
     }
   }
   if (acc == 0x12345678u) *sink = acc;
-}
-
-PFN_cuTensorMapEncodeTiled_v12000 encoder() {
-  void* f = nullptr;
-  cudaDriverEntryPointQueryResult q{};
-  check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
-                                         &q),
-        "cuTensorMapEncodeTiled");
-  return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-}
-
-// How the map reads: the GEMV's (128-byte swizzle, L2 promotion to 128-byte lines) or another.
-struct MapStyle {
-  CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
-  CUtensorMapL2promotion promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
-};
-
-CUtensorMap make_map(void* base, int64_t rows, int64_t k, int box_rows, MapStyle style) {
-  CUtensorMap m{};
-  const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)};
-  const cuuint64_t pitch[1] = {cuuint64_t(k) * 2};
-  const cuuint32_t box[2] = {kBoxK, cuuint32_t(box_rows)};
-  const cuuint32_t unit[2] = {1, 1};
-  if (encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, base, dims, pitch, box, unit,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, style.swizzle, style.promotion,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != 0) {
-    std::fprintf(stderr, "cuTensorMapEncodeTiled failed\n");
-    std::exit(1);
-  }
-  return m;
-}
-
-template <class Launch>
-double median_us(Launch&& launch) {
-  return moekit::event_median_us(nullptr, 3, 22, launch);
 }
 
 template <int kRows, int kBoxes, int kStages, int kPerSm, int kLdgAhead = 0>
