@@ -63,14 +63,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 32, 1)
   uint8_t* smem = raw + (1024 - reinterpret_cast<uintptr_t>(raw) % 1024) % 1024;
   __shared__ uint64_t full[kStages], empty[kStages];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      FullBarrier::init(&full[s], 1);
-      EmptyBarrier::init(&empty[s], kConsumers);
-    }
-    cutlass::arch::fence_barrier_init();
-  }
-  __syncthreads();
+  tma_probe::init_ring(full, empty, kConsumers);
   const int steps = h / kBoxK;
   int stage = 0;
   uint32_t phase = 0;

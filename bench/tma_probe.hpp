@@ -4,6 +4,8 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
+#include <cutlass/arch/barrier.h>
+
 #include <cstdio>
 #include <cstdlib>
 
@@ -12,6 +14,21 @@
 namespace tma_probe {
 
 constexpr int kBoxK = 64;  // 64 bf16: one 128-byte row piece, the 128-byte swizzle's width
+
+// The whole block: a ring's barriers, each stage's full one taking one arrival (with the
+// bytes) and its empty one an arrival per consumer warp.
+template <int kStages>
+__device__ inline void init_ring(uint64_t (&full)[kStages], uint64_t (&empty)[kStages],
+                                 int consumers) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      cutlass::arch::ClusterTransactionBarrier::init(&full[s], 1);
+      cutlass::arch::ClusterBarrier::init(&empty[s], consumers);
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();
+}
 
 inline void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) {

@@ -51,14 +51,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 32, kPerSm)
   extern __shared__ __align__(1024) uint8_t smem[];
   __shared__ uint64_t full[kStages], empty[kStages];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      FullBarrier::init(&full[s], 1);
-      EmptyBarrier::init(&empty[s], kConsumers);
-    }
-    cutlass::arch::fence_barrier_init();
-  }
-  __syncthreads();
+  tma_probe::init_ring(full, empty, kConsumers);
   const int tiles = rows / kRows, steps = k / (kBoxes * kBoxK);
   const int ring_tiles = kLdgAhead > 0 ? tiles / 2 : tiles;
   int stage = 0;
