@@ -35,7 +35,7 @@ constexpr int kConsumers = 4;
 __host__ __device__ inline uint16_t value_bits(int t, int h) {
   uint32_t x = uint32_t(t) * 2654435761u ^ uint32_t(h) * 40503u;
   x ^= x >> 13;
-  return uint16_t(0x3c00u | (x & 0x03ffu));  // 1.0 to 2.0
+  return uint16_t(0x3c00u | (x & 0x03ffu));  // positive, finite
 }
 
 __global__ void fill_hidden(uint16_t* hidden, int tokens, int h) {
