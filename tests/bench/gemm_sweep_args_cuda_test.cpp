@@ -2,34 +2,17 @@
 // before it touches the GPU (so these run on machines without one).
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
-#include <sys/wait.h>
+
+#include "support/command.hpp"
 
 namespace {
 
-struct Ran {
-  int code = -1;
-  std::string err;
-};
+using testcmd::Ran;
 
 Ran sweep(const std::string& env, const std::string& args) {
-  const std::string d = std::string(MOEKIT_TEST_TMP) + "/sweep/" +
-                        ::testing::UnitTest::GetInstance()->current_test_info()->name();
-  std::filesystem::create_directories(d);
-  const std::string cmd =
-      env + " " + std::string(MOEKIT_SWEEP_PATH) + " " + args + " >/dev/null 2>" + d + "/err.txt";
-  const int status = std::system(cmd.c_str());
-  Ran r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream f(d + "/err.txt");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  r.err = ss.str();
-  return r;
+  return testcmd::run(testcmd::test_dir("sweep"),
+                      env + " " + std::string(MOEKIT_SWEEP_PATH) + " " + args);
 }
 
 TEST(GemmSweepArgs, RefusesAnUnknownPreset) {

@@ -2,52 +2,26 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
-#include <sys/wait.h>
 
 #include "moekit/io.hpp"
 #include "moekit/layer.hpp"
 #include "moekit/presets.hpp"
 #include "quant/quant.hpp"
+#include "support/command.hpp"
 #ifdef MOEKIT_WITH_CUDA
 #include "support/gpu.hpp"
 #endif
 
 namespace {
 
-struct Ran {
-  int code = -1;
-  std::string out, err;
-};
+using testcmd::Ran;
+using testcmd::slurp;
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-// One folder per test: ctest runs the tests of this file in parallel processes.
-std::string tmp_dir() {
-  const std::string d = std::string(MOEKIT_TEST_TMP) + "/cli/" +
-                        ::testing::UnitTest::GetInstance()->current_test_info()->name();
-  std::filesystem::create_directories(d);
-  return d;
-}
+std::string tmp_dir() { return testcmd::test_dir("cli"); }
 
 Ran moekit(const std::string& args) {
-  const std::string d = tmp_dir();
-  const std::string cmd = std::string(MOEKIT_CLI_PATH) + " " + args + " >" + d + "/out.txt 2>" + d + "/err.txt";
-  const int status = std::system(cmd.c_str());
-  Ran r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(d + "/out.txt");
-  r.err = slurp(d + "/err.txt");
-  return r;
+  return testcmd::run(tmp_dir(), std::string(MOEKIT_CLI_PATH) + " " + args);
 }
 
 // A small Qwen3-like layer the reference runs in milliseconds.
