@@ -1,6 +1,6 @@
 // Every grouped GEMM tactic against a CPU fp32 GEMM on fresh random data, outputs poisoned
-// (NaN bits) before each run: uneven groups with empty ones, all rows in one group, decode-like
-// single rows, no rows at all; shapes of real presets and small ones with ragged tails; the
+// (NaN bits) before each run: uneven groups with empty ones, all rows in one group, last tiles
+// of at most and just over half a tile, decode-like single rows, no rows at all; shapes of real presets and small ones with ragged tails; the
 // fused FC1 activation epilogue; CUDA graph capture of the very first run, replayed on new
 // contents, equals eager.
 // GPU tests skip where there is no sm_90 device; the shape checks run everywhere.
@@ -131,6 +131,9 @@ std::vector<Distribution> distributions(std::mt19937& rng) {
   return {
       {"uneven", {37, 0, 1, 130, 0, 9, 17}},  // crosses every token tile, empties inside
       {"all_in_one", {0, 0, 203, 0, 0}},
+      // Last 128-row tiles of 64, 65, 64, 1 and 1 rows: at most and just over one warp group's
+      // rows of the cooperative tiles, whose TMA fills the rest with zeros.
+      {"tile_edges", {64, 65, 0, 192, 129, 1}},
       {"decode", decode},
       {"all_empty", {0, 0, 0, 0}},
   };

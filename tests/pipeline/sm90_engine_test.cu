@@ -646,6 +646,12 @@ TEST_F(Sm90EngineSanitizer, SmallCase) {
   Layer dl = make_layer(d, rng());
   check_forward(dl, 1, Ids::kRouted, rng);
   check_forward(dl, 3, Ids::kRouted, rng);
+  // Prefill (~128 rows per expert): the cooperative CUTLASS tiles (the cases above run the
+  // GEMVs and swap-AB tiles only).
+  MoeSpec p = s;
+  p.max_tokens = 512;
+  Layer pl = make_layer(p, rng());
+  check_forward(pl, 512, Ids::kRouted, rng);
 }
 
 }  // namespace
