@@ -1,8 +1,8 @@
 // Every grouped GEMM tactic against a CPU fp32 GEMM on fresh random data, outputs poisoned
 // (NaN bits) before each run: uneven groups with empty ones, all rows in one group, last tiles
-// of at most and just over half a tile, decode-like single rows, no rows at all; shapes of real presets and small ones with ragged tails; the
-// fused FC1 activation epilogue; CUDA graph capture of the very first run, replayed on new
-// contents, equals eager.
+// of at most and just over half a tile, decode-like single rows, no rows at all; shapes of real
+// presets and small ones with ragged tails; the fused FC1 activation epilogue; CUDA graph capture
+// of the very first run, replayed on new contents, equals eager.
 // GPU tests skip where there is no sm_90 device; the shape checks run everywhere.
 #include <gtest/gtest.h>
 
