@@ -7,6 +7,9 @@
 // first experts) instead of random routing's spread: at T=16384 a whole number of 128-row tiles
 // per expert on every preset, so the difference to random routing is what its last, partly
 // filled tiles cost.
+// MOEKIT_SWEEP_TACTICS (tactic names as in the header, comma-separated) and MOEKIT_SWEEP_GEMMS
+// (fc1, fc1+act, fc2) keep only those columns and rows: for A/B runs of a few kernels, and for
+// ncu on one of them.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -53,14 +56,44 @@ const Preset kPresets[] = {{"qwen3-30b-a3b", 128, 8, 2048, 768},
                            {"deepseek-v3", 256, 8, 7168, 2048},
                            {"gpt-oss-120b", 128, 4, 2880, 2880}};
 
+// "a,b,c" -> {"a", "b", "c"}; empty fields are kept (and then refused as unknown names).
+std::vector<std::string> split(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream ss(list);
+  for (std::string item; std::getline(ss, item, ',');) out.push_back(item);
+  if (list.empty() || list.back() == ',') out.push_back("");
+  return out;
+}
+
+// The entries of `known` that environment variable `var` lists (all when it is unset), or false
+// after naming the first listed one that is not known.
+bool chosen(const char* var, const std::vector<std::string>& known, const char* what,
+            std::vector<bool>& keep) {
+  keep.assign(known.size(), true);
+  const char* list = std::getenv(var);
+  if (list == nullptr) return true;
+  keep.assign(known.size(), false);
+  for (const std::string& name : split(list)) {
+    const auto it = std::find(known.begin(), known.end(), name);
+    if (it == known.end()) {
+      std::string all;
+      for (const auto& k : known) all += (all.empty() ? "" : ", ") + k;
+      std::fprintf(stderr, "moekit_gemm_sweep: %s names '%s', which is not %s (%s)\n", var,
+                   name.c_str(), what, all.c_str());
+      return false;
+    }
+    keep[it - known.begin()] = true;
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<int> tokens = {1, 8, 64, 512, 4096, 16384};
   if (argc > 1) {
     tokens.clear();
-    std::stringstream ss(argv[1]);
-    for (std::string t; std::getline(ss, t, ',');) {
+    for (const std::string& t : split(argv[1])) {
       // Up to 2^20 tokens: T x top_k rows then fit the int32 row offsets with room to spare
       // (the large presets run out of memory first, which cudaMalloc's error names).
       char* end = nullptr;
@@ -75,8 +108,7 @@ int main(int argc, char** argv) {
   }
   std::vector<std::string> only;  // presets to run; all when empty
   if (argc > 2) {
-    std::stringstream ss(argv[2]);
-    for (std::string name; std::getline(ss, name, ',');) {
+    for (const std::string& name : split(argv[2])) {
       if (std::none_of(std::begin(kPresets), std::end(kPresets),
                        [&](const Preset& p) { return name == p.name; })) {
         std::fprintf(stderr, "moekit_gemm_sweep: unknown preset '%s'\n", name.c_str());
@@ -95,8 +127,15 @@ int main(int argc, char** argv) {
     }
     even = std::string(r) == "even";
   }
+  std::vector<std::string> tactics = moekit::gemm::tactic_names(Elem::kBF16);
+  const std::vector<std::string> gemms = {"fc1", "fc1+act", "fc2"};
+  std::vector<bool> run_tactic, run_gemm;
+  if (!chosen("MOEKIT_SWEEP_TACTICS", tactics, "a built tactic", run_tactic) ||
+      !chosen("MOEKIT_SWEEP_GEMMS", gemms, "a GEMM", run_gemm))
+    return 2;
+  for (size_t i = tactics.size(); i-- > 0;)
+    if (!run_tactic[i]) tactics.erase(tactics.begin() + i);
   const int max_t = *std::max_element(tokens.begin(), tokens.end());
-  const std::vector<std::string> tactics = moekit::gemm::tactic_names(Elem::kBF16);
   cudaStream_t stream;
   check(cudaStreamCreate(&stream), "cudaStreamCreate");
   void* flush;
@@ -112,6 +151,7 @@ int main(int argc, char** argv) {
   for (const Preset& p : kPresets) {
     if (!only.empty() && std::find(only.begin(), only.end(), p.name) == only.end()) continue;
     for (int which = 0; which < 3; ++which) {  // fc1, fc1+act, fc2
+      if (!run_gemm[which]) continue;
       const bool fc1 = which < 2;
       GroupedShape s;
       s.elem = Elem::kBF16;
@@ -137,7 +177,10 @@ int main(int argc, char** argv) {
       // FC1+act: its "+act" kernels, in the order of the store kernels' columns.
       std::vector<std::string> names;
       for (const auto& n : which == 1 ? gemm.tactics() : tactics)
-        if (which != 1 || n.find("+act") != std::string::npos) names.push_back(n);
+        if (which != 1 || (n.size() > 4 && n.compare(n.size() - 4, 4, "+act") == 0 &&
+                           std::find(tactics.begin(), tactics.end(), n.substr(0, n.size() - 4)) !=
+                               tactics.end()))
+          names.push_back(n);
       uint16_t *a, *b, *d;
       const size_t b_elems = size_t(s.groups) * s.n * s.k;
       check(cudaMalloc(&a, s.max_rows * s.k * 2), "cudaMalloc A");
@@ -163,7 +206,7 @@ int main(int argc, char** argv) {
         for (int e = 0; e < p.experts; ++e) off[e + 1] = off[e] + count[e];
         check(cudaMemcpy(offsets, off.data(), off.size() * 4, cudaMemcpyHostToDevice), "copy offsets");
         const double hint = double(t) * p.top_k / p.experts;
-        std::printf("%-14s %-7s %6d %7.1f", p.name, which == 0 ? "fc1" : which == 1 ? "fc1+act" : "fc2", t, hint);
+        std::printf("%-14s %-7s %6d %7.1f", p.name, gemms[which].c_str(), t, hint);
         double best = 1e30;
         std::string best_name;
         for (const auto& name : names) {

@@ -19,7 +19,8 @@
 # replays instead (PDL overlap and gaps included).
 # Environment: MOEKIT_TEST_FILTER (gtest filter), MOEKIT_BENCH_PRESETS, MOEKIT_BENCH_TOKENS,
 # MOEKIT_FLUSH (read|write|none: how bench and torch empty the L2 before each rep; default read),
-# MOEKIT_SWEEP_TOKENS, MOEKIT_SWEEP_PRESETS, MOEKIT_SWEEP_ROUTING (random | even).
+# MOEKIT_SWEEP_TOKENS, MOEKIT_SWEEP_PRESETS, MOEKIT_SWEEP_ROUTING (random | even), MOEKIT_SWEEP_TACTICS,
+# MOEKIT_SWEEP_GEMMS (bench/gemm_sweep.cu).
 set -uo pipefail
 OUT=${OUT:-/tmp/moekit-out}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1

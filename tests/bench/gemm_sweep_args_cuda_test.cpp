@@ -35,4 +35,24 @@ TEST(GemmSweepArgs, RefusesAnUnknownRouting) {
   EXPECT_NE(r.err.find("MOEKIT_SWEEP_ROUTING 'skewed'"), std::string::npos) << r.err;
 }
 
+TEST(GemmSweepArgs, RefusesATacticThatIsNotBuilt) {
+  for (const char* bad : {"sm90.coop.512x512x64.c1x1", "sm90.coop.128x128x64.c1x1+act", ""}) {
+    const Ran r =
+        sweep(std::string("MOEKIT_SWEEP_TACTICS='sm90.coop.128x128x64.c1x1,") + bad + "'", "16");
+    EXPECT_EQ(r.code, 2) << bad;
+    EXPECT_NE(r.err.find(std::string("MOEKIT_SWEEP_TACTICS names '") + bad + "'"),
+              std::string::npos)
+        << r.err;
+    EXPECT_NE(r.err.find("not a built tactic (sm90."), std::string::npos) << r.err;
+  }
+}
+
+TEST(GemmSweepArgs, RefusesAnUnknownGemm) {
+  const Ran r = sweep("MOEKIT_SWEEP_GEMMS=fc1,fc3", "16");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("MOEKIT_SWEEP_GEMMS names 'fc3', which is not a GEMM (fc1, fc1+act, fc2)"),
+            std::string::npos)
+      << r.err;
+}
+
 }  // namespace
