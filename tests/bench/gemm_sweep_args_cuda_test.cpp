@@ -22,7 +22,7 @@ TEST(GemmSweepArgs, RefusesAnUnknownPreset) {
 }
 
 TEST(GemmSweepArgs, RefusesATokenCountThatIsNotAPositiveInteger) {
-  for (const char* bad : {"0", "-8", "12x", "abc", "2000000"}) {
+  for (const char* bad : {"0", "-8", "12x", "abc", "2000000", ""}) {  // "": a trailing comma
     const Ran r = sweep("", std::string("'1,") + bad + "'");
     EXPECT_EQ(r.code, 2) << bad;
     EXPECT_NE(r.err.find(std::string("token count '") + bad + "'"), std::string::npos) << r.err;
