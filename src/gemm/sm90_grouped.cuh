@@ -33,6 +33,7 @@
 #include "cutlass/util/packed_stride.hpp"
 
 #include "gemm/sm90_act_epilogue.cuh"
+#include "gemm/sm90_dynamic_scheduler.cuh"
 #include "gemm/tactic.hpp"
 
 namespace moekit::gemm::detail {
@@ -41,12 +42,15 @@ enum class Sched { kCoop, kPingpong };
 
 // A tactic's configuration: schedule, tile, cluster; one kernel instantiation per (Element,
 // TacticCfg). The name, built from the parameters, is the stable identity:
-// "sm90.<coop|pingpong|swapab>.<M>x<N>x<K>.c<CM>x<CN>". The grouped scheduler runs with
+// "sm90.<coop|pingpong|swapab>.<M>x<N>x<K>.c<CM>x<CN>[.dyn]". The grouped scheduler runs with
 // CUTLASS's defaults (raster along M; its swizzle is always 1 for grouped problems, because it
 // linearises every group's tiles first). Rasterising along N was measured: faster on one shape
-// only (bench/results/2026-11-30-h200-8641c10.md).
-template <int M, int N, int K, Sched S, bool SwapAB = false, int CM = 1, int CN = 1>
+// only (bench/results/2026-11-30-h200-8641c10.md). ".dyn" tactics draw their tiles after the
+// first from a counter instead (sm90_dynamic_scheduler.cuh).
+template <int M, int N, int K, Sched S, bool SwapAB = false, int CM = 1, int CN = 1,
+          bool Dynamic = false>
 struct TacticCfg {
+  static constexpr bool kDynamic = Dynamic;
   // "swapab" names the cooperative schedule; a swap-AB ping-pong would need its own word.
   static_assert(!SwapAB || S == Sched::kCoop, "no name for a swap-AB ping-pong tactic");
   static constexpr bool kSwapAB = SwapAB;
@@ -64,7 +68,8 @@ struct TacticCfg {
   static std::string name() {
     const char* sched = SwapAB ? "swapab" : (S == Sched::kCoop ? "coop" : "pingpong");
     return std::string("sm90.") + sched + "." + std::to_string(M) + "x" + std::to_string(N) +
-           "x" + std::to_string(K) + ".c" + std::to_string(CM) + "x" + std::to_string(CN);
+           "x" + std::to_string(K) + ".c" + std::to_string(CM) + "x" + std::to_string(CN) +
+           (Dynamic ? ".dyn" : "");
   }
 };
 
@@ -72,7 +77,8 @@ struct TacticCfg {
 // [rows, n / 2]; otherwise D = accumulators through CUTLASS's TMA-store epilogue.
 template <class Element, class Cfg, bool kAct>
 struct Sm90GroupedKernel {
-  using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
+  using ProblemShape = std::conditional_t<Cfg::kDynamic, DynamicGroupProblemShape,
+                                          cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>>;
   // Both operands are K-major in both modes; only who is A and the layout of D change.
   using LayoutA = cutlass::layout::RowMajor;
   using LayoutB = cutlass::layout::ColumnMajor;
@@ -168,7 +174,9 @@ class Sm90GroupedTactic final : public Tactic {
 
     typename K::Gemm::Arguments args;
     args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
-    args.problem_shape = {groups, reinterpret_cast<UnderShape*>(ctx.arrays.shapes), nullptr};
+    args.problem_shape.num_groups = groups;
+    args.problem_shape.problem_shapes = reinterpret_cast<UnderShape*>(ctx.arrays.shapes);
+    args.problem_shape.host_problem_shapes = nullptr;
     args.mainloop.ptr_A = reinterpret_cast<ElementPtr>(ctx.arrays.ptr_a);
     args.mainloop.dA = d_sa;
     args.mainloop.ptr_B = reinterpret_cast<const typename K::Gemm::ElementB**>(ctx.arrays.ptr_b);
@@ -205,6 +213,11 @@ class Sm90GroupedTactic final : public Tactic {
       return Status(ErrorCode::kCuda,
                     what + ": CUTLASS initialize failed: " + cutlass_error(st) + " (" +
                         cudaGetErrorString(cudaGetLastError()) + ")");
+    // The dynamic scheduler's counters are cleared on the legacy stream (initialize_workspace).
+    if constexpr (Cfg::kDynamic) {
+      err = cudaStreamSynchronize(nullptr);
+      if (err != cudaSuccess) return cuda_status(err, "cudaStreamSynchronize(workspace)", what);
+    }
     name_ = what;
     return {};
   }
@@ -241,13 +254,14 @@ void add_tactic(std::vector<TacticEntry>& v) {
 }
 
 // The tactic list, shared by every element pair. MOEKIT_ONE_TACTIC keeps one per family
-// (prefill, swap-AB) so CI compiles fast.
+// (prefill, swap-AB) and the dynamic-order tile, so CI compiles fast.
 template <class Element>
 std::vector<TacticEntry> sm90_grouped_tactics() {
   using S = Sched;
   std::vector<TacticEntry> v;
   add_tactic<Element, TacticCfg<128, 128, 64, S::kCoop>>(v);
   add_tactic<Element, TacticCfg<128, 16, 128, S::kCoop, true>>(v);
+  add_tactic<Element, TacticCfg<128, 256, 64, S::kCoop, false, 1, 1, true>>(v);
 #if !defined(MOEKIT_ONE_TACTIC)
   add_tactic<Element, TacticCfg<128, 256, 64, S::kCoop>>(v);
   add_tactic<Element, TacticCfg<64, 128, 64, S::kPingpong>>(v);

@@ -385,6 +385,39 @@ TEST_F(GroupedGemmRun, HeuristicPicksBuiltTacticsAndUnknownNamesAreNotFound) {
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
+// The dynamic tile order (sm90_dynamic_scheduler.cuh) starts afresh every run: its counters are
+// cleared by the last block of the run before, after a run where most blocks return at once
+// (fewer tiles than SMs) as after one where they draw tiles. Small enough for the sanitizers
+// (scripts/device.sh runs every "*Sanitizer*" test under memcheck and racecheck).
+class GroupedGemmSanitizer : public GpuTest {};
+TEST_F(GroupedGemmSanitizer, DynamicTileOrderStartsAfreshEveryRun) {
+  std::vector<std::string> dynamic;
+  for (const auto& t : tactic_names(Elem::kBF16))
+    if (t.find(".dyn") != std::string::npos) dynamic.push_back(t);
+  if (dynamic.empty()) GTEST_SKIP() << "no dynamic-order tactic in this build";
+  std::mt19937 rng(static_cast<unsigned>(base_seed() ^ 0xd15c));
+  const int64_t n = 2048, k = 256;
+  std::vector<int> few(8, 0), many(8, 300);  // 8 tiles; 192 tiles (300 rows: 3 x 128-row tiles)
+  few[3] = 5;
+  const Problem pf = make_problem(Elem::kBF16, n, k, few, rng);
+  const Problem pm = make_problem(Elem::kBF16, n, k, many, rng);
+  DeviceProblem df(pf), dm(pm);
+  GroupedGemm gemm(GroupedShape{Elem::kBF16, 8, n, k, pm.max_rows}, 0);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  for (const auto& tactic : dynamic)
+    for (int round = 0; round < 3; ++round)
+      for (const bool big : {false, true}) {
+        SCOPED_TRACE(tactic + (big ? " 192 tiles" : " 8 tiles") + ", round " +
+                     std::to_string(round));
+        const Problem& p = big ? pm : pf;
+        const std::vector<uint16_t> out = run_poisoned(gemm, big ? dm : df, p, tactic, stream);
+        ASSERT_FALSE(out.empty());
+        expect_matches(p, out);
+      }
+  cudaStreamDestroy(stream);
+}
+
 // Between 1 and 4 rows per expert the TMA GEMV is picked only for small experts (an expert's
 // matrix up to 8 MB: qwen3's FC1 and FC2), where it measured faster than swap-AB (session 12);
 // gpt-oss's experts keep swap-AB, and so does qwen3 past 4 rows.

@@ -1,0 +1,141 @@
+// A dynamic tile order for CUTLASS 4.2's Hopper ptr-array grouped kernels: each block's first
+// tile is its own index, as in CUTLASS's group scheduler; every later tile is the next one from a
+// counter in global memory, drawn by the scheduler warp once the block has started the tile
+// before (so a block holds at most one drawn tile ahead).
+//
+// Why: CUTLASS's group scheduler hands block b the tiles b, b + grid, b + 2 grid, ... Blocks
+// whose tiles run faster than others' drift ahead into later experts, the tiles in flight spread
+// over more experts' weights, and the L2 stops serving them: with the tail skip
+// (sm90_tail_skip_mma.cuh) deepseek's FC1 at T=16384 fell from 67% L2 hits to 25% and became
+// DRAM-bound (ncu, session 19). Drawn from one counter, the tiles in flight stay a window of
+// about one tile per block, whatever each tile costs.
+//
+// The counter (and a count of blocks done) lives in the kernel's workspace, zero when the
+// kernel starts: the last block to finish clears both, so graph replays need nothing else.
+// Every block counts itself done exactly once: its scheduler warp after drawing past the last
+// tile, or, where even its first tile is past the last (the kernel then returns at once),
+// thread 0 when it learns that first tile.
+#pragma once
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "cutlass/gemm/group_array_problem_shape.hpp"
+#include "cutlass/gemm/kernel/tile_scheduler.hpp"
+
+namespace moekit::gemm::detail {
+
+// The problem shape that selects the dynamic scheduler (same layout as CUTLASS's).
+struct DynamicGroupProblemShape : cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>> {};
+
+template <class ProblemShape, int Stages>
+class Sm90DynamicGroupScheduler
+    : public cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90Group<ProblemShape, Stages> {
+  using Base = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90Group<ProblemShape, Stages>;
+
+ public:
+  using typename Base::Arguments;
+  using typename Base::SchedulerResponse;
+  using typename Base::WorkTileInfo;
+  struct Params : Base::Params {
+    uint32_t* counters = nullptr;  // [0]: tiles drawn past the first wave; [1]: blocks done
+  };
+
+  Sm90DynamicGroupScheduler() = default;
+  CUTLASS_DEVICE Sm90DynamicGroupScheduler(Params const& p, SchedulerResponse* response)
+      : Base(p, response), counters_(p.counters) {}
+
+  template <class TileShape, class ClusterShape>
+  static Params to_underlying_arguments(ProblemShape shapes, TileShape tile, ClusterShape cluster,
+                                        cutlass::KernelHardwareInfo const& hw,
+                                        Arguments const& args, void* workspace = nullptr,
+                                        uint32_t = 1, uint32_t = 1) {
+    Params p;
+    static_cast<typename Base::Params&>(p) =
+        Base::to_underlying_arguments(shapes, tile, cluster, hw, args, workspace);
+    p.counters = static_cast<uint32_t*>(workspace);
+    return p;
+  }
+
+  static constexpr size_t kWorkspaceBytes = 2 * sizeof(uint32_t);
+  template <class Shape, class ElementAccumulator>
+  static size_t get_workspace_size(Arguments const&, Shape, cutlass::KernelHardwareInfo const&,
+                                   uint32_t, uint32_t = 1, uint32_t = 1) {
+    return kWorkspaceBytes;
+  }
+  template <class Shape, class ElementAccumulator>
+  static cutlass::Status initialize_workspace(Arguments const&, void* workspace,
+                                              cudaStream_t stream, Shape,
+                                              cutlass::KernelHardwareInfo const&, uint32_t,
+                                              uint32_t = 1, uint32_t = 1,
+                                              cutlass::CudaHostAdapter* = nullptr) {
+    return cudaMemsetAsync(workspace, 0, kWorkspaceBytes, stream) == cudaSuccess
+               ? cutlass::Status::kSuccess
+               : cutlass::Status::kErrorInternal;
+  }
+
+  // Every thread of the block calls it once.
+  template <class ClusterShape>
+  CUTLASS_DEVICE WorkTileInfo initial_work_tile_info(ClusterShape cluster) {
+    WorkTileInfo first = Base::initial_work_tile_info(cluster);
+    if (!first.is_valid() && threadIdx.x == 0) block_done();
+    return first;
+  }
+
+  // The scheduler warp, for each tile after the first.
+  template <class Pipeline, class PipelineState>
+  CUTLASS_DEVICE auto advance_to_next_work(Pipeline& pipeline, PipelineState state,
+                                           uint32_t = 1) {
+    if (drawn_ > 0) {  // wait until the block has taken the tile drawn last
+      PipelineState previous = state;
+      previous.advance(Stages - 1);
+      pipeline.producer_acquire(previous);
+    }
+    ++drawn_;
+    uint32_t next = 0;
+    const bool lane0 = threadIdx.x % 32 == 0;
+    if (lane0) next = atomicAdd(&counters_[0], 1u);
+    next = __shfl_sync(0xffffffffu, next, 0);
+    const uint64_t grid = uint64_t(gridDim.x) * gridDim.y * gridDim.z;
+    WorkTileInfo work = this->get_current_work_for_linear_idx(grid + next);
+    pipeline.producer_acquire(state);
+    if (lane0) {
+      this->response_ptr_[state.index()] = work;
+      cutlass::arch::fence_view_async_shared();
+      pipeline.producer_commit(state);
+      if (!work.is_valid()) block_done();
+    }
+    __syncwarp();
+    return cute::make_tuple(work, true);
+  }
+
+ private:
+  // The last block to finish clears the counters for the next launch.
+  CUTLASS_DEVICE void block_done() const {
+    __threadfence();
+    const uint32_t blocks = gridDim.x * gridDim.y * gridDim.z;
+    if (atomicAdd(&counters_[1], 1u) == blocks - 1) {
+      __threadfence();
+      atomicExch(&counters_[0], 0u);
+      atomicExch(&counters_[1], 0u);
+    }
+  }
+
+  uint32_t* counters_ = nullptr;
+  uint32_t drawn_ = 0;
+};
+
+}  // namespace moekit::gemm::detail
+
+namespace cutlass::gemm::kernel::detail {
+
+// CUTLASS's kernels pick their scheduler by problem shape: this one for ours.
+template <class TileShape, class ClusterShape, uint32_t Stages>
+struct TileSchedulerSelector<GroupScheduler, arch::Sm90, TileShape, ClusterShape, Stages,
+                             moekit::gemm::detail::DynamicGroupProblemShape> {
+  using Scheduler =
+      moekit::gemm::detail::Sm90DynamicGroupScheduler<moekit::gemm::detail::DynamicGroupProblemShape,
+                                                      int(Stages)>;
+};
+
+}  // namespace cutlass::gemm::kernel::detail
