@@ -37,8 +37,9 @@ template <class Element, bool kSwapAB, int kTileM, int kTileN, bool kStaged>
 class Sm90ActEpilogueOp {
   static_assert(!kStaged || !kSwapAB, "only normal tactics stage their outputs");
   static constexpr int kOutCols = kTileN / 2;  // outputs per tile row
-  static constexpr int kChunks = kOutCols / 8;  // 16-byte chunks per staged row
-  static_assert(!kStaged || kChunks % 8 == 0, "the swizzle spans 8 chunks");
+  static constexpr int kChunks = kOutCols / 8;  // 16-byte chunks of outputs per tile row
+  // A staged row's pitch in chunks: the XOR swizzle spans 8 (the 192-wide tile's 12 pad to 16).
+  static constexpr int kRowChunks = (kChunks + 7) / 8 * 8;
 
  public:
   using EpilogueSchedule = cutlass::epilogue::PtrArrayNoSmemWarpSpecialized;
@@ -60,7 +61,7 @@ class Sm90ActEpilogueOp {
   using GmemTiledCopyD = void;
 
   struct SharedStorage {
-    alignas(128) uint4 staged[kStaged ? kTileM * kChunks : 1];
+    alignas(128) uint4 staged[kStaged ? kTileM * kRowChunks : 1];
   };
   using TensorMapStorage = SharedStorage;
 
@@ -139,7 +140,7 @@ class Sm90ActEpilogueOp {
     int m0, n0;        // the tile's origin
     Element* out;
     const float* bias;
-    uint4* staged;     // kStaged: [kTileM][kChunks], chunk c of row m at c ^ (m % 8)
+    uint4* staged;     // kStaged: [kTileM][kRowChunks], chunk c of row m at c ^ (m % 8)
   };
 
   template <class Acc, class Crd>
@@ -163,7 +164,7 @@ class Sm90ActEpilogueOp {
       const int row = t.m0 + m, col = out0 + c * 8;
       if (row < t.m_end && col < out_end)
         *reinterpret_cast<uint4*>(t.out + row * params_.out_ld + col) =
-            t.staged[m * kChunks + (c ^ (m & 7))];
+            t.staged[m * kRowChunks + (c ^ (m & 7))];
     }
   }
 
@@ -227,7 +228,7 @@ class Sm90ActEpilogueOp {
                   const int m = get<0>(c), oc = (get<1>(c) >> 4) * 8 + (get<1>(c) & 7);
                   const int chunk = (oc >> 3) ^ (m & 7);
                   const uint32_t addr =
-                      cute::cast_smem_ptr_to_uint(t.staged + m * kChunks + chunk) + (oc & 7) * 2;
+                      cute::cast_smem_ptr_to_uint(t.staged + m * kRowChunks + chunk) + (oc & 7) * 2;
                   asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(pair));
                 } else {
                   const int64_t out_col = (col >> 4) * 8 + (col & 7);

@@ -264,6 +264,7 @@ std::vector<TacticEntry> sm90_grouped_tactics() {
   add_tactic<Element, TacticCfg<128, 256, 64, S::kCoop, false, 1, 1, true>>(v);
 #if !defined(MOEKIT_ONE_TACTIC)
   add_tactic<Element, TacticCfg<128, 256, 64, S::kCoop>>(v);
+  add_tactic<Element, TacticCfg<128, 192, 64, S::kCoop, false, 1, 1, true>>(v);
   add_tactic<Element, TacticCfg<64, 128, 64, S::kPingpong>>(v);
   add_tactic<Element, TacticCfg<128, 32, 128, S::kCoop, true>>(v);
   // Ping-pong 128x128 and 64x256 (one warp group's epilogue overlapping the other's main loop)

@@ -475,6 +475,18 @@ TEST_F(GroupedGemmRun, PickTakesTheTwoPerSmGemvWhereItMeasuredFaster) {
   }
 }
 
+// At prefill FC1 (with its activation) takes the dynamic-order tile, FC2 the static one: the
+// forward A/B per GEMM (session 20) had the order help FC1 only.
+TEST_F(GroupedGemmRun, PickTakesTheDynamicTileOrderForFc1AtPrefill) {
+  const GroupedGemm fc1(GroupedShape{Elem::kBF16, 256, 4096, 7168, 4096}, 0,
+                        EpilogueActivation{});
+  const GroupedGemm fc2(GroupedShape{Elem::kBF16, 256, 7168, 2048, 4096}, 0);
+  for (double h : {64.0, 512.0}) {
+    EXPECT_EQ(fc1.pick_tactic(h), "sm90.coop.128x256x64.c1x1.dyn+act") << h;
+    EXPECT_EQ(fc2.pick_tactic(h).find(".dyn"), std::string::npos) << h;
+  }
+}
+
 // Constructing a GroupedGemm of `shape` (with `act`) throws `code`, naming `value`.
 void expect_refused(const GroupedShape& shape, const std::optional<EpilogueActivation>& act,
                     ErrorCode code, const std::string& value) {
