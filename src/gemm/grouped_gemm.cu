@@ -359,6 +359,12 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint, bool chained) c
     // FC2's was even everywhere, so FC2 keeps the static order.
     names = {"sm90.coop.128x256x64.c1x1.dyn", "sm90.coop.128x256x64.c1x1",
              "sm90.coop.128x128x64.c1x1"};
+  else if (sh.n % 256 != 0 && sh.n % 192 == 0)
+    // FC2 whose n 256 does not divide but 192 does (gpt-oss's 2880: 12 256-wide tiles, the
+    // last a quarter full): the 192-wide tile, 15 full ones. Forward A/B (session 20, 2 rounds):
+    // gpt-oss -0.9% at T=16384, -0.3% at 4096. For FC1 (5760) it lost 4% at T=4096.
+    names = {"sm90.coop.128x192x64.c1x1.dyn", "sm90.coop.128x256x64.c1x1",
+             "sm90.coop.128x128x64.c1x1"};
   else
     names = {"sm90.coop.128x256x64.c1x1", "sm90.coop.128x128x64.c1x1"};
   // With an epilogue activation, FC1 takes the "+act" kernel of the same tile where one is built:
