@@ -486,16 +486,17 @@ TEST_F(GroupedGemmRun, PickTakesTheDynamicTileOrderForFc1AtPrefill) {
     EXPECT_EQ(fc1.pick_tactic(h), "sm90.coop.128x256x64.c1x1.dyn+act") << h;
     EXPECT_EQ(fc2.pick_tactic(h).find(".dyn"), std::string::npos) << h;
   }
-  // gpt-oss's FC2 (n 2880 = 15 x 192) takes the 192-wide tile where it is built; its FC1
-  // (5760) does not.
+  // gpt-oss's FC2 (n 2880 = 15 x 192) takes the 192-wide tile where it is built, else the
+  // first built of the usual prefill tiles; its FC1 (5760) does not.
   const GroupedGemm gpt_oss_fc1(GroupedShape{Elem::kBF16, 128, 5760, 2880, 4096}, 0,
                                 EpilogueActivation{});
   const GroupedGemm gpt_oss_fc2(GroupedShape{Elem::kBF16, 128, 2880, 2880, 4096}, 0);
   const std::vector<std::string> names = tactic_names(Elem::kBF16);
-  const bool has_192 = std::find(names.begin(), names.end(), "sm90.coop.128x192x64.c1x1.dyn") !=
-                       names.end();
-  EXPECT_EQ(gpt_oss_fc2.pick_tactic(512.0),
-            has_192 ? "sm90.coop.128x192x64.c1x1.dyn" : "sm90.coop.128x128x64.c1x1");
+  std::string fc2_pick;
+  for (const char* n : {"sm90.coop.128x192x64.c1x1.dyn", "sm90.coop.128x256x64.c1x1",
+                        "sm90.coop.128x128x64.c1x1"})
+    if (fc2_pick.empty() && std::find(names.begin(), names.end(), n) != names.end()) fc2_pick = n;
+  EXPECT_EQ(gpt_oss_fc2.pick_tactic(512.0), fc2_pick);
   EXPECT_EQ(gpt_oss_fc1.pick_tactic(512.0), "sm90.coop.128x256x64.c1x1.dyn+act");
 }
 
