@@ -5,10 +5,11 @@
 //
 // Why: CUTLASS's group scheduler hands block b the tiles b, b + grid, b + 2 grid, ... Blocks
 // whose tiles run faster than others' drift ahead into later experts, the tiles in flight spread
-// over more experts' weights, and the L2 stops serving them: with the tail skip
-// (sm90_tail_skip_mma.cuh) deepseek's FC1 at T=16384 fell from 67% L2 hits to 25% and became
-// DRAM-bound (ncu, session 19). Drawn from one counter, the tiles in flight stay a window of
-// about one tile per block, whatever each tile costs.
+// over more experts' weights, and the L2 stops serving them: with a tail skip (an expert's
+// empty half tile skipping its MMAs; patch in bench/results, session 19) deepseek's FC1 at
+// T=16384 fell from 67% L2 hits to 25% and became DRAM-bound. Drawn from one counter, the tiles
+// in flight stay a window of about one tile per block, whatever each tile costs. Without the
+// skip it gains FC1 0.2-1.0% at T=16384 (deepseek's uneven experts the most; session 20).
 //
 // The counter (and a count of blocks done) lives in the kernel's workspace, zero when the
 // kernel starts: the last block to finish clears both, so graph replays need nothing else.
