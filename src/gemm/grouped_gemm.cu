@@ -355,7 +355,7 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint, bool chained) c
              "sm90.coop.128x128x64.c1x1"};
   else if (state_->act)
     // FC1 (with its activation) draws its tiles in the dynamic order: forward A/B per GEMM at
-    // T=16384 (session 20, 2 rounds): deepseek -1.0%, qwen3 and mixtral -0.3%, gpt-oss even;
+    // T=16384 (session 20, 2 rounds): deepseek -1.0%, qwen3 -0.4%, mixtral -0.2%, gpt-oss even;
     // FC2's was even everywhere, so FC2 keeps the static order.
     names = {"sm90.coop.128x256x64.c1x1.dyn", "sm90.coop.128x256x64.c1x1",
              "sm90.coop.128x128x64.c1x1"};
