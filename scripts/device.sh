@@ -2,7 +2,7 @@
 # Runs on the H200 device machine, from the repository root, with .carry/ (scripts/carry.sh)
 # carried along: builds every tactic, runs the GPU tests, compute-sanitizer on a small case, and the
 # benchmarks. Logs go to $OUT (at most 8 files come back). Usage:
-#   MOEKIT_COMMIT=<sha> bash scripts/device.sh [build] [test] [sanitize] [bench] [sweep] [torch] [ab] [clocks] [ncu]
+#   MOEKIT_COMMIT=<sha> bash scripts/device.sh [build] [test] [sanitize] [bench] [sweep] [torch] [ab] [clocks] [ncu] [ncu-gemm]
 #   (default: the first six)
 # The summary's first line also prints scripts/tree-id.sh: run that here on a commit to check the
 # label (the device's copy of .git is not current).
@@ -13,6 +13,10 @@
 # its .commit file names the sha) into build/base and runs the bench for MOEKIT_BENCH_PRESETS x
 # MOEKIT_BENCH_TOKENS alternately with both builds, twice each, in one process per run on this
 # machine: H200 machines differ by ~2% on bandwidth-bound rows, so only such an A/B shows 1-2%.
+# Step "ncu-gemm": one grouped GEMM of the sweep under ncu (the third launch of the CUTLASS
+# kernel; tensor-pipe activity, L2 and DRAM throughput, warp stall reasons): MOEKIT_SWEEP_PRESETS
+# (one preset), MOEKIT_SWEEP_TOKENS (one count), MOEKIT_SWEEP_TACTICS (one tactic) and
+# MOEKIT_SWEEP_GEMMS (fc1, fc1+act or fc2) choose it.
 # Step "ncu": kernel durations of one forward per preset at MOEKIT_NCU_TOKENS (default 1) under
 # ncu (kernels serialized, caches flushed before each), with the bench's inputs (seed 1 + T, so
 # the same experts are hit; deepseek's correction bias comes with the weights and still differs). `moekit bench --trace N` times the kernels inside the
@@ -113,6 +117,16 @@ if want ncu; then
     done
   done >"$OUT/ncu.txt" 2>&1
   cat "$OUT/ncu.txt" >>"$summary"
+fi
+
+if want ncu-gemm; then
+  ncu --clock-control none -k regex:device_kernel --launch-skip 2 --launch-count 1 \
+    --section SpeedOfLight --section WarpStateStats \
+    --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,lts__t_sector_hit_rate.pct \
+    $bin/bench/moekit_gemm_sweep "${MOEKIT_SWEEP_TOKENS:-16384}" "${MOEKIT_SWEEP_PRESETS:-qwen3-30b-a3b}" \
+    >"$OUT/ncu-gemm.txt" 2>&1
+  echo "ncu-gemm: rc=$?" >>"$OUT/ncu-gemm.txt"
+  grep -v '^==PROF==' "$OUT/ncu-gemm.txt" | tail -60 >>"$summary"
 fi
 
 if want clocks; then
