@@ -2,7 +2,7 @@
 # Runs on the H200 device machine, from the repository root, with .carry/ (scripts/carry.sh)
 # carried along: builds every tactic, runs the GPU tests, compute-sanitizer on a small case, and the
 # benchmarks. Logs go to $OUT (at most 8 files come back). Usage:
-#   MOEKIT_COMMIT=<sha> bash scripts/device.sh [build] [test] [sanitize] [bench] [sweep] [torch] [ab] [clocks] [ncu] [ncu-gemm]
+#   MOEKIT_COMMIT=<sha> bash scripts/device.sh [build] [test] [sanitize] [bench] [sweep] [torch] [ab] [clocks] [ncu] [ncu-gemm] [ncu-source]
 #   (default: the first six)
 # The summary's first line also prints scripts/tree-id.sh: run that here on a commit to check the
 # label (the device's copy of .git is not current).
@@ -17,6 +17,9 @@
 # kernel; tensor-pipe activity, L2 and DRAM throughput, warp stall reasons): MOEKIT_SWEEP_PRESETS
 # (one preset), MOEKIT_SWEEP_TOKENS (one count), MOEKIT_SWEEP_TACTICS (one tactic) and
 # MOEKIT_SWEEP_GEMMS (fc1, fc1+act or fc2) choose it.
+# Step "ncu-source": the same GEMM's warp-stall samples by SASS line (ncu's source page; the
+# 30 lines with the most samples, scripts/ncu_top_stalls.py), to tell MMA waits from data waits
+# and epilogue barriers.
 # Step "ncu": kernel durations of one forward per preset at MOEKIT_NCU_TOKENS (default 1) under
 # ncu (kernels serialized, caches flushed before each), with the bench's inputs (seed 1 + T, so
 # the same experts are hit; deepseek's correction bias comes with the weights and still differs). `moekit bench --trace N` times the kernels inside the
@@ -127,6 +130,15 @@ if want ncu-gemm; then
     >"$OUT/ncu-gemm.txt" 2>&1
   echo "ncu-gemm: rc=$?" >>"$OUT/ncu-gemm.txt"
   grep -v '^==PROF==' "$OUT/ncu-gemm.txt" | tail -60 >>"$summary"
+fi
+
+if want ncu-source; then
+  ncu --clock-control none -k regex:device_kernel --launch-skip 2 --launch-count 1 \
+    --section SourceCounters --section WarpStateStats --page source --print-source sass --csv \
+    $bin/bench/moekit_gemm_sweep "${MOEKIT_SWEEP_TOKENS:-16384}" "${MOEKIT_SWEEP_PRESETS:-qwen3-30b-a3b}" \
+    >"$OUT/ncu-source.csv" 2>"$OUT/ncu-source.err"
+  echo "ncu-source: rc=$?" >>"$summary"
+  python3 scripts/ncu_top_stalls.py "$OUT/ncu-source.csv" 30 >>"$summary" 2>&1
 fi
 
 if want clocks; then
