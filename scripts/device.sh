@@ -122,21 +122,23 @@ if want ncu; then
   cat "$OUT/ncu.txt" >>"$summary"
 fi
 
+# ncu on one sweep GEMM (the third launch of the CUTLASS kernel); the arguments are ncu's.
+ncu_sweep_gemm() {
+  ncu --clock-control none -k regex:device_kernel --launch-skip 2 --launch-count 1 "$@" \
+    $bin/bench/moekit_gemm_sweep "${MOEKIT_SWEEP_TOKENS:-16384}" "${MOEKIT_SWEEP_PRESETS:-qwen3-30b-a3b}"
+}
+
 if want ncu-gemm; then
-  ncu --clock-control none -k regex:device_kernel --launch-skip 2 --launch-count 1 \
-    --section SpeedOfLight --section WarpStateStats \
+  ncu_sweep_gemm --section SpeedOfLight --section WarpStateStats \
     --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,lts__t_sector_hit_rate.pct \
-    $bin/bench/moekit_gemm_sweep "${MOEKIT_SWEEP_TOKENS:-16384}" "${MOEKIT_SWEEP_PRESETS:-qwen3-30b-a3b}" \
     >"$OUT/ncu-gemm.txt" 2>&1
   echo "ncu-gemm: rc=$?" >>"$OUT/ncu-gemm.txt"
   grep -v '^==PROF==' "$OUT/ncu-gemm.txt" | tail -60 >>"$summary"
 fi
 
 if want ncu-source; then
-  ncu --clock-control none -k regex:device_kernel --launch-skip 2 --launch-count 1 \
-    --section SourceCounters --section WarpStateStats --page source --print-source sass --csv \
-    $bin/bench/moekit_gemm_sweep "${MOEKIT_SWEEP_TOKENS:-16384}" "${MOEKIT_SWEEP_PRESETS:-qwen3-30b-a3b}" \
-    >"$OUT/ncu-source.csv" 2>"$OUT/ncu-source.err"
+  ncu_sweep_gemm --section SourceCounters --section WarpStateStats --page source --print-source sass \
+    --csv >"$OUT/ncu-source.csv" 2>"$OUT/ncu-source.err"
   echo "ncu-source: rc=$?" >>"$summary"
   python3 scripts/ncu_top_stalls.py "$OUT/ncu-source.csv" 30 >>"$summary" 2>&1
 fi
