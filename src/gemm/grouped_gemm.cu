@@ -353,20 +353,18 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint, bool chained) c
   else if (h <= 48)
     names = {"sm90.pingpong.64x128x64.c1x1", "sm90.swapab.128x32x128.c1x1",
              "sm90.coop.128x128x64.c1x1"};
-  else if (state_->act)
-    // FC1 (with its activation) draws its tiles in the dynamic order: forward A/B per GEMM at
-    // T=16384 (session 20, 2 rounds): deepseek -1.0%, qwen3 -0.4%, mixtral -0.2%, gpt-oss even;
-    // FC2's was even everywhere, so FC2 keeps the static order.
-    names = {"sm90.coop.128x256x64.c1x1.dyn", "sm90.coop.128x256x64.c1x1",
-             "sm90.coop.128x128x64.c1x1"};
-  else if (sh.n % 256 != 0 && sh.n % 192 == 0)
+  else if (!state_->act && sh.n % 256 != 0 && sh.n % 192 == 0)
     // FC2 whose n 256 does not divide but 192 does (gpt-oss's 2880: 12 256-wide tiles, the
     // last a quarter full): the 192-wide tile, 15 full ones. Forward A/B (session 20, 2 rounds):
     // gpt-oss -0.9% at T=16384, -0.3% at 4096. For FC1 (5760) it lost 4% at T=4096.
     names = {"sm90.coop.128x192x64.c1x1.dyn", "sm90.coop.128x256x64.c1x1",
              "sm90.coop.128x128x64.c1x1"};
   else
-    names = {"sm90.coop.128x256x64.c1x1", "sm90.coop.128x128x64.c1x1"};
+    // The dynamic tile order, FC1 (with its activation) and FC2 alike. Forward A/B per GEMM at
+    // T=16384 (session 20, 2 rounds): FC1 deepseek -1.0%, qwen3 -0.4%, mixtral -0.2%, gpt-oss
+    // even; FC2 even, then ahead with this tile's 128x64 store subtiles (TacticCfg, session 22).
+    names = {"sm90.coop.128x256x64.c1x1.dyn", "sm90.coop.128x256x64.c1x1",
+             "sm90.coop.128x128x64.c1x1"};
   // With an epilogue activation, FC1 takes the "+act" kernel of the same tile where one is built:
   // it saves the activation pass over FC1's output (bench/results).
   for (const char* n : names) {

@@ -47,10 +47,19 @@ enum class Sched { kCoop, kPingpong };
 // linearises every group's tiles first). Rasterising along N was measured: faster on one shape
 // only (bench/results/2026-11-30-h200-8641c10.md). ".dyn" tactics draw their tiles after the
 // first from a counter instead (sm90_dynamic_scheduler.cuh).
+// EpiN: the width of the store epilogue's subtiles (0: CUTLASS's choice, 32 for these tiles).
+// Each subtile costs both warp groups two named barriers and a TMA store while the tensor cores
+// idle; 64 halves their count per tile (4 of 128x64, 32 KB of shared memory, the 128x256 tile
+// keeps its 4 main-loop stages). Forward A/B with FC2 on the dynamic 128x256 tile (session 22,
+// 3 rounds): T=16384 qwen3 -0.4%, deepseek -0.7%, gpt-oss -0.2%, mixtral -0.1%; T=4096 qwen3
+// -1.4%, gpt-oss -0.6%, deepseek +0.5%, mixtral even. 128 (3 stages) gained less. A subtile is
+// not part of the name: the activation epilogue ignores it, and it does not change the result.
 template <int M, int N, int K, Sched S, bool SwapAB = false, int CM = 1, int CN = 1,
-          bool Dynamic = false>
+          bool Dynamic = false, int EpiN = 0>
 struct TacticCfg {
   static constexpr bool kDynamic = Dynamic;
+  static constexpr int kEpiN = EpiN;
+  static_assert(N % (EpiN > 0 ? EpiN : 1) == 0, "store subtiles split the tile's columns evenly");
   // "swapab" names the cooperative schedule; a swap-AB ping-pong would need its own word.
   static_assert(!SwapAB || S == Sched::kCoop, "no name for a swap-AB ping-pong tactic");
   static constexpr bool kSwapAB = SwapAB;
@@ -89,7 +98,10 @@ struct Sm90GroupedKernel {
   // C is void: D = 1 * acc, nothing is read back.
   using StoreEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Cfg::Tile,
-      typename Cfg::Cluster, cutlass::epilogue::collective::EpilogueTileAuto, float, float, void,
+      typename Cfg::Cluster,
+      std::conditional_t<Cfg::kEpiN == 0, cutlass::epilogue::collective::EpilogueTileAuto,
+                         cute::Shape<cute::Int<Cfg::kTileM>, cute::Int<(Cfg::kEpiN > 0 ? Cfg::kEpiN : 1)>>>,
+      float, float, void,
       LayoutD*, kAlign, Element, LayoutD*, kAlign, typename Cfg::Epilogue,
       cutlass::epilogue::fusion::LinearCombination<Element, float>>::CollectiveOp;
   using ActEpilogue = Sm90ActEpilogue<Element, Cfg::kSwapAB, Cfg::kTileM, Cfg::kTileN,
@@ -261,7 +273,7 @@ std::vector<TacticEntry> sm90_grouped_tactics() {
   std::vector<TacticEntry> v;
   add_tactic<Element, TacticCfg<128, 128, 64, S::kCoop>>(v);
   add_tactic<Element, TacticCfg<128, 16, 128, S::kCoop, true>>(v);
-  add_tactic<Element, TacticCfg<128, 256, 64, S::kCoop, false, 1, 1, true>>(v);
+  add_tactic<Element, TacticCfg<128, 256, 64, S::kCoop, false, 1, 1, true, 64>>(v);
 #if !defined(MOEKIT_ONE_TACTIC)
   add_tactic<Element, TacticCfg<128, 256, 64, S::kCoop>>(v);
   add_tactic<Element, TacticCfg<128, 192, 64, S::kCoop, false, 1, 1, true>>(v);
