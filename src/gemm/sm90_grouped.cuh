@@ -58,7 +58,6 @@ template <int M, int N, int K, Sched S, bool SwapAB = false, int CM = 1, int CN 
           bool Dynamic = false, int EpiN = 0>
 struct TacticCfg {
   static constexpr bool kDynamic = Dynamic;
-  static constexpr int kEpiN = EpiN;
   static_assert(N % (EpiN > 0 ? EpiN : 1) == 0, "store subtiles split the tile's columns evenly");
   // "swapab" names the cooperative schedule; a swap-AB ping-pong would need its own word.
   static_assert(!SwapAB || S == Sched::kCoop, "no name for a swap-AB ping-pong tactic");
@@ -67,6 +66,9 @@ struct TacticCfg {
   static constexpr Sched kSched = S;
   using Tile = cute::Shape<cute::Int<M>, cute::Int<N>, cute::Int<K>>;
   using Cluster = cute::Shape<cute::Int<CM>, cute::Int<CN>, cute::_1>;
+  using EpilogueTile =
+      std::conditional_t<EpiN == 0, cutlass::epilogue::collective::EpilogueTileAuto,
+                         cute::Shape<cute::Int<M>, cute::Int<EpiN>>>;
   using Mainloop = std::conditional_t<S == Sched::kCoop,
                                       cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative,
                                       cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong>;
@@ -98,10 +100,7 @@ struct Sm90GroupedKernel {
   // C is void: D = 1 * acc, nothing is read back.
   using StoreEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Cfg::Tile,
-      typename Cfg::Cluster,
-      std::conditional_t<Cfg::kEpiN == 0, cutlass::epilogue::collective::EpilogueTileAuto,
-                         cute::Shape<cute::Int<Cfg::kTileM>, cute::Int<(Cfg::kEpiN > 0 ? Cfg::kEpiN : 1)>>>,
-      float, float, void,
+      typename Cfg::Cluster, typename Cfg::EpilogueTile, float, float, void,
       LayoutD*, kAlign, Element, LayoutD*, kAlign, typename Cfg::Epilogue,
       cutlass::epilogue::fusion::LinearCombination<Element, float>>::CollectiveOp;
   using ActEpilogue = Sm90ActEpilogue<Element, Cfg::kSwapAB, Cfg::kTileM, Cfg::kTileN,
