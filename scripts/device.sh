@@ -2,8 +2,12 @@
 # Runs on the H200 device machine, from the repository root, with .carry/ (scripts/carry.sh)
 # carried along: builds every tactic, runs the GPU tests, compute-sanitizer on a small case, and the
 # benchmarks. Logs go to $OUT (at most 8 files come back). Usage:
-#   MOEKIT_COMMIT=<sha> bash scripts/device.sh [build] [test] [sanitize] [bench] [sweep] [torch] [ab] [clocks] [ncu] [ncu-gemm] [ncu-source]
-#   (default: the first six)
+#   MOEKIT_COMMIT=<sha> bash scripts/device.sh [build | prebuilt] [test] [sanitize] [bench] [sweep] [torch] [ab] [clocks] [ncu] [ncu-gemm] [ncu-source]
+#   (default: build test sanitize bench sweep torch)
+# Step "prebuilt" instead of "build": the programs from .prebuilt/ (scripts/prebuild.sh, a full
+# build on the CPU machine, carried along), which saves the ~3 minutes of a build here. The
+# tests then run the CLI and the sweep from MOEKIT_TEST_CLI / MOEKIT_TEST_SWEEP
+# (tests/support/command.hpp), not from the paths they were built at.
 # The summary's first line also prints scripts/tree-id.sh: run that here on a commit to check the
 # label (the device's copy of .git is not current).
 # Step "clocks": the bench at MOEKIT_CLOCK_TOKENS (default 16384) with nvidia-smi logging the SM
@@ -49,6 +53,18 @@ if want ab; then  # the base build runs alongside the main one
       -DCMAKE_CUDA_COMPILER=$(command -v nvcc) && cmake --build $base -j "$(nproc)" --target moekit_cli; } \
     >"$OUT/base-build.log" 2>&1 &
   base_pid=$!
+fi
+
+if want prebuilt; then
+  mkdir -p $bin/tools $bin/tests $bin/bench
+  if cp .prebuilt/moekit $bin/tools/ && cp .prebuilt/moekit_tests $bin/tests/ &&
+    cp .prebuilt/moekit_gemm_sweep $bin/bench/; then
+    echo "prebuilt: $(cat .prebuilt/commit)" >>"$summary"
+  else
+    echo "prebuilt: .prebuilt/ is incomplete; run scripts/prebuild.sh and carry .prebuilt" | tee -a "$summary"
+    exit 1
+  fi
+  export MOEKIT_TEST_CLI="$PWD/$bin/tools/moekit" MOEKIT_TEST_SWEEP="$PWD/$bin/bench/moekit_gemm_sweep"
 fi
 
 if want build; then

@@ -11,8 +11,9 @@ namespace {
 using testcmd::Ran;
 
 Ran sweep(const std::string& env, const std::string& args) {
-  return testcmd::run(testcmd::test_dir("sweep"),
-                      env + " " + std::string(MOEKIT_SWEEP_PATH) + " " + args);
+  return testcmd::run(
+      testcmd::test_dir("sweep"),
+      env + " " + testcmd::program("MOEKIT_TEST_SWEEP", MOEKIT_SWEEP_PATH) + " " + args);
 }
 
 TEST(GemmSweepArgs, RefusesAnUnknownPreset) {

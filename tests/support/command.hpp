@@ -23,6 +23,13 @@ inline std::string slurp(const std::string& path) {
   return ss.str();
 }
 
+// The program a test runs: the path in environment variable `env` where it is set (binaries
+// built on another machine and carried: scripts/device.sh prebuilt), else where CMake built it.
+inline std::string program(const char* env, const char* built) {
+  const char* path = std::getenv(env);
+  return path != nullptr && *path != '\0' ? path : built;
+}
+
 // One folder per test under MOEKIT_TEST_TMP/<area>: ctest runs tests in parallel processes.
 inline std::string test_dir(const std::string& area) {
   const std::string d = std::string(MOEKIT_TEST_TMP) + "/" + area + "/" +

@@ -21,7 +21,7 @@ using testcmd::slurp;
 std::string tmp_dir() { return testcmd::test_dir("cli"); }
 
 Ran moekit(const std::string& args) {
-  return testcmd::run(tmp_dir(), std::string(MOEKIT_CLI_PATH) + " " + args);
+  return testcmd::run(tmp_dir(), testcmd::program("MOEKIT_TEST_CLI", MOEKIT_CLI_PATH) + " " + args);
 }
 
 // A small Qwen3-like layer the reference runs in milliseconds.
