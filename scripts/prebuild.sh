@@ -10,7 +10,7 @@ cd "$root"
 bash scripts/deps.sh
 export PATH="$PATH:/usr/local/cuda/bin"
 cmake -S . -B build/prebuilt -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEKIT_CUDA=ON \
-  -DMOEKIT_ONE_TACTIC=OFF >/dev/null
+  -DMOEKIT_ONE_TACTIC=OFF
 cmake --build build/prebuilt --target moekit_cli moekit_tests moekit_gemm_sweep
 rm -rf .prebuilt && mkdir -p .prebuilt
 cp build/prebuilt/tools/moekit build/prebuilt/tests/moekit_tests \
