@@ -57,12 +57,13 @@ struct Args {
 constexpr int64_t kPreScoreMaxTokens = 4;
 static_assert(kPreScoreMaxTokens <= kMinSingleWarps, "pre-scored blocks run 16 warps");
 
-// Routes (or validates the caller's ids of) token t. Lane s < k writes slot s to topk_ids /
-// topk_weights and returns its local expert, or -1 when the slot does not run here.
-// `pre`: score_tokens()'s output, or null.
+// Routes (or validates the caller's ids of) token t, whose logits are `logits` (routing
+// methods). Lane s < k writes slot s to topk_ids / topk_weights and returns its local expert, or
+// -1 when the slot does not run here. `pre`: score_tokens()'s output, or null.
 template <int kPerLane>
-__device__ int32_t route_slots(const Args& a, int64_t t, float* scores, int lane,
-                               const float* pre) {
+__device__ int32_t route_slots(const Args& a, int64_t t,
+                               const routing::warp::Logits<kPerLane>& logits, float* scores,
+                               int lane, const float* pre) {
   const int k = a.r.top_k;
   int32_t id = -1;
   float w = 0.0f;
@@ -96,7 +97,7 @@ __device__ int32_t route_slots(const Args& a, int64_t t, float* scores, int lane
       if (a.r.n_group > 1) ps.groups = pre + 2 * a.tokens * E + t * a.r.n_group;
     }
     const routing::warp::Slot s =
-        routing::warp::route_token<kPerLane>(a.r, a.logits + t * E, scores, lane, ps);
+        routing::warp::route_token<kPerLane>(a.r, logits, scores, lane, ps);
     id = s.id;
     w = s.weight;
   }
@@ -123,8 +124,15 @@ __device__ void route_and_rank(const Args& a, int64_t t0, int64_t t1, int* hist,
   for (int i = lane; i < a.local_experts; i += 32) hist[i] = 0;
   __syncwarp();
   const int k = a.r.top_k;
+  // Each token's logits load while the token before it is routed: a warp's tokens are one
+  // dependent chain, and a load at the top of each would add a memory round trip per token.
+  const bool routed = a.r.method != static_cast<int>(RoutingMethod::kExternal);
+  routing::warp::Logits<kPerLane> next;
+  if (routed && t0 < t1) next.load(a.r, a.logits + t0 * a.r.experts, lane);
   for (int64_t t = t0; t < t1; ++t) {
-    const int32_t le = route_slots<kPerLane>(a, t, scores, lane, pre);
+    const routing::warp::Logits<kPerLane> logits = next;
+    if (routed && t + 1 < t1) next.load(a.r, a.logits + (t + 1) * a.r.experts, lane);
+    const int32_t le = route_slots<kPerLane>(a, t, logits, scores, lane, pre);
     int32_t rank = 0;
     if (le >= 0) {
       rank = hist[le];
@@ -182,17 +190,29 @@ __device__ int block_exclusive_scan(int x, int* s_warp, int lane, int warp, int 
 }
 
 // Copies hidden row t to the permuted rows held by lanes 0..k-1 (`row`, -1 = none); the row
-// is read once, written k times.
+// is read once, written k times. Each lane has kScatterLoads 16-byte loads in flight before its
+// stores: at 16384 tokens the scatter took 2-9 us less than with one (gpt-oss the most; session
+// 23, bench/results), streaming stores (st.global.cs) or 8 loads no more.
+constexpr int kScatterLoads = 4;
 __device__ void scatter_row(const Args& a, int64_t t, int32_t row, int lane) {
   const uint4* src = a.hidden + t * a.row_vecs;
   const int k = a.r.top_k;
-  for (int64_t base = 0; base < a.row_vecs; base += 32) {  // uniform trip count: shuffles below
-    const int64_t i = base + lane;
-    const bool in = i < a.row_vecs;
-    const uint4 v = in ? __ldg(src + i) : uint4{};
+  for (int64_t base = 0; base < a.row_vecs; base += 32 * kScatterLoads) {  // uniform trip count
+    uint4 v[kScatterLoads];
+#pragma unroll
+    for (int j = 0; j < kScatterLoads; ++j) {
+      const int64_t i = base + j * 32 + lane;
+      v[j] = i < a.row_vecs ? __ldg(src + i) : uint4{};
+    }
     for (int s = 0; s < k; ++s) {
       const int32_t r = __shfl_sync(kFull, row, s);
-      if (in && r >= 0) a.permuted[static_cast<int64_t>(r) * a.row_vecs + i] = v;
+      if (r < 0) continue;  // the same r in every lane
+      uint4* dst = a.permuted + static_cast<int64_t>(r) * a.row_vecs;
+#pragma unroll
+      for (int j = 0; j < kScatterLoads; ++j) {
+        const int64_t i = base + j * 32 + lane;
+        if (i < a.row_vecs) dst[i] = v[j];
+      }
     }
   }
 }
@@ -370,44 +390,59 @@ __global__ void __launch_bounds__(kMultiWarps * 32) route_rank_kernel(Args a) {
   for (int e = lane; e < L; e += 32) out[e] = hist[e];
 }
 
-// Multi-block step 2: per expert, chunk counts become exclusive chunk bases; totals per expert.
-// Block: 32 experts (lanes) x 32 warps, each warp a contiguous segment of chunks.
+// Multi-block step 2: per expert, chunk counts become exclusive chunk bases within their segment
+// of kChunksPerSegment chunks; each segment's totals per expert go to segment_totals. Block
+// (x, y): 32 experts (lanes) x 32 warps over segment y, each warp kChunksPerWarp chunks loaded at
+// once (one memory round trip; a warp walking 64 chunks in turn took 11 us at 16384 tokens).
+constexpr int kChunksPerWarp = kChunksPerSegment / 32;
 __global__ void __launch_bounds__(1024) chunk_scan_kernel(Args a) {
   __shared__ int seg[32][33];
   const int L = a.local_experts;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int e = blockIdx.x * 32 + lane;
-  const int per = (a.n_chunks + 31) / 32;
-  const int c0 = warp * per, c1 = min(a.n_chunks, c0 + per);
-  int32_t* counts = a.b.chunk_counts;
+  const int c0 = blockIdx.y * kChunksPerSegment + warp * kChunksPerWarp;
+  int32_t* counts = a.b.chunk_counts + static_cast<int64_t>(c0) * L + e;
+  int v[kChunksPerWarp];
   int sum = 0;
-  if (e < L)
-#pragma unroll 8
-    for (int c = c0; c < c1; ++c) sum += counts[static_cast<int64_t>(c) * L + e];
+#pragma unroll
+  for (int i = 0; i < kChunksPerWarp; ++i) {
+    v[i] = e < L && c0 + i < a.n_chunks ? counts[static_cast<int64_t>(i) * L] : 0;
+    sum += v[i];
+  }
   seg[warp][lane] = sum;
   __syncthreads();
   int base = 0;
   for (int w = 0; w < warp; ++w) base += seg[w][lane];
   if (e >= L) return;
-  if (warp == 31) a.b.expert_totals[e] = base + sum;
-#pragma unroll 8
-  for (int c = c0; c < c1; ++c) {
-    const int64_t i = static_cast<int64_t>(c) * L + e;
-    const int v = counts[i];
-    counts[i] = base;
-    base += v;
-  }
+  if (warp == 31) a.b.segment_totals[blockIdx.y * L + e] = base + sum;
+#pragma unroll
+  for (int i = 0; i < kChunksPerWarp; ++i)
+    if (c0 + i < a.n_chunks) {
+      counts[static_cast<int64_t>(i) * L] = base;
+      base += v[i];
+    }
 }
 
-// Multi-block step 3: offsets, each slot's row, and the gather (one warp per token).
+// Multi-block step 3: offsets, each slot's row, and the gather (one warp per token). Shared
+// memory: [n_segments][L] segment bases per expert, then the offsets [L + 1].
 __global__ void __launch_bounds__(kMultiWarps * 32) scatter_kernel(Args a) {
-  __shared__ int offs[kMaxLocalExperts + 1];
+  extern __shared__ int seg_base[];
   const int L = a.local_experts;
   const int k = a.r.top_k;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int n_segments = (a.n_chunks + kChunksPerSegment - 1) / kChunksPerSegment;
+  int* offs = seg_base + n_segments * L;
+  for (int e = threadIdx.x; e < L; e += blockDim.x) {
+    int total = 0;
+    for (int s = 0; s < n_segments; ++s) {
+      const int v = a.b.segment_totals[s * L + e];
+      seg_base[s * L + e] = total;
+      total += v;
+    }
+    offs[e] = total;
+  }
+  __syncthreads();
   if (warp == 0) {
-    for (int e = lane; e < L; e += 32) offs[e] = a.b.expert_totals[e];
-    __syncwarp();
     warp_exclusive_scan(offs, L, lane);
     __syncwarp();
     if (blockIdx.x == 0)
@@ -422,7 +457,8 @@ __global__ void __launch_bounds__(kMultiWarps * 32) scatter_kernel(Args a) {
       const int32_t le = a.b.slot_expert[t * k + lane];
       if (le >= 0) {
         const int64_t chunk = t / a.chunk_tokens;
-        row = offs[le] + a.b.chunk_counts[chunk * L + le] + a.b.slot_rank[t * k + lane];
+        row = offs[le] + seg_base[(chunk / kChunksPerSegment) * L + le] +
+              a.b.chunk_counts[chunk * L + le] + a.b.slot_rank[t * k + lane];
         a.b.row_expert[row] = le;
       }
       a.b.slot_row[t * k + lane] = row;
@@ -432,6 +468,7 @@ __global__ void __launch_bounds__(kMultiWarps * 32) scatter_kernel(Args a) {
 }
 
 using KernelFn = void (*)(Args);
+
 
 template <int kPerLane, bool kPreScore = false>
 KernelFn pick_single(bool gather) {
@@ -475,6 +512,10 @@ std::size_t single_smem(const Config& c, int warps) {
   return sizeof(int) * static_cast<std::size_t>(warps * per_warp + c.local_experts + 1 +
                                                 kSingleRows + pre_floats);
 }
+// scatter_kernel's segment bases and offsets.
+std::size_t scatter_smem(const Config& c, int segments) {
+  return sizeof(int) * static_cast<std::size_t>((segments + 1) * c.local_experts + 1);
+}
 std::size_t multi_smem(const Config& c) {
   return sizeof(int) * static_cast<std::size_t>(kMultiWarps) *
          static_cast<std::size_t>(c.local_experts + routing_floats(c));
@@ -510,7 +551,7 @@ BufferCounts buffer_counts(const Config& c) {
   BufferCounts n;
   n.per_slot = c.max_tokens * c.routing.top_k;
   n.chunk_counts = static_cast<int64_t>(kMaxChunks) * c.local_experts;
-  n.experts = c.local_experts;
+  n.segment_totals = static_cast<int64_t>(kMaxSegments) * c.local_experts;
   n.offsets = c.local_experts + 1;
   n.rows = c.max_rows();
   n.permuted_bytes = c.max_rows() * c.row_bytes;
@@ -536,7 +577,8 @@ Status prepare(const Config& c) {
     }
   for (auto [f, smem] : {std::pair<KernelFn, std::size_t>{pick_route_rank(c.routing.per_lane),
                                                           multi_smem(c)},
-                         {gather_kernel, 0}, {chunk_scan_kernel, 0}, {scatter_kernel, 0}}) {
+                         {gather_kernel, 0}, {chunk_scan_kernel, 0},
+                         {scatter_kernel, scatter_smem(c, kMaxSegments)}}) {
     Status s = load(f, smem);
     if (!s.ok()) return s;
   }
@@ -600,13 +642,16 @@ Status run(const Config& c, const Buffers& b, int64_t tokens, const Inputs& in,
                          "launching the gather kernel");
     }
   } else {
-    const int64_t per_chunk = std::max<int64_t>(4, (tokens + kMaxChunks - 1) / kMaxChunks);
+    const int64_t per_chunk =
+        std::max<int64_t>(kMinChunkTokens, (tokens + kMaxChunks - 1) / kMaxChunks);
     a.chunk_tokens = static_cast<int>(per_chunk);
     a.n_chunks = static_cast<int>((tokens + per_chunk - 1) / per_chunk);
+    const int n_segments = (a.n_chunks + kChunksPerSegment - 1) / kChunksPerSegment;
     pick_route_rank(c.routing.per_lane)<<<grid_for(a.n_chunks, kMultiWarps, 1 << 20),
                                           kMultiWarps * 32, multi_smem(c), stream>>>(a);
-    chunk_scan_kernel<<<(c.local_experts + 31) / 32, 1024, 0, stream>>>(a);
-    scatter_kernel<<<grid_for(tokens, kMultiWarps, 1056), kMultiWarps * 32, 0, stream>>>(a);
+    chunk_scan_kernel<<<dim3((c.local_experts + 31) / 32, n_segments), 1024, 0, stream>>>(a);
+    scatter_kernel<<<grid_for(tokens, kMultiWarps, 1056), kMultiWarps * 32,
+                     scatter_smem(c, n_segments), stream>>>(a);
   }
   return cuda_status(cudaGetLastError(), "launching the permute kernels");
 }

@@ -13,10 +13,16 @@
 namespace moekit::permute {
 
 inline constexpr int kMaxLocalExperts = 512;
-// The multi-block path cuts tokens into at most this many chunks (one warp each). Routing a
-// token is a latency-bound chain in one warp: 2048 chunks keep 16 warps per SM busy at 16384
-// tokens (1024 took 47 us of a qwen3 forward there, ncu).
-inline constexpr int kMaxChunks = 2048;
+// The multi-block path cuts tokens into at most this many chunks (one warp each, at least
+// kMinChunkTokens tokens). Routing a token is a latency-bound chain in one warp, so the route
+// kernel's time follows the tokens per warp: 1024 chunks took 47 us of a qwen3 forward at 16384
+// tokens, 2048 30 us (ncu); 4096 keep ~31 warps per SM busy there, about all the routing
+// kernels' registers allow. The chunk counts are scanned in segments of kChunksPerSegment
+// chunks, one block per 32 experts and segment, so more chunks cost the scan no more rounds.
+inline constexpr int kMaxChunks = 4096;
+inline constexpr int kMinChunkTokens = 2;
+inline constexpr int kChunksPerSegment = 256;
+inline constexpr int kMaxSegments = kMaxChunks / kChunksPerSegment;
 // At most this many tokens go through the single-block kernel (launch latency rules there).
 inline constexpr int64_t kSingleBlockMaxTokens = 64;
 // The single-block kernel also gathers when the gathered rows total at most this many bytes;
@@ -43,8 +49,9 @@ struct Buffers {
   int32_t* slot_expert = nullptr;    // [T, k] local expert of the slot, -1 when not local
   int32_t* slot_rank = nullptr;      // [T, k] rank among the slots of its expert in its chunk
   int32_t* slot_row = nullptr;       // [T, k] permuted row of the slot, -1 when not local
-  int32_t* chunk_counts = nullptr;   // [kMaxChunks, L] per-chunk counts, then chunk bases
-  int32_t* expert_totals = nullptr;  // [L]
+  int32_t* chunk_counts = nullptr;   // [kMaxChunks, L] per-chunk counts, then the chunks'
+                                     // bases within their segment
+  int32_t* segment_totals = nullptr;  // [kMaxSegments, L] slots of each expert per segment
   int32_t* offsets = nullptr;        // [L + 1] first row of each local expert (GEMM row_offsets)
   int32_t* row_expert = nullptr;     // [P] local expert of each permuted row
   void* permuted = nullptr;          // [P, H] hidden rows in expert order
@@ -63,7 +70,7 @@ struct Buffers {
 struct BufferCounts {
   int64_t per_slot = 0;      // topk_ids, topk_weights, slot_expert, slot_rank, slot_row
   int64_t chunk_counts = 0;
-  int64_t experts = 0;       // expert_totals
+  int64_t segment_totals = 0;
   int64_t offsets = 0;
   int64_t rows = 0;          // row_expert
   int64_t permuted_bytes = 0;

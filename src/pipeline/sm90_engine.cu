@@ -280,7 +280,7 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
     b.slot_rank = c.take<int32_t>(n.per_slot);
     b.slot_row = c.take<int32_t>(n.per_slot);
     b.chunk_counts = c.take<int32_t>(n.chunk_counts);
-    b.expert_totals = c.take<int32_t>(n.experts);
+    b.segment_totals = c.take<int32_t>(n.segment_totals);
     b.offsets = c.take<int32_t>(n.offsets);
     b.row_expert = c.take<int32_t>(n.rows);
     permuted_bytes_ = static_cast<std::size_t>(std::max(n.permuted_bytes, P * H * es));

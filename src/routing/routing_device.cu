@@ -20,7 +20,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
   for (int64_t t = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp_in_block; t < tokens;
        t += warps) {
-    const warp::Slot s = warp::route_token<kPerLane>(r, logits + t * r.experts, scores, lane);
+    warp::Logits<kPerLane> x;
+    x.load(r, logits + t * r.experts, lane);
+    const warp::Slot s = warp::route_token<kPerLane>(r, x, scores, lane);
     if (lane < r.top_k) {
       ids[t * r.top_k + lane] = s.id;
       weights[t * r.top_k + lane] = s.weight;

@@ -134,20 +134,32 @@ __device__ uint32_t select_groups(const DeviceRouting& r, const float (&sel)[kPe
   return mask;
 }
 
-// Routes one token: `row` is its logits [E]. Every lane of the warp must call it. `pre`:
-// DeepSeek-V3 scores computed beforehand (PreScores), or none.
+// This lane's logits of one token (`row`: its logits [E]); -inf past the last expert.
 template <int kPerLane>
-__device__ Slot route_token(const DeviceRouting& r, const float* __restrict__ row, float* scores,
+struct Logits {
+  float v[kPerLane];
+  __device__ __forceinline__ void load(const DeviceRouting& r, const float* __restrict__ row,
+                                       int lane) {
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      const int e = lane + 32 * j;
+      v[j] = e < r.experts ? __ldg(row + e) : -INFINITY;
+    }
+  }
+};
+
+// Routes one token from its logits (Logits::load; a warp routing tokens in turn loads the next
+// token's while this one runs). Every lane of the warp must call it. `pre`: DeepSeek-V3 scores
+// computed beforehand (PreScores), or none.
+template <int kPerLane>
+__device__ Slot route_token(const DeviceRouting& r, const Logits<kPerLane>& logits, float* scores,
                             int lane, PreScores pre = {}) {
   const int method = r.method;
   const bool deepseek = method == static_cast<int>(RoutingMethod::kDeepSeekV3);
   float x[kPerLane];      // cleaned logits
   uint32_t key[kPerLane]; // selection keys, 0 once taken or not eligible
 #pragma unroll
-  for (int j = 0; j < kPerLane; ++j) {
-    const int e = lane + 32 * j;
-    x[j] = e < r.experts ? clean(__ldg(row + e)) : -INFINITY;
-  }
+  for (int j = 0; j < kPerLane; ++j) x[j] = clean(logits.v[j]);
   if (deepseek) {
     float sel[kPerLane];
 #pragma unroll

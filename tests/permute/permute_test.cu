@@ -1,8 +1,9 @@
 // The device permutation against the one the host derives from route_host's ids: offsets, the
 // stable (expert, token, slot) order of the rows, each slot's row, each row's expert, and the
-// gathered rows bit for bit. Both paths (single block, multi block) at tokens 1 .. 9000 (5000
-// and 9000 cut into 1250 and 1800 chunks), EP ranks (ids of other ranks dropped), skewed caller
-// ids, and bad caller ids (dropped, reported).
+// gathered rows bit for bit. Both paths (single block, multi block) at tokens 1 .. 9000, the
+// multi-block path up to 20000 (5000, 9000, 16384 and 20000 cut into 2500, 3000, 4096 and 4000
+// chunks: 10, 12, 16 and 16 scan segments, the last ones partly filled), EP ranks (ids of other
+// ranks dropped), skewed caller ids, and bad caller ids (dropped, reported).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -38,13 +39,13 @@ struct Workspace {
     b.slot_rank = static_cast<int32_t*>(take(n.per_slot * 4));
     b.slot_row = static_cast<int32_t*>(take(n.per_slot * 4));
     b.chunk_counts = static_cast<int32_t*>(take(n.chunk_counts * 4));
-    b.expert_totals = static_cast<int32_t*>(take(n.experts * 4));
+    b.segment_totals = static_cast<int32_t*>(take(n.segment_totals * 4));
     b.offsets = static_cast<int32_t*>(take(n.offsets * 4));
     b.row_expert = static_cast<int32_t*>(take(n.rows * 4));
     b.permuted = take(n.permuted_bytes);
     b.error_word = static_cast<unsigned long long*>(take(8));  // 0xff..: kNoError
     b.offsets_flag = static_cast<uint32_t*>(take(4));          // 0xff..: stale
-    b.expert_done = static_cast<int32_t*>(take((n.experts + 2) * 4));  // 0xff..: stale
+    b.expert_done = static_cast<int32_t*>(take((c.local_experts + 2) * 4));  // 0xff..: stale
   }
 };
 
@@ -199,6 +200,10 @@ TEST_F(PermuteTest, RoutedTokensBothPaths) {
       SCOPED_TRACE("T" + std::to_string(tokens) + " path " + std::to_string(int(path)));
       check_one(su, tokens, path, rng);
     }
+  for (int64_t tokens : {16384, 20000}) {
+    SCOPED_TRACE("T" + std::to_string(tokens) + " multi block");
+    check_one(su, tokens, Path::kMultiBlock, rng);
+  }
 }
 
 // DeepSeek-V3 group selection on both paths against the host. At up to 4 tokens and 8+ experts
