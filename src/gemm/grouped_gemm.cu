@@ -360,11 +360,13 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint, bool chained) c
     names = {"sm90.coop.128x192x64.c1x1.dyn", "sm90.coop.128x256x64.c1x1",
              "sm90.coop.128x128x64.c1x1"};
   else
-    // The dynamic tile order, FC1 (with its activation) and FC2 alike. Forward A/B per GEMM at
-    // T=16384 (session 20, 2 rounds): FC1 deepseek -1.0%, qwen3 -0.4%, mixtral -0.2%, gpt-oss
-    // even; FC2 even, then ahead with this tile's 128x64 store subtiles (TacticCfg, session 22).
-    names = {"sm90.coop.128x256x64.c1x1.dyn", "sm90.coop.128x256x64.c1x1",
-             "sm90.coop.128x128x64.c1x1"};
+    // 2x1 cluster pairs (weights multicast to two row tiles of an expert), FC1 (with its
+    // activation) and FC2 alike. Forward A/B against the dynamic tile order (session 23, 2
+    // rounds, T=16384): qwen3 -0.8 / -1.7%, deepseek -1.8 / -0.8%, mixtral -0.6 / -0.5%; T=4096
+    // deepseek -1.3%, others even (sm90_cluster_pairs.cuh). Before them the dynamic order had
+    // won over the static one (session 20: FC1 deepseek -1.0%, qwen3 -0.4%).
+    names = {"sm90.coop.128x256x64.c2x1.pairs", "sm90.coop.128x256x64.c1x1.dyn",
+             "sm90.coop.128x256x64.c1x1", "sm90.coop.128x128x64.c1x1"};
   // With an epilogue activation, FC1 takes the "+act" kernel of the same tile where one is built:
   // it saves the activation pass over FC1's output (bench/results).
   for (const char* n : names) {

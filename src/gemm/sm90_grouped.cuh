@@ -33,6 +33,7 @@
 #include "cutlass/util/packed_stride.hpp"
 
 #include "gemm/sm90_act_epilogue.cuh"
+#include "gemm/sm90_cluster_pairs.cuh"
 #include "gemm/sm90_dynamic_scheduler.cuh"
 #include "gemm/tactic.hpp"
 
@@ -42,11 +43,13 @@ enum class Sched { kCoop, kPingpong };
 
 // A tactic's configuration: schedule, tile, cluster; one kernel instantiation per (Element,
 // TacticCfg). The name, built from the parameters, is the stable identity:
-// "sm90.<coop|pingpong|swapab>.<M>x<N>x<K>.c<CM>x<CN>[.dyn]". The grouped scheduler runs with
-// CUTLASS's defaults (raster along M; its swizzle is always 1 for grouped problems, because it
-// linearises every group's tiles first). Rasterising along N was measured: faster on one shape
+// "sm90.<coop|pingpong|swapab>.<M>x<N>x<K>.c<CM>x<CN>[.dyn|.pairs]". The grouped scheduler runs
+// with CUTLASS's defaults (raster along M; its swizzle is always 1 for grouped problems, because
+// it linearises every group's tiles first). Rasterising along N was measured: faster on one shape
 // only (bench/results/2026-11-30-h200-8641c10.md). ".dyn" tactics draw their tiles after the
-// first from a counter instead (sm90_dynamic_scheduler.cuh).
+// first from a counter instead (sm90_dynamic_scheduler.cuh); ".pairs" ones run 2x1 clusters that
+// multicast an expert's weights to two of its row tiles without rounding its row tiles up to the
+// cluster (sm90_cluster_pairs.cuh).
 // EpiN: the width of the store epilogue's subtiles (0: CUTLASS's choice, 32 for these tiles).
 // Each subtile costs both warp groups two named barriers and a TMA store while the tensor cores
 // idle; 64 halves their count per tile (4 of 128x64, 32 KB of shared memory, the 128x256 tile
@@ -55,9 +58,12 @@ enum class Sched { kCoop, kPingpong };
 // -1.4%, gpt-oss -0.6%, deepseek +0.5%, mixtral even. 128 (3 stages) gained less. A subtile is
 // not part of the name: the activation epilogue ignores it, and it does not change the result.
 template <int M, int N, int K, Sched S, bool SwapAB = false, int CM = 1, int CN = 1,
-          bool Dynamic = false, int EpiN = 0>
+          bool Dynamic = false, int EpiN = 0, bool Pairs = false>
 struct TacticCfg {
   static constexpr bool kDynamic = Dynamic;
+  static constexpr bool kPairs = Pairs;
+  static_assert(!Pairs || (CM == 2 && CN == 1 && !Dynamic && !SwapAB && S == Sched::kCoop),
+                "pairs are cooperative 2x1 clusters in their own tile order");
   static_assert(N % (EpiN > 0 ? EpiN : 1) == 0, "store subtiles split the tile's columns evenly");
   // "swapab" names the cooperative schedule; a swap-AB ping-pong would need its own word.
   static_assert(!SwapAB || S == Sched::kCoop, "no name for a swap-AB ping-pong tactic");
@@ -80,7 +86,7 @@ struct TacticCfg {
     const char* sched = SwapAB ? "swapab" : (S == Sched::kCoop ? "coop" : "pingpong");
     return std::string("sm90.") + sched + "." + std::to_string(M) + "x" + std::to_string(N) +
            "x" + std::to_string(K) + ".c" + std::to_string(CM) + "x" + std::to_string(CN) +
-           (Dynamic ? ".dyn" : "");
+           (Dynamic ? ".dyn" : "") + (Pairs ? ".pairs" : "");
   }
 };
 
@@ -88,8 +94,10 @@ struct TacticCfg {
 // [rows, n / 2]; otherwise D = accumulators through CUTLASS's TMA-store epilogue.
 template <class Element, class Cfg, bool kAct>
 struct Sm90GroupedKernel {
-  using ProblemShape = std::conditional_t<Cfg::kDynamic, DynamicGroupProblemShape,
-                                          cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>>;
+  using ProblemShape = std::conditional_t<
+      Cfg::kPairs, PairGroupProblemShape,
+      std::conditional_t<Cfg::kDynamic, DynamicGroupProblemShape,
+                         cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>>>;
   // Both operands are K-major in both modes; only who is A and the layout of D change.
   using LayoutA = cutlass::layout::RowMajor;
   using LayoutB = cutlass::layout::ColumnMajor;
@@ -107,12 +115,14 @@ struct Sm90GroupedKernel {
                                       Cfg::kSched == Sched::kCoop && !Cfg::kSwapAB>;
   using CollectiveEpilogue = std::conditional_t<kAct, ActEpilogue, StoreEpilogue>;
 
-  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+  using BuiltMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA*, kAlign, Element,
       LayoutB*, kAlign, float, typename Cfg::Tile, typename Cfg::Cluster,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
       typename Cfg::Mainloop>::CollectiveOp;
+  using CollectiveMainloop =
+      std::conditional_t<Cfg::kPairs, Sm90PairMainloop<BuiltMainloop>, BuiltMainloop>;
 
   using Kernel =
       cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
@@ -273,6 +283,7 @@ std::vector<TacticEntry> sm90_grouped_tactics() {
   add_tactic<Element, TacticCfg<128, 128, 64, S::kCoop>>(v);
   add_tactic<Element, TacticCfg<128, 16, 128, S::kCoop, true>>(v);
   add_tactic<Element, TacticCfg<128, 256, 64, S::kCoop, false, 1, 1, true, 64>>(v);
+  add_tactic<Element, TacticCfg<128, 256, 64, S::kCoop, false, 2, 1, false, 64, true>>(v);
 #if !defined(MOEKIT_ONE_TACTIC)
   add_tactic<Element, TacticCfg<128, 256, 64, S::kCoop>>(v);
   add_tactic<Element, TacticCfg<128, 192, 64, S::kCoop, false, 1, 1, true>>(v);

@@ -418,6 +418,32 @@ TEST_F(GroupedGemmSanitizer, DynamicTileOrderStartsAfreshEveryRun) {
   cudaStreamDestroy(stream);
 }
 
+// The 2x1 pair tiles under the sanitizers: pairs, singles and the empty tiles beside a single
+// in an odd last column pair (7 column tiles): weights multicast between the blocks of a
+// cluster, and loaded alone.
+TEST_F(GroupedGemmSanitizer, ClusterPairsSinglesAndEmptyTiles) {
+  std::vector<std::string> pairs;
+  for (const auto& t : tactic_names(Elem::kBF16))
+    if (t.find(".pairs") != std::string::npos) pairs.push_back(t);
+  if (pairs.empty()) GTEST_SKIP() << "no pair-tile tactic in this build";
+  std::mt19937 rng(static_cast<unsigned>(base_seed() ^ 0x9a15));
+  const int64_t n = 1792, k = 128;
+  const std::vector<int> rows = {0, 1, 129, 256, 300, 64};  // row tiles 0, 1, 2, 2, 3, 1
+  const Problem p = make_problem(Elem::kBF16, n, k, rows, rng);
+  DeviceProblem dp(p);
+  GroupedGemm gemm(GroupedShape{Elem::kBF16, static_cast<int>(rows.size()), n, k, p.max_rows}, 0);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  for (const auto& tactic : pairs)
+    for (int round = 0; round < 2; ++round) {
+      SCOPED_TRACE(tactic + ", round " + std::to_string(round));
+      const std::vector<uint16_t> out = run_poisoned(gemm, dp, p, tactic, stream);
+      ASSERT_FALSE(out.empty());
+      expect_matches(p, out);
+    }
+  cudaStreamDestroy(stream);
+}
+
 // Between 1 and 4 rows per expert the TMA GEMV is picked only for small experts (an expert's
 // matrix up to 8 MB: qwen3's FC1 and FC2), where it measured faster than swap-AB (session 12);
 // gpt-oss's experts keep swap-AB, and so does qwen3 past 4 rows.
@@ -477,13 +503,13 @@ TEST_F(GroupedGemmRun, PickTakesTheTwoPerSmGemvWhereItMeasuredFaster) {
 
 // At prefill FC1 (with its activation) and FC2 take the dynamic-order tile (forward A/B per
 // GEMM, sessions 20 and 22). FC2 takes the 192-wide tile where it divides n and 256 does not.
-TEST_F(GroupedGemmRun, PickTakesTheDynamicTileOrderAtPrefill) {
+TEST_F(GroupedGemmRun, PickTakesClusterPairsAtPrefill) {
   const GroupedGemm fc1(GroupedShape{Elem::kBF16, 256, 4096, 7168, 4096}, 0,
                         EpilogueActivation{});
   const GroupedGemm fc2(GroupedShape{Elem::kBF16, 256, 7168, 2048, 4096}, 0);
   for (double h : {64.0, 512.0}) {
-    EXPECT_EQ(fc1.pick_tactic(h), "sm90.coop.128x256x64.c1x1.dyn+act") << h;
-    EXPECT_EQ(fc2.pick_tactic(h), "sm90.coop.128x256x64.c1x1.dyn") << h;
+    EXPECT_EQ(fc1.pick_tactic(h), "sm90.coop.128x256x64.c2x1.pairs+act") << h;
+    EXPECT_EQ(fc2.pick_tactic(h), "sm90.coop.128x256x64.c2x1.pairs") << h;
   }
   // gpt-oss's FC2 (n 2880 = 15 x 192) takes the 192-wide tile where it is built, else the
   // first built of the usual prefill tiles; its FC1 (5760) does not.
@@ -496,7 +522,7 @@ TEST_F(GroupedGemmRun, PickTakesTheDynamicTileOrderAtPrefill) {
                         "sm90.coop.128x128x64.c1x1"})
     if (fc2_pick.empty() && std::find(names.begin(), names.end(), n) != names.end()) fc2_pick = n;
   EXPECT_EQ(gpt_oss_fc2.pick_tactic(512.0), fc2_pick);
-  EXPECT_EQ(gpt_oss_fc1.pick_tactic(512.0), "sm90.coop.128x256x64.c1x1.dyn+act");
+  EXPECT_EQ(gpt_oss_fc1.pick_tactic(512.0), "sm90.coop.128x256x64.c2x1.pairs+act");
 }
 
 // Constructing a GroupedGemm of `shape` (with `act`) throws `code`, naming `value`.

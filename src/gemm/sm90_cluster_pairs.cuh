@@ -1,0 +1,193 @@
+// 2x1 clusters that share an expert's weights by TMA multicast where two row tiles of the same
+// expert and column tile run together ("pairs"), and load them alone where they do not
+// ("singles"), so an expert keeps ceil(M / 128) row tiles. CUTLASS's group scheduler rounds
+// them up to the cluster instead: the padding that already costs the prefill most (session 19)
+// grew, and its c2x1 tactic lost on every preset there.
+//
+// Why multicast: at T=16384 the forward runs at the GPU's 700 W power cap, and two tiles that
+// share one weight load move a third fewer bytes from L2 per tile. Forward A/B against the
+// dynamic 1x1 tile (session 23, 2 rounds, T=16384): both GEMMs on pairs qwen3 -0.8 / -1.7%,
+// deepseek -1.8 / -0.8%, mixtral -0.6 / -0.5%. The GEMMs alone (sweep: L2 flushed, one at a
+// time) disagree for FC1: pairs there +6% (qwen3) to +16% (mixtral); FC2 qwen3 -5.7%, mixtral
+// -4.3%, deepseek +5.7%. The forward decides the pick (grouped_gemm.cu).
+//
+// Units, each run by one cluster: per expert g with mt = ceil(M_g / 128) row tiles, p = mt / 2
+// pairs and s = mt % 2 singles, and nt column tiles, units go by column pairs (n, n + 1): the
+// pairs of column n, the pairs of column n + 1, then one single unit holding the last row tile
+// at columns n (block 0) and n + 1 (block 1; an empty tile past the problem when n + 1 is past
+// the last column: no loads, no stores). Clusters take units c, c + clusters, ... (a static
+// order), so both blocks of a cluster always hold tiles of the same unit, of the same expert,
+// and run the same number of k blocks.
+//
+// A pair's blocks load half of the weight tile each and multicast it to both (CUTLASS's c2x1
+// main loop); a single's blocks each load the whole weight tile for themselves (both halves,
+// multicast to their own block only). The pipeline's barriers do not change: every stage holds
+// the same bytes either way, and both blocks' consumers release every stage to both blocks, so
+// a block never writes into its partner's stage before the partner has freed it.
+#pragma once
+#include <cstdint>
+
+#include "cute/arch/cluster_sm90.hpp"
+#include "cute/tensor.hpp"
+#include "cutlass/gemm/group_array_problem_shape.hpp"
+#include "cutlass/gemm/kernel/tile_scheduler.hpp"
+#include "gemm/pair_units.hpp"
+
+namespace moekit::gemm::detail {
+
+struct PairGroupProblemShape : cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>> {};
+
+template <class ProblemShape, int Stages, int TileM, int TileN>
+class Sm90PairGroupScheduler
+    : public cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90Group<ProblemShape, Stages> {
+  using Base =
+      cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90Group<ProblemShape, Stages>;
+
+ public:
+  using typename Base::Params;
+  using typename Base::SchedulerResponse;
+  using typename Base::WorkTileInfo;
+
+  Sm90PairGroupScheduler() = default;
+  CUTLASS_DEVICE Sm90PairGroupScheduler(Params const& p, SchedulerResponse* response)
+      : Base(p, response), shapes_(p.problem_shapes_) {
+    const dim3 id = cute::cluster_id_in_grid(), dims = cute::cluster_grid_dims();
+    clusters_ = uint64_t(dims.x) * dims.y * dims.z;
+    unit_ = id.x + uint64_t(dims.x) * (id.y + uint64_t(dims.y) * id.z);
+    rank_ = int(cute::block_rank_in_cluster());
+  }
+
+  template <class ClusterShape>
+  CUTLASS_DEVICE WorkTileInfo initial_work_tile_info(ClusterShape) {
+    return tile_for_unit(unit_);
+  }
+
+  template <class Pipeline, class PipelineState>
+  CUTLASS_DEVICE auto advance_to_next_work(Pipeline& pipeline, PipelineState state,
+                                           uint32_t count = 1) {
+    unit_ += clusters_ * count;
+    WorkTileInfo work = tile_for_unit(unit_);
+    pipeline.producer_acquire(state);
+    if (cute::elect_one_sync()) {
+      this->response_ptr_[state.index()] = work;
+      cutlass::arch::fence_view_async_shared();
+      pipeline.producer_commit(state);
+    }
+    return cute::make_tuple(work, true);
+  }
+
+ private:
+  CUTLASS_DEVICE WorkTileInfo tile_for_unit(uint64_t u) {
+    const int groups = shapes_.groups();
+    while (group_ < groups) {
+      const auto shape = shapes_.get_problem_shape(group_);
+      const PairUnits<TileM, TileN> pu(cute::get<0>(shape), cute::get<1>(shape));
+      const int64_t units = pu.units();
+      if (u < start_ + uint64_t(units)) {
+        int m = 0, n = 0;
+        pu.tile(int64_t(u - start_), rank_, m, n);
+        return {m, n, group_, 1};
+      }
+      start_ += uint64_t(units);
+      ++group_;
+    }
+    return WorkTileInfo::invalid_work_tile();
+  }
+
+  ProblemShape shapes_;
+  uint64_t clusters_ = 1, unit_ = 0, start_ = 0;
+  int group_ = 0, rank_ = 0;
+};
+
+// CUTLASS 4.2's c2x1 ptr-array TMA main loop (Base: weights multicast to both blocks) that
+// loads a single's weights alone. Its load() is Base's with the second half and the mask.
+template <class Base>
+struct Sm90PairMainloop : Base {
+  using typename Base::MainloopPipeline;
+  using typename Base::Params;
+  using typename Base::PipelineState;
+  using typename Base::SmemLayoutA;
+  using typename Base::SmemLayoutB;
+  using typename Base::TensorStorage;
+  static constexpr int kTileM = cute::size<0>(typename Base::TileShape{});
+  static constexpr int kTileN = cute::size<1>(typename Base::TileShape{});
+  static_assert(cute::size<0>(typename Base::DispatchPolicy::ClusterShape{}) == 2 &&
+                    cute::size<1>(typename Base::DispatchPolicy::ClusterShape{}) == 1,
+                "pairs are 2x1 clusters");
+
+  template <class ProblemShape_MNKL>
+  CUTLASS_DEVICE auto load_init(ProblemShape_MNKL const& shape, Params const& p) const {
+    auto ab = Base::load_init(shape, p);
+    return cute::make_tuple(cute::get<0>(ab), cute::get<1>(ab), int(cute::get<0>(shape)),
+                            int(cute::get<1>(shape)));
+  }
+
+  // The load warp learns the group's shape where Base learns its tensors.
+  template <class InputTensors, class ProblemShape_MNKL>
+  CUTLASS_DEVICE InputTensors tensors_perform_update(InputTensors const& in, Params const&,
+                                                     ProblemShape_MNKL shape, int32_t) {
+    InputTensors out = in;
+    cute::get<2>(out) = static_cast<int>(cute::get<0>(shape));
+    cute::get<3>(out) = static_cast<int>(cute::get<1>(shape));
+    return out;
+  }
+
+  template <class TensorA, class TensorB, class TensorMapA, class TensorMapB, class KTileIterator,
+            class BlockCoord>
+  CUTLASS_DEVICE void load(Params const& p, MainloopPipeline pipeline, PipelineState write,
+                           cute::tuple<TensorA, TensorB, int, int> const& in,
+                           cute::tuple<TensorMapA, TensorMapB> const& maps, BlockCoord const& blk,
+                           KTileIterator k_tile, int k_tiles, int, uint32_t rank,
+                           TensorStorage& smem) {
+    using namespace cute;
+    if (!elect_one_sync()) return;
+    Tensor sA = make_tensor(make_smem_ptr(smem.smem_A.data()), SmemLayoutA{});
+    Tensor sB = make_tensor(make_smem_ptr(smem.smem_B.data()), SmemLayoutB{});
+    auto [m_coord, n_coord, k_coord, l_coord] = blk;
+    Tensor gA = get<0>(in)(_, _, m_coord, _, l_coord);
+    Tensor gB = get<1>(in)(_, _, n_coord, _, l_coord);
+    const PairUnits<kTileM, kTileN> pu(get<2>(in), get<3>(in));
+    const bool single = pu.single(int(m_coord));
+    auto tma_a = p.tma_load_a.get_slice(0);
+    Tensor tAgA = tma_a.partition_S(gA);
+    Tensor tAsA = tma_a.partition_D(sA);
+    // Weight halves: this block's (multicast to both in a pair) and the other one's (loaded
+    // here only in a single).
+    auto tma_b_own = p.tma_load_b.get_slice(rank);
+    auto tma_b_other = p.tma_load_b.get_slice(rank ^ 1u);
+    Tensor tBgB = tma_b_own.partition_S(gB);
+    Tensor tBsB = tma_b_own.partition_D(sB);
+    Tensor tBgB2 = tma_b_other.partition_S(gB);
+    Tensor tBsB2 = tma_b_other.partition_D(sB);
+    const uint16_t mask_b = single ? uint16_t(1u << rank) : uint16_t(3);
+    for (; k_tiles > 0; --k_tiles) {
+      pipeline.producer_acquire(write);
+      auto* bar = pipeline.producer_get_barrier(write);
+      const int stage = write.index();
+      copy(p.tma_load_a.with(get<0>(maps), *bar, uint16_t(0)), tAgA(_, _, _, *k_tile),
+           tAsA(_, _, _, stage));
+      copy(p.tma_load_b.with(get<1>(maps), *bar, mask_b), tBgB(_, _, _, *k_tile),
+           tBsB(_, _, _, stage));
+      if (single)
+        copy(p.tma_load_b.with(get<1>(maps), *bar, mask_b), tBgB2(_, _, _, *k_tile),
+             tBsB2(_, _, _, stage));
+      ++k_tile;
+      ++write;
+    }
+  }
+};
+
+}  // namespace moekit::gemm::detail
+
+namespace cutlass::gemm::kernel::detail {
+
+template <class TileShape, class ClusterShape, uint32_t Stages>
+struct TileSchedulerSelector<GroupScheduler, arch::Sm90, TileShape, ClusterShape, Stages,
+                             moekit::gemm::detail::PairGroupProblemShape> {
+  using Scheduler =
+      moekit::gemm::detail::Sm90PairGroupScheduler<moekit::gemm::detail::PairGroupProblemShape,
+                                                   int(Stages), cute::size<0>(TileShape{}),
+                                                   cute::size<1>(TileShape{})>;
+};
+
+}  // namespace cutlass::gemm::kernel::detail
