@@ -171,7 +171,7 @@ if want clocks; then
   { cat "$OUT/clocks-bench.txt"
     echo "SM clock under the bench (MHz; nvidia-smi every 100 ms): distribution of readings"
     awk -F', ' 'NR > 1 {print $2}' "$OUT/clocks.csv" | sort | uniq -c | sort -k2 -n | tail -25
-    echo "power (W) max: $(awk -F', ' 'NR > 1 {gsub(/ W/, "", $4); if ($4 > m) m = $4} END {print m}' "$OUT/clocks.csv")"
+    echo "power (W) max: $(awk -F', ' 'NR > 1 {gsub(/ W/, "", $4); if ($4 + 0 > m + 0) m = $4} END {print m}' "$OUT/clocks.csv")"
     awk -F', ' 'NR > 1 {print $6}' "$OUT/clocks.csv" | sort | uniq -c; } >>"$summary"
 fi
 cat "$summary"
