@@ -32,10 +32,9 @@
 #include "cutlass/gemm/group_array_problem_shape.hpp"
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 #include "gemm/pair_units.hpp"
+#include "gemm/sm90_ordered_shape.cuh"
 
 namespace moekit::gemm::detail {
-
-struct PairGroupProblemShape : cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>> {};
 
 template <class ProblemShape, int Stages, int TileM, int TileN>
 class Sm90PairGroupScheduler
@@ -177,17 +176,12 @@ struct Sm90PairMainloop : Base {
   }
 };
 
-}  // namespace moekit::gemm::detail
-
-namespace cutlass::gemm::kernel::detail {
-
-template <class TileShape, class ClusterShape, uint32_t Stages>
-struct TileSchedulerSelector<GroupScheduler, arch::Sm90, TileShape, ClusterShape, Stages,
-                             moekit::gemm::detail::PairGroupProblemShape> {
-  using Scheduler =
-      moekit::gemm::detail::Sm90PairGroupScheduler<moekit::gemm::detail::PairGroupProblemShape,
-                                                   int(Stages), cute::size<0>(TileShape{}),
-                                                   cute::size<1>(TileShape{})>;
+// The problem shape that selects the pair scheduler.
+struct PairOrder {
+  template <class Shape, class TileShape, int Stages>
+  using Scheduler = Sm90PairGroupScheduler<Shape, Stages, cute::size<0>(TileShape{}),
+                                           cute::size<1>(TileShape{})>;
 };
+using PairGroupProblemShape = OrderedGroupProblemShape<PairOrder>;
 
-}  // namespace cutlass::gemm::kernel::detail
+}  // namespace moekit::gemm::detail

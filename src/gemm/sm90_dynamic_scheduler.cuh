@@ -21,13 +21,10 @@
 
 #include <cuda_runtime_api.h>
 
-#include "cutlass/gemm/group_array_problem_shape.hpp"
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
+#include "gemm/sm90_ordered_shape.cuh"
 
 namespace moekit::gemm::detail {
-
-// The problem shape that selects the dynamic scheduler (same layout as CUTLASS's).
-struct DynamicGroupProblemShape : cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>> {};
 
 template <class ProblemShape, int Stages>
 class Sm90DynamicGroupScheduler
@@ -126,17 +123,11 @@ class Sm90DynamicGroupScheduler
   uint32_t drawn_ = 0;
 };
 
-}  // namespace moekit::gemm::detail
-
-namespace cutlass::gemm::kernel::detail {
-
-// CUTLASS's kernels pick their scheduler by problem shape: this one for ours.
-template <class TileShape, class ClusterShape, uint32_t Stages>
-struct TileSchedulerSelector<GroupScheduler, arch::Sm90, TileShape, ClusterShape, Stages,
-                             moekit::gemm::detail::DynamicGroupProblemShape> {
-  using Scheduler =
-      moekit::gemm::detail::Sm90DynamicGroupScheduler<moekit::gemm::detail::DynamicGroupProblemShape,
-                                                      int(Stages)>;
+// The problem shape that selects the dynamic scheduler.
+struct DynamicOrder {
+  template <class Shape, class TileShape, int Stages>
+  using Scheduler = Sm90DynamicGroupScheduler<Shape, Stages>;
 };
+using DynamicGroupProblemShape = OrderedGroupProblemShape<DynamicOrder>;
 
-}  // namespace cutlass::gemm::kernel::detail
+}  // namespace moekit::gemm::detail
