@@ -19,8 +19,9 @@ namespace cutlass::gemm::kernel::detail {
 template <class TileShape, class ClusterShape, uint32_t Stages, class Order>
 struct TileSchedulerSelector<GroupScheduler, arch::Sm90, TileShape, ClusterShape, Stages,
                              moekit::gemm::detail::OrderedGroupProblemShape<Order>> {
-  using Scheduler = typename Order::template Scheduler<
-      moekit::gemm::detail::OrderedGroupProblemShape<Order>, TileShape, int(Stages)>;
+  using Scheduler =
+      typename Order::template Scheduler<moekit::gemm::detail::OrderedGroupProblemShape<Order>,
+                                         TileShape, int(Stages)>;
 };
 
 }  // namespace cutlass::gemm::kernel::detail

@@ -390,10 +390,17 @@ TEST_F(GroupedGemmRun, HeuristicPicksBuiltTacticsAndUnknownNamesAreNotFound) {
 // (fewer tiles than SMs) as after one where they draw tiles. Small enough for the sanitizers
 // (scripts/device.sh runs every "*Sanitizer*" test under memcheck and racecheck).
 class GroupedGemmSanitizer : public GpuTest {};
-TEST_F(GroupedGemmSanitizer, DynamicTileOrderStartsAfreshEveryRun) {
-  std::vector<std::string> dynamic;
+
+// The bf16 tactics whose names contain `part` (".dyn", ".pairs").
+std::vector<std::string> bf16_tactics_with(const std::string& part) {
+  std::vector<std::string> out;
   for (const auto& t : tactic_names(Elem::kBF16))
-    if (t.find(".dyn") != std::string::npos) dynamic.push_back(t);
+    if (t.find(part) != std::string::npos) out.push_back(t);
+  return out;
+}
+
+TEST_F(GroupedGemmSanitizer, DynamicTileOrderStartsAfreshEveryRun) {
+  const std::vector<std::string> dynamic = bf16_tactics_with(".dyn");
   if (dynamic.empty()) GTEST_SKIP() << "no dynamic-order tactic in this build";
   std::mt19937 rng(static_cast<unsigned>(base_seed() ^ 0xd15c));
   const int64_t n = 2048, k = 256;
@@ -422,9 +429,7 @@ TEST_F(GroupedGemmSanitizer, DynamicTileOrderStartsAfreshEveryRun) {
 // in an odd last column pair (7 column tiles): weights multicast between the blocks of a
 // cluster, and loaded alone.
 TEST_F(GroupedGemmSanitizer, ClusterPairsSinglesAndEmptyTiles) {
-  std::vector<std::string> pairs;
-  for (const auto& t : tactic_names(Elem::kBF16))
-    if (t.find(".pairs") != std::string::npos) pairs.push_back(t);
+  const std::vector<std::string> pairs = bf16_tactics_with(".pairs");
   if (pairs.empty()) GTEST_SKIP() << "no pair-tile tactic in this build";
   std::mt19937 rng(static_cast<unsigned>(base_seed() ^ 0x9a15));
   const int64_t n = 1792, k = 128;
