@@ -353,18 +353,13 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint, bool chained) c
   else if (h <= 48)
     names = {"sm90.pingpong.64x128x64.c1x1", "sm90.swapab.128x32x128.c1x1",
              "sm90.coop.128x128x64.c1x1"};
-  else if (!state_->act && sh.n % 256 != 0 && sh.n % 192 == 0)
-    // FC2 whose n 256 does not divide but 192 does (gpt-oss's 2880: 12 256-wide tiles, the
-    // last a quarter full): the 192-wide tile, 15 full ones. Forward A/B (session 20, 2 rounds):
-    // gpt-oss -0.9% at T=16384, -0.3% at 4096. For FC1 (5760) it lost 4% at T=4096.
-    names = {"sm90.coop.128x192x64.c1x1.dyn", "sm90.coop.128x256x64.c1x1",
-             "sm90.coop.128x128x64.c1x1"};
   else
     // 2x1 cluster pairs (weights multicast to two row tiles of an expert), FC1 (with its
-    // activation) and FC2 alike. Forward A/B against the dynamic tile order (session 23, 2
-    // rounds, T=16384): qwen3 -0.8 / -1.7%, deepseek -1.8 / -0.8%, mixtral -0.6 / -0.5%; T=4096
-    // deepseek -1.3%, others even (sm90_cluster_pairs.cuh). Before them the dynamic order had
-    // won over the static one (session 20: FC1 deepseek -1.0%, qwen3 -0.4%).
+    // activation) and FC2 alike. Forward A/B against the dynamic tile order (session 23, 3
+    // rounds, T=16384 / 4096): qwen3 -0.5 / -1.3%, deepseek -1.2 / -1.6%, gpt-oss -0.6 / -0.8%,
+    // mixtral -0.4 / -1.6% (sm90_cluster_pairs.cuh). gpt-oss's FC2 (n 2880) had its own
+    // 128x192 dynamic-order tile (session 20: -0.9% against 256); pairs beat it by 0.9% at
+    // T=16384 and 1.4% at 4096 (3 rounds), 256 or 192 wide alike, so it takes these too.
     names = {"sm90.coop.128x256x64.c2x1.pairs", "sm90.coop.128x256x64.c1x1.dyn",
              "sm90.coop.128x256x64.c1x1", "sm90.coop.128x128x64.c1x1"};
   // With an epilogue activation, FC1 takes the "+act" kernel of the same tile where one is built:

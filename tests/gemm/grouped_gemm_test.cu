@@ -506,28 +506,21 @@ TEST_F(GroupedGemmRun, PickTakesTheTwoPerSmGemvWhereItMeasuredFaster) {
   }
 }
 
-// At prefill FC1 (with its activation) and FC2 take the dynamic-order tile (forward A/B per
-// GEMM, sessions 20 and 22). FC2 takes the 192-wide tile where it divides n and 256 does not.
+// At prefill FC1 (with its activation) and FC2 take the 2x1 pair tile (forward A/Bs, session
+// 23), gpt-oss's FC1 (n 5760) and FC2 (n 2880) too.
 TEST_F(GroupedGemmRun, PickTakesClusterPairsAtPrefill) {
   const GroupedGemm fc1(GroupedShape{Elem::kBF16, 256, 4096, 7168, 4096}, 0,
                         EpilogueActivation{});
   const GroupedGemm fc2(GroupedShape{Elem::kBF16, 256, 7168, 2048, 4096}, 0);
-  for (double h : {64.0, 512.0}) {
-    EXPECT_EQ(fc1.pick_tactic(h), "sm90.coop.128x256x64.c2x1.pairs+act") << h;
-    EXPECT_EQ(fc2.pick_tactic(h), "sm90.coop.128x256x64.c2x1.pairs") << h;
-  }
-  // gpt-oss's FC2 (n 2880 = 15 x 192) takes the 192-wide tile where it is built, else the
-  // first built of the usual prefill tiles; its FC1 (5760) does not.
   const GroupedGemm gpt_oss_fc1(GroupedShape{Elem::kBF16, 128, 5760, 2880, 4096}, 0,
                                 EpilogueActivation{});
   const GroupedGemm gpt_oss_fc2(GroupedShape{Elem::kBF16, 128, 2880, 2880, 4096}, 0);
-  const std::vector<std::string> names = tactic_names(Elem::kBF16);
-  std::string fc2_pick;
-  for (const char* n : {"sm90.coop.128x192x64.c1x1.dyn", "sm90.coop.128x256x64.c1x1",
-                        "sm90.coop.128x128x64.c1x1"})
-    if (fc2_pick.empty() && std::find(names.begin(), names.end(), n) != names.end()) fc2_pick = n;
-  EXPECT_EQ(gpt_oss_fc2.pick_tactic(512.0), fc2_pick);
-  EXPECT_EQ(gpt_oss_fc1.pick_tactic(512.0), "sm90.coop.128x256x64.c2x1.pairs+act");
+  for (double h : {64.0, 512.0}) {
+    EXPECT_EQ(fc1.pick_tactic(h), "sm90.coop.128x256x64.c2x1.pairs+act") << h;
+    EXPECT_EQ(fc2.pick_tactic(h), "sm90.coop.128x256x64.c2x1.pairs") << h;
+    EXPECT_EQ(gpt_oss_fc1.pick_tactic(h), "sm90.coop.128x256x64.c2x1.pairs+act") << h;
+    EXPECT_EQ(gpt_oss_fc2.pick_tactic(h), "sm90.coop.128x256x64.c2x1.pairs") << h;
+  }
 }
 
 // Constructing a GroupedGemm of `shape` (with `act`) throws `code`, naming `value`.
