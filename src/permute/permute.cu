@@ -46,6 +46,7 @@ struct Args {
   int64_t tokens;
   int chunk_tokens;
   int n_chunks;
+  int n_segments;  // of kChunksPerSegment chunks (multi-block path)
   int routing_floats;  // shared floats per warp for routing scratch
   bool pre_scored;     // single block, pre_scoring(), <= kPreScoreMaxTokens: score_tokens() runs
 };
@@ -430,11 +431,10 @@ __global__ void __launch_bounds__(kMultiWarps * 32) scatter_kernel(Args a) {
   const int L = a.local_experts;
   const int k = a.r.top_k;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int n_segments = (a.n_chunks + kChunksPerSegment - 1) / kChunksPerSegment;
-  int* offs = seg_base + n_segments * L;
+  int* offs = seg_base + a.n_segments * L;
   for (int e = threadIdx.x; e < L; e += blockDim.x) {
     int total = 0;
-    for (int s = 0; s < n_segments; ++s) {
+    for (int s = 0; s < a.n_segments; ++s) {
       const int v = a.b.segment_totals[s * L + e];
       seg_base[s * L + e] = total;
       total += v;
@@ -468,7 +468,6 @@ __global__ void __launch_bounds__(kMultiWarps * 32) scatter_kernel(Args a) {
 }
 
 using KernelFn = void (*)(Args);
-
 
 template <int kPerLane, bool kPreScore = false>
 KernelFn pick_single(bool gather) {
@@ -646,12 +645,12 @@ Status run(const Config& c, const Buffers& b, int64_t tokens, const Inputs& in,
         std::max<int64_t>(kMinChunkTokens, (tokens + kMaxChunks - 1) / kMaxChunks);
     a.chunk_tokens = static_cast<int>(per_chunk);
     a.n_chunks = static_cast<int>((tokens + per_chunk - 1) / per_chunk);
-    const int n_segments = (a.n_chunks + kChunksPerSegment - 1) / kChunksPerSegment;
+    a.n_segments = (a.n_chunks + kChunksPerSegment - 1) / kChunksPerSegment;
     pick_route_rank(c.routing.per_lane)<<<grid_for(a.n_chunks, kMultiWarps, 1 << 20),
                                           kMultiWarps * 32, multi_smem(c), stream>>>(a);
-    chunk_scan_kernel<<<dim3((c.local_experts + 31) / 32, n_segments), 1024, 0, stream>>>(a);
+    chunk_scan_kernel<<<dim3((c.local_experts + 31) / 32, a.n_segments), 1024, 0, stream>>>(a);
     scatter_kernel<<<grid_for(tokens, kMultiWarps, 1056), kMultiWarps * 32,
-                     scatter_smem(c, n_segments), stream>>>(a);
+                     scatter_smem(c, a.n_segments), stream>>>(a);
   }
   return cuda_status(cudaGetLastError(), "launching the permute kernels");
 }
