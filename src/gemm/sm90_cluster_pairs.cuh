@@ -6,10 +6,11 @@
 //
 // Why multicast: at T=16384 the forward runs at the GPU's 700 W power cap, and two tiles that
 // share one weight load move a third fewer bytes from L2 per tile. Forward A/B against the
-// dynamic 1x1 tile (session 23, 2 rounds, T=16384): both GEMMs on pairs qwen3 -0.8 / -1.7%,
-// deepseek -1.8 / -0.8%, mixtral -0.6 / -0.5%. The GEMMs alone (sweep: L2 flushed, one at a
-// time) disagree for FC1: pairs there +6% (qwen3) to +16% (mixtral); FC2 qwen3 -5.7%, mixtral
-// -4.3%, deepseek +5.7%. The forward decides the pick (grouped_gemm.cu).
+// dynamic 1x1 tile, both GEMMs on pairs (session 23, 3 rounds, T=16384 / 4096): qwen3 -0.5 /
+// -1.3%, deepseek -1.2 / -1.6%, gpt-oss -0.6 / -0.8%, mixtral -0.4 / -1.6%. The GEMMs alone
+// (sweep: L2 flushed, one at a time) disagree for FC1: pairs there +6% (qwen3) to +16%
+// (mixtral); FC2 qwen3 -5.7%, mixtral -4.3%, deepseek +5.7%. The forward decides the pick
+// (grouped_gemm.cu); why the two disagree is open (bench/NOTES.md).
 //
 // Units, each run by one cluster: per expert g with mt = ceil(M_g / 128) row tiles, p = mt / 2
 // pairs and s = mt % 2 singles, and nt column tiles, units go by column pairs (n, n + 1): the
