@@ -2,7 +2,7 @@
 # Runs on the H200 device machine, from the repository root, with .carry/ (scripts/carry.sh)
 # carried along: builds every tactic, runs the GPU tests, compute-sanitizer on a small case, and the
 # benchmarks. Logs go to $OUT (at most 8 files come back). Usage:
-#   MOEKIT_COMMIT=<sha> bash scripts/device.sh [build | prebuilt] [test] [sanitize] [bench] [sweep] [torch] [ab] [clocks] [ncu] [ncu-gemm] [ncu-source]
+#   MOEKIT_COMMIT=<sha> bash scripts/device.sh [build | prebuilt] [test] [sanitize] [bench] [sweep] [torch] [ab] [clocks] [envab] [ncu] [ncu-gemm] [ncu-source]
 #   (default: build test sanitize bench sweep torch)
 # Step "prebuilt" instead of "build": the programs from .prebuilt/ (scripts/prebuild.sh, a full
 # build on the CPU machine, carried along), which saves the ~3 minutes of a build here. The
@@ -28,7 +28,8 @@
 # ncu (kernels serialized, caches flushed before each), with the bench's inputs (seed 1 + T, so
 # the same experts are hit; deepseek's correction bias comes with the weights and still differs). `moekit bench --trace N` times the kernels inside the
 # replays instead (PDL overlap and gaps included).
-# Environment: MOEKIT_TEST_FILTER (gtest filter), MOEKIT_BENCH_PRESETS, MOEKIT_BENCH_TOKENS,
+# Environment: MOEKIT_TEST_FILTER (gtest filter), MOEKIT_SANITIZER_FILTER, MOEKIT_TEST_TIMEOUT (s,
+# per test or sanitizer run; a hang shows as rc=124), MOEKIT_BENCH_PRESETS, MOEKIT_BENCH_TOKENS,
 # MOEKIT_FLUSH (read|write|none: how bench and torch empty the L2 before each rep; default read),
 # MOEKIT_SWEEP_TOKENS, MOEKIT_SWEEP_PRESETS, MOEKIT_SWEEP_ROUTING (random | even), MOEKIT_SWEEP_TACTICS,
 # MOEKIT_SWEEP_GEMMS (bench/gemm_sweep.cu).
@@ -79,15 +80,15 @@ if want build; then
 fi
 
 if want test; then
-  $bin/tests/moekit_tests --gtest_color=no ${MOEKIT_TEST_FILTER:+--gtest_filter=$MOEKIT_TEST_FILTER} >"$OUT/tests.log" 2>&1
+  timeout "${MOEKIT_TEST_TIMEOUT:-900}" $bin/tests/moekit_tests --gtest_color=no ${MOEKIT_TEST_FILTER:+--gtest_filter=$MOEKIT_TEST_FILTER} >"$OUT/tests.log" 2>&1
   echo "tests: rc=$?" >>"$summary"
   grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|FAILED  \]' "$OUT/tests.log" | tail -40 >>"$summary"
 fi
 
 if want sanitize; then
   for tool in memcheck racecheck; do
-    compute-sanitizer --tool $tool --error-exitcode 9 $bin/tests/moekit_tests --gtest_color=no \
-      --gtest_filter='*Sanitizer*' >>"$OUT/sanitizer.log" 2>&1
+    timeout "${MOEKIT_TEST_TIMEOUT:-900}" compute-sanitizer --tool $tool --error-exitcode 9 $bin/tests/moekit_tests --gtest_color=no \
+      --gtest_filter="${MOEKIT_SANITIZER_FILTER:-*Sanitizer*}" >>"$OUT/sanitizer.log" 2>&1
     echo "compute-sanitizer $tool: rc=$? ($(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitizer.log") clean summaries so far)" >>"$summary"
   done
   grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer.log" >>"$summary"
@@ -124,6 +125,25 @@ if want ab; then
       echo "base   $i: $(one $base)"
       echo "device $i: $(one $bin)"
     done; } >>"$summary"
+fi
+
+# Step "envab": the bench for MOEKIT_BENCH_PRESETS x MOEKIT_BENCH_TOKENS (default 4096,16384) with
+# each environment of MOEKIT_AB_ENVS in turn (';' between them, each 'VAR=value VAR2=value' or
+# '-' for none), MOEKIT_AB_ROUNDS rounds (default 2), one process per run, so variants that one
+# build selects by environment compare on one machine, interleaved.
+if want envab; then
+  IFS=';' read -ra envs <<<"${MOEKIT_AB_ENVS:--}"
+  for ((r = 1; r <= ${MOEKIT_AB_ROUNDS:-2}; r++)); do
+    for e in "${envs[@]}"; do
+      vars=(); [[ "$e" == "-" ]] || read -ra vars <<<"$e"
+      line=$(env "${vars[@]}" timeout 300 $bin/tools/moekit bench \
+        --preset "${MOEKIT_BENCH_PRESETS:-qwen3-30b-a3b,mixtral-8x7b,deepseek-v3,gpt-oss-120b}" \
+        --tokens "${MOEKIT_BENCH_TOKENS:-4096,16384}" --flush "${MOEKIT_FLUSH:-read}" 2>&1 |
+        awk '$2 ~ /^[0-9]+$/ && $3 ~ /^[0-9.]+$/ {printf "%s %s %s; ", $1, $2, $3} END {print ""}')
+      echo "round $r [$e]: $line"
+    done
+  done >"$OUT/envab.txt" 2>&1
+  cat "$OUT/envab.txt" >>"$summary"
 fi
 
 if want ncu; then
