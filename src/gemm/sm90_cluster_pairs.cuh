@@ -16,9 +16,8 @@
 // pairs and s = mt % 2 singles, and nt column tiles, units go by column pairs (n, n + 1): the
 // pairs of column n, the pairs of column n + 1, then one single unit holding the last row tile
 // at columns n (block 0) and n + 1 (block 1; an empty tile past the problem when n + 1 is past
-// the last column: no loads, no stores). Clusters take units c, c + clusters, ... (a static
-// order), so both blocks of a cluster always hold tiles of the same unit, of the same expert,
-// and run the same number of k blocks.
+// the last column: no loads, no stores). Both blocks of a cluster always hold tiles of the same
+// unit (Sm90PairGroupScheduler), of the same expert, and run the same number of k blocks.
 //
 // A pair's blocks load half of the weight tile each and multicast it to both (CUTLASS's c2x1
 // main loop); a single's blocks each load the whole weight tile for themselves (both halves,
@@ -28,20 +27,41 @@
 #pragma once
 #include <cstdint>
 
+#include <cuda/atomic>
+
 #include "cute/arch/cluster_sm90.hpp"
 #include "cute/tensor.hpp"
 #include "cutlass/gemm/group_array_problem_shape.hpp"
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 #include "gemm/pair_units.hpp"
+#include "gemm/sm90_dynamic_scheduler.cuh"
 #include "gemm/sm90_ordered_shape.cuh"
 
 namespace moekit::gemm::detail {
 
+// Units (PairUnits) of each expert in expert order, in a dynamic order (session 19's reason,
+// sm90_dynamic_scheduler.cuh: blocks whose tiles run faster drift into later experts under a
+// static one). Each cluster's first unit is its index; the cluster's leader block (rank 0) draws
+// every later one from the counter and posts it in the cluster's mailbox in global memory, where
+// its partner reads it, so both blocks always hold the same unit. Forward A/B against the static
+// order u, u + clusters, ... (session 24, 3 rounds, T=16384 / 4096): mixtral -1.3 / -0.4%,
+// deepseek -0.4 / -0.1%, gpt-oss -0.4 / -0.7%, qwen3 +0.2 / +0.2%.
+//
+// Mailbox: kSlots words (draw << 32 | unit) per cluster, draw d in slot d % kSlots. The partner
+// clears a slot once read, so every slot is zero again when the kernel ends. The leader runs
+// ahead of its partner by at most its main loop's stages in units (at one k block per unit) plus
+// the one drawn tile, because both blocks' consumers release every stage of both: far fewer
+// than kSlots. A slot holding a later draw than the one awaited would mean that bound broke;
+// the partner then traps (a launch error) rather than wait forever.
 template <class ProblemShape, int Stages, int TileM, int TileN>
 class Sm90PairGroupScheduler
-    : public cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90Group<ProblemShape, Stages> {
-  using Base =
-      cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90Group<ProblemShape, Stages>;
+    : public Sm90DrawnOrder<
+          cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90Group<ProblemShape, Stages>,
+          /*kMailboxSlots=*/16> {
+  static constexpr int kSlots = 16;
+  using Base = Sm90DrawnOrder<
+      cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90Group<ProblemShape, Stages>,
+      kSlots>;
 
  public:
   using typename Base::Params;
@@ -53,30 +73,48 @@ class Sm90PairGroupScheduler
       : Base(p, response), shapes_(p.problem_shapes_) {
     const dim3 id = cute::cluster_id_in_grid(), dims = cute::cluster_grid_dims();
     clusters_ = uint64_t(dims.x) * dims.y * dims.z;
-    unit_ = id.x + uint64_t(dims.x) * (id.y + uint64_t(dims.y) * id.z);
+    cluster_ = id.x + uint64_t(dims.x) * (id.y + uint64_t(dims.y) * id.z);
+    unit_ = cluster_;
     rank_ = int(cute::block_rank_in_cluster());
   }
 
+  // Every thread of the block calls it once.
   template <class ClusterShape>
   CUTLASS_DEVICE WorkTileInfo initial_work_tile_info(ClusterShape) {
-    return tile_for_unit(unit_);
+    const WorkTileInfo first = tile_for_unit(unit_);
+    if (!first.is_valid() && threadIdx.x == 0) this->block_done();
+    return first;
   }
 
+  // The scheduler warp, for each tile after the first.
   template <class Pipeline, class PipelineState>
   CUTLASS_DEVICE auto advance_to_next_work(Pipeline& pipeline, PipelineState state,
-                                           uint32_t count = 1) {
-    unit_ += clusters_ * count;
-    WorkTileInfo work = tile_for_unit(unit_);
-    pipeline.producer_acquire(state);
-    if (cute::elect_one_sync()) {
-      this->response_ptr_[state.index()] = work;
-      cutlass::arch::fence_view_async_shared();
-      pipeline.producer_commit(state);
+                                           uint32_t = 1) {
+    this->template wait_to_draw<Stages>(pipeline, state);
+    const uint64_t draw = this->drawn_;
+    unsigned long long u = 0;
+    if (threadIdx.x % 32 == 0) {
+      cuda::atomic_ref<unsigned long long, cuda::thread_scope_device> slot(
+          this->mailbox_[cluster_ * kSlots + draw % kSlots]);
+      if (rank_ == 0) {
+        u = clusters_ + atomicAdd(&this->counters_[0], 1u);
+        slot.store(draw << 32 | u, cuda::memory_order_release);
+      } else {
+        unsigned long long v;
+        while (((v = slot.load(cuda::memory_order_acquire)) >> 32) != draw)
+          if ((v >> 32) > draw) __trap();
+        slot.store(0, cuda::memory_order_relaxed);
+        u = v & 0xffffffffull;
+      }
     }
+    unit_ = __shfl_sync(0xffffffffu, u, 0);
+    const WorkTileInfo work = tile_for_unit(unit_);
+    this->publish(pipeline, state, work);
     return cute::make_tuple(work, true);
   }
 
  private:
+  // Units drawn by one cluster only grow, so the walk over the groups only moves forward.
   CUTLASS_DEVICE WorkTileInfo tile_for_unit(uint64_t u) {
     const int groups = shapes_.groups();
     while (group_ < groups) {
@@ -95,7 +133,7 @@ class Sm90PairGroupScheduler
   }
 
   ProblemShape shapes_;
-  uint64_t clusters_ = 1, unit_ = 0, start_ = 0;
+  uint64_t clusters_ = 1, cluster_ = 0, unit_ = 0, start_ = 0;
   int group_ = 0, rank_ = 0;
 };
 

@@ -62,8 +62,8 @@ template <int M, int N, int K, Sched S, bool SwapAB = false, int CM = 1, int CN 
 struct TacticCfg {
   static constexpr bool kDynamic = Dynamic;
   static constexpr bool kPairs = Pairs;
-  static_assert(!Pairs || (CM == 2 && CN == 1 && !Dynamic && !SwapAB && S == Sched::kCoop),
-                "pairs are cooperative 2x1 clusters in their own tile order");
+  static_assert(!Pairs || (CM == 2 && CN == 1 && Dynamic && !SwapAB && S == Sched::kCoop),
+                "pairs are cooperative 2x1 clusters in their own dynamic tile order");
   static_assert(N % (EpiN > 0 ? EpiN : 1) == 0, "store subtiles split the tile's columns evenly");
   // "swapab" names the cooperative schedule; a swap-AB ping-pong would need its own word.
   static_assert(!SwapAB || S == Sched::kCoop, "no name for a swap-AB ping-pong tactic");
@@ -283,7 +283,7 @@ std::vector<TacticEntry> sm90_grouped_tactics() {
   std::vector<TacticEntry> v;
   add_tactic<Element, TacticCfg<128, 128, 64, S::kCoop>>(v);
   add_tactic<Element, TacticCfg<128, 16, 128, S::kCoop, true>>(v);
-  add_tactic<Element, TacticCfg<128, 256, 64, S::kCoop, false, 2, 1, false, 64, true>>(v);
+  add_tactic<Element, TacticCfg<128, 256, 64, S::kCoop, false, 2, 1, true, 64, true>>(v);
 #if !defined(MOEKIT_ONE_TACTIC)
   add_tactic<Element, TacticCfg<128, 256, 64, S::kCoop, false, 1, 1, true, 64>>(v);
   add_tactic<Element, TacticCfg<128, 256, 64, S::kCoop>>(v);

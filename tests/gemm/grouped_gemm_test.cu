@@ -449,6 +449,33 @@ TEST_F(GroupedGemmSanitizer, ClusterPairsSinglesAndEmptyTiles) {
   cudaStreamDestroy(stream);
 }
 
+// One k block per unit, which bounds the leader's lead over its partner the least, and ~18
+// units per cluster (66 clusters on an H200), so each cluster's mailbox (16 slots) wraps: a slot
+// overwritten before its partner read it would trap or hang here.
+TEST_F(GroupedGemmSanitizer, ClusterPairMailboxWrapsAtOneKBlockPerUnit) {
+  const std::vector<std::string> pairs = bf16_tactics_with(".pairs");
+  if (pairs.empty()) GTEST_SKIP() << "no pair-tile tactic in this build";
+  std::mt19937 rng(static_cast<unsigned>(base_seed() ^ 0x3a11));
+  const int64_t n = 4096, k = 64;
+  // 16 column tiles: 140 one-row experts of 8 single units each, 4 of 300 rows (3 row tiles: 16
+  // pair units and 8 single units): 1216 units.
+  std::vector<int> rows(144, 1);
+  for (size_t e = 0; e < rows.size(); e += 36) rows[e] = 300;
+  const Problem p = make_problem(Elem::kBF16, n, k, rows, rng);
+  DeviceProblem dp(p);
+  GroupedGemm gemm(GroupedShape{Elem::kBF16, static_cast<int>(rows.size()), n, k, p.max_rows}, 0);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  for (const auto& tactic : pairs)
+    for (int round = 0; round < 2; ++round) {
+      SCOPED_TRACE(tactic + ", round " + std::to_string(round));
+      const std::vector<uint16_t> out = run_poisoned(gemm, dp, p, tactic, stream);
+      ASSERT_FALSE(out.empty());
+      expect_matches(p, out);
+    }
+  cudaStreamDestroy(stream);
+}
+
 // Between 1 and 4 rows per expert the TMA GEMV is picked only for small experts (an expert's
 // matrix up to 8 MB: qwen3's FC1 and FC2), where it measured faster than swap-AB (session 12);
 // gpt-oss's experts keep swap-AB, and so does qwen3 past 4 rows.
@@ -516,10 +543,10 @@ TEST_F(GroupedGemmRun, PickTakesClusterPairsAtPrefill) {
                                 EpilogueActivation{});
   const GroupedGemm gpt_oss_fc2(GroupedShape{Elem::kBF16, 128, 2880, 2880, 4096}, 0);
   for (double h : {64.0, 512.0}) {
-    EXPECT_EQ(fc1.pick_tactic(h), "sm90.coop.128x256x64.c2x1.pairs+act") << h;
-    EXPECT_EQ(fc2.pick_tactic(h), "sm90.coop.128x256x64.c2x1.pairs") << h;
-    EXPECT_EQ(gpt_oss_fc1.pick_tactic(h), "sm90.coop.128x256x64.c2x1.pairs+act") << h;
-    EXPECT_EQ(gpt_oss_fc2.pick_tactic(h), "sm90.coop.128x256x64.c2x1.pairs") << h;
+    EXPECT_EQ(fc1.pick_tactic(h), "sm90.coop.128x256x64.c2x1.dyn.pairs+act") << h;
+    EXPECT_EQ(fc2.pick_tactic(h), "sm90.coop.128x256x64.c2x1.dyn.pairs") << h;
+    EXPECT_EQ(gpt_oss_fc1.pick_tactic(h), "sm90.coop.128x256x64.c2x1.dyn.pairs+act") << h;
+    EXPECT_EQ(gpt_oss_fc2.pick_tactic(h), "sm90.coop.128x256x64.c2x1.dyn.pairs") << h;
   }
 }
 
