@@ -129,14 +129,17 @@ fi
 
 # Step "envab": the bench for MOEKIT_BENCH_PRESETS x MOEKIT_BENCH_TOKENS (default 4096,16384) with
 # each environment of MOEKIT_AB_ENVS in turn (';' between them, each 'VAR=value VAR2=value' or
-# '-' for none), MOEKIT_AB_ROUNDS rounds (default 2), one process per run, so variants that one
-# build selects by environment compare on one machine, interleaved.
+# '-' for none; 'cli=<path>' runs that moekit instead, e.g. an older build carried in
+# .prebuilt/), MOEKIT_AB_ROUNDS rounds (default 2), one process per run, so variants compare on
+# one machine, interleaved.
 if want envab; then
   IFS=';' read -ra envs <<<"${MOEKIT_AB_ENVS:--}"
   for ((r = 1; r <= ${MOEKIT_AB_ROUNDS:-2}; r++)); do
     for e in "${envs[@]}"; do
       vars=(); [[ "$e" == "-" ]] || read -ra vars <<<"$e"
-      line=$(env "${vars[@]}" timeout 300 $bin/tools/moekit bench \
+      cli=$bin/tools/moekit
+      for v in "${vars[@]}"; do [[ "$v" == cli=* ]] && cli=${v#cli=}; done
+      line=$(env "${vars[@]}" timeout 300 "$cli" bench \
         --preset "${MOEKIT_BENCH_PRESETS:-qwen3-30b-a3b,mixtral-8x7b,deepseek-v3,gpt-oss-120b}" \
         --tokens "${MOEKIT_BENCH_TOKENS:-4096,16384}" --flush "${MOEKIT_FLUSH:-read}" 2>&1 |
         awk '$2 ~ /^[0-9]+$/ && $3 ~ /^[0-9.]+$/ {printf "%s %s %s; ", $1, $2, $3} END {print ""}')
