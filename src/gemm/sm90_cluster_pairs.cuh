@@ -178,6 +178,10 @@ struct Sm90PairMainloop : Base {
                            KTileIterator k_tile, int k_tiles, int, uint32_t rank,
                            TensorStorage& smem) {
     using namespace cute;
+    // The warp's lanes all read the tile's tensormap before this (the copy to global memory on a
+    // group change), and the next change writes it: without this sync racecheck reported that
+    // read against the next write once a block changes groups at every tile (session 24).
+    __syncwarp();
     if (!elect_one_sync()) return;
     Tensor sA = make_tensor(make_smem_ptr(smem.smem_A.data()), SmemLayoutA{});
     Tensor sB = make_tensor(make_smem_ptr(smem.smem_B.data()), SmemLayoutB{});
