@@ -81,9 +81,7 @@ class Sm90PairGroupScheduler
   // Every thread of the block calls it once.
   template <class ClusterShape>
   CUTLASS_DEVICE WorkTileInfo initial_work_tile_info(ClusterShape) {
-    const WorkTileInfo first = tile_for_unit(unit_);
-    if (!first.is_valid() && threadIdx.x == 0) this->block_done();
-    return first;
+    return this->start(tile_for_unit(unit_));
   }
 
   // The scheduler warp, for each tile after the first.

@@ -105,6 +105,12 @@ class Sm90DrawnOrder : public Base {
     __syncwarp();
   }
 
+  // Every thread of the block, with the block's first tile: a block with none is done.
+  CUTLASS_DEVICE WorkTileInfo start(WorkTileInfo const& first) const {
+    if (!first.is_valid() && threadIdx.x == 0) block_done();
+    return first;
+  }
+
   // Every block calls it exactly once. The last one clears the counters for the next launch.
   CUTLASS_DEVICE void block_done() const {
     __threadfence();
@@ -137,9 +143,7 @@ class Sm90DynamicGroupScheduler
   // Every thread of the block calls it once.
   template <class ClusterShape>
   CUTLASS_DEVICE WorkTileInfo initial_work_tile_info(ClusterShape cluster) {
-    WorkTileInfo first = Base::initial_work_tile_info(cluster);
-    if (!first.is_valid() && threadIdx.x == 0) this->block_done();
-    return first;
+    return this->start(Base::initial_work_tile_info(cluster));
   }
 
   // The scheduler warp, for each tile after the first.

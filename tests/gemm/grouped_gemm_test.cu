@@ -425,6 +425,23 @@ TEST_F(GroupedGemmSanitizer, DynamicTileOrderStartsAfreshEveryRun) {
   cudaStreamDestroy(stream);
 }
 
+// Runs each tactic twice on p (poisoned output, checked against the CPU reference).
+void expect_each_matches_twice(const std::vector<std::string>& tactics, const Problem& p,
+                               int64_t n, int64_t k, int groups) {
+  DeviceProblem dp(p);
+  GroupedGemm gemm(GroupedShape{Elem::kBF16, groups, n, k, p.max_rows}, 0);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  for (const auto& tactic : tactics)
+    for (int round = 0; round < 2; ++round) {
+      SCOPED_TRACE(tactic + ", round " + std::to_string(round));
+      const std::vector<uint16_t> out = run_poisoned(gemm, dp, p, tactic, stream);
+      ASSERT_FALSE(out.empty());
+      expect_matches(p, out);
+    }
+  cudaStreamDestroy(stream);
+}
+
 // The 2x1 pair tiles under the sanitizers: pairs, singles and the empty tiles beside a single
 // in an odd last column pair (7 column tiles): weights multicast between the blocks of a
 // cluster, and loaded alone.
@@ -435,18 +452,7 @@ TEST_F(GroupedGemmSanitizer, ClusterPairsSinglesAndEmptyTiles) {
   const int64_t n = 1792, k = 128;
   const std::vector<int> rows = {0, 1, 129, 256, 300, 64};  // row tiles 0, 1, 2, 2, 3, 1
   const Problem p = make_problem(Elem::kBF16, n, k, rows, rng);
-  DeviceProblem dp(p);
-  GroupedGemm gemm(GroupedShape{Elem::kBF16, static_cast<int>(rows.size()), n, k, p.max_rows}, 0);
-  cudaStream_t stream;
-  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-  for (const auto& tactic : pairs)
-    for (int round = 0; round < 2; ++round) {
-      SCOPED_TRACE(tactic + ", round " + std::to_string(round));
-      const std::vector<uint16_t> out = run_poisoned(gemm, dp, p, tactic, stream);
-      ASSERT_FALSE(out.empty());
-      expect_matches(p, out);
-    }
-  cudaStreamDestroy(stream);
+  expect_each_matches_twice(pairs, p, n, k, static_cast<int>(rows.size()));
 }
 
 // One k block per unit, which bounds the leader's lead over its partner the least, and ~18
@@ -467,18 +473,7 @@ TEST_F(GroupedGemmSanitizer, ClusterPairMailboxWrapsAtOneKBlockPerUnit) {
   std::vector<std::string> tactics = pairs;
   tactics.push_back("sm90.coop.128x128x64.c1x1");
   const Problem p = make_problem(Elem::kBF16, n, k, rows, rng);
-  DeviceProblem dp(p);
-  GroupedGemm gemm(GroupedShape{Elem::kBF16, static_cast<int>(rows.size()), n, k, p.max_rows}, 0);
-  cudaStream_t stream;
-  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-  for (const auto& tactic : tactics)
-    for (int round = 0; round < 2; ++round) {
-      SCOPED_TRACE(tactic + ", round " + std::to_string(round));
-      const std::vector<uint16_t> out = run_poisoned(gemm, dp, p, tactic, stream);
-      ASSERT_FALSE(out.empty());
-      expect_matches(p, out);
-    }
-  cudaStreamDestroy(stream);
+  expect_each_matches_twice(tactics, p, n, k, static_cast<int>(rows.size()));
 }
 
 // Between 1 and 4 rows per expert the TMA GEMV is picked only for small experts (an expert's
