@@ -357,10 +357,11 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint, bool chained) c
     // 2x1 cluster pairs (weights multicast to two row tiles of an expert) in a dynamic order,
     // FC1 (with its activation) and FC2 alike. Forward A/B against the dynamic 1x1 tile
     // (session 23, static pairs, 3 rounds, T=16384 / 4096): qwen3 -0.5 / -1.3%, deepseek -1.2 /
-    // -1.6%, gpt-oss -0.6 / -0.8%, mixtral -0.4 / -1.6%; the dynamic order took mixtral
-    // another -1.3% (session 24; sm90_cluster_pairs.cuh). gpt-oss's FC2 (n 2880) had its own
-    // 128x192 dynamic-order tile (session 20: -0.9% against 256); pairs beat it by 0.9% at
-    // T=16384 and 1.4% at 4096 (3 rounds), 256 or 192 wide alike, so it takes these too.
+    // -1.6%, gpt-oss -0.6 / -0.8%, mixtral -0.4 / -1.6%. The dynamic order then took another
+    // 0.8-2.6% off T=16384 on qwen3, mixtral and deepseek; gpt-oss was even (session 24;
+    // sm90_cluster_pairs.cuh). gpt-oss's FC2 (n 2880) had its own 128x192 dynamic-order tile
+    // (session 20: -0.9% against 256); pairs beat it by 0.9% at T=16384 and 1.4% at 4096 (3
+    // rounds), 256 or 192 wide alike, so it takes these too.
     names = {"sm90.coop.128x256x64.c2x1.dyn.pairs", "sm90.coop.128x256x64.c1x1.dyn",
              "sm90.coop.128x256x64.c1x1", "sm90.coop.128x128x64.c1x1"};
   // With an epilogue activation, FC1 takes the "+act" kernel of the same tile where one is built:

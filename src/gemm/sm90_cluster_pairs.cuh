@@ -44,8 +44,9 @@ namespace moekit::gemm::detail {
 // static one). Each cluster's first unit is its index; the cluster's leader block (rank 0) draws
 // every later one from the counter and posts it in the cluster's mailbox in global memory, where
 // its partner reads it, so both blocks always hold the same unit. Forward A/B against the static
-// order u, u + clusters, ... (session 24, 3 rounds, T=16384 / 4096): mixtral -1.3 / -0.4%,
-// deepseek -0.4 / -0.1%, gpt-oss -0.4 / -0.7%, qwen3 +0.2 / +0.2%.
+// order u, u + clusters, ... (session 24, two machines, 2 rounds each, T=16384): mixtral -2.2 /
+// -2.6%, deepseek -1.7 / -2.0%, qwen3 -1.2 / -0.8%, gpt-oss even; at T=4096 -0.3 to -0.6%, but
+// qwen3 +1.9 / +1.2% (its GEMMs are the shortest there; likely the mailbox round trip per unit).
 //
 // Mailbox: kSlots words (draw << 32 | unit) per cluster, draw d in slot d % kSlots. The partner
 // clears a slot once read, so every slot is zero again when the kernel ends. The leader runs
