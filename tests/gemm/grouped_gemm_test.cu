@@ -426,10 +426,9 @@ TEST_F(GroupedGemmSanitizer, DynamicTileOrderStartsAfreshEveryRun) {
 }
 
 // Runs each tactic twice on p (poisoned output, checked against the CPU reference).
-void expect_each_matches_twice(const std::vector<std::string>& tactics, const Problem& p,
-                               int64_t n, int64_t k, int groups) {
+void expect_each_matches_twice(const std::vector<std::string>& tactics, const Problem& p) {
   DeviceProblem dp(p);
-  GroupedGemm gemm(GroupedShape{Elem::kBF16, groups, n, k, p.max_rows}, 0);
+  GroupedGemm gemm(GroupedShape{Elem::kBF16, p.groups, p.n, p.k, p.max_rows}, 0);
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
   for (const auto& tactic : tactics)
@@ -452,7 +451,7 @@ TEST_F(GroupedGemmSanitizer, ClusterPairsSinglesAndEmptyTiles) {
   const int64_t n = 1792, k = 128;
   const std::vector<int> rows = {0, 1, 129, 256, 300, 64};  // row tiles 0, 1, 2, 2, 3, 1
   const Problem p = make_problem(Elem::kBF16, n, k, rows, rng);
-  expect_each_matches_twice(pairs, p, n, k, static_cast<int>(rows.size()));
+  expect_each_matches_twice(pairs, p);
 }
 
 // One k block per unit, which bounds the leader's lead over its partner the least, and ~18
@@ -473,7 +472,7 @@ TEST_F(GroupedGemmSanitizer, ClusterPairMailboxWrapsAtOneKBlockPerUnit) {
   std::vector<std::string> tactics = pairs;
   tactics.push_back("sm90.coop.128x128x64.c1x1");
   const Problem p = make_problem(Elem::kBF16, n, k, rows, rng);
-  expect_each_matches_twice(tactics, p, n, k, static_cast<int>(rows.size()));
+  expect_each_matches_twice(tactics, p);
 }
 
 // Between 1 and 4 rows per expert the TMA GEMV is picked only for small experts (an expert's
