@@ -281,6 +281,19 @@ const GroupedShape& GroupedGemm::shape() const { return state_->shape; }
 // An expert's weight matrix up to this size counts as small for pick_tactic().
 constexpr double kSmallExpertBytes = 8e6;
 
+// The TMA GEMV's items (live expert, 64-row tile) per SM for `live` experts; tma64 runs 3
+// blocks per SM, .s12 2.
+static double gemv_items_per_sm(const GroupedShape& sh, double live, int sm_count) {
+  return live * std::ceil(sh.n / 64.0) / std::max(sm_count, 1);
+}
+
+bool GroupedGemm::chains_one_token(int64_t experts) const {
+  // Forward A/B, chained (FC1 reading the caller's row from the permute's flag) against two
+  // launches (session 25, one H200, 2 rounds): deepseek (FC1 3.9 items per SM) 178.5 against
+  // 183.0 us; gpt-oss (2.7) 72.5 against 63.0, qwen3 (1.5) 40.5 against 34.0.
+  return gemv_items_per_sm(state_->shape, static_cast<double>(experts), state_->sm_count) > 3.0;
+}
+
 std::string GroupedGemm::pick_tactic(double rows_per_group_hint, bool chained) const {
   const double h = std::isfinite(rows_per_group_hint) ? std::max(rows_per_group_hint, 0.0) : 0.0;
   const GroupedShape& sh = state_->shape;
@@ -313,8 +326,7 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint, bool chained) c
   const double live = sh.groups * (1.0 - std::exp(-h));  // expected non-empty experts
   const double expert_bytes = static_cast<double>(sh.n) * sh.k * kElemBytes;
   const double stream_bytes = live * expert_bytes;
-  // The TMA GEMV's items (live expert, 64-row tile) per SM; tma64 runs 3 blocks per SM, .s12 2.
-  const double items_per_sm = live * std::ceil(sh.n / 64.0) / std::max(state_->sm_count, 1);
+  const double items_per_sm = gemv_items_per_sm(sh, live, state_->sm_count);
   // tma64.s12 (12 stages, 2 blocks per SM) or tma64 (8 stages, 3 per SM). Forward A/Bs with
   // either forced everywhere (session 16, L2 promotion 128 B, one H200, 2 rounds):
   //  - blocks taking several items (over 3 per SM: deepseek at T=1, FC1 3.8, FC2 6.7): .s12.
@@ -335,8 +347,11 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint, bool chained) c
               : items_per_sm > 3.0 ||
                     (long_items && items_per_sm > 1.0 &&
                      std::ceil(items_per_sm / 2) <= std::ceil(items_per_sm / 3));
+  // Chained, the GEMV streams over 1 GB as well: deepseek at T=8 (FC1 ~1.7 GB) 953.5 against
+  // 985.5 us on swap-AB (session 25, forward A/B, 2 rounds).
   const bool decode_gemv =
-      h <= 1.0 && (stream_bytes <= 256e6 || (live >= 4.0 && stream_bytes <= 1e9));
+      h <= 1.0 &&
+      (stream_bytes <= 256e6 || (live >= 4.0 && (chained || stream_bytes <= 1e9)));
   std::vector<const char*> names;
   if (decode_gemv && s12_fills_better)
     names = {"sm90.gemv.tma64.s12", "sm90.gemv.tma64", "sm90.gemv.n8"};

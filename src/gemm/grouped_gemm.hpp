@@ -62,6 +62,11 @@ class GroupedGemm {
   // which needs the same variant for both.
   std::string pick_tactic(double rows_per_group_hint, bool chained = false) const;
 
+  // Whether FC1 (this GEMM) and FC2 pay to run chained (launch_chained) at one token that hits
+  // `experts` of the groups: where FC1's decode GEMV blocks would take several items each
+  // anyway. Below that, chaining splits each GEMM's one wave of items into dependent waves.
+  bool chains_one_token(int64_t experts) const;
+
   // Every tactic this object built: tactic_names() plus the "+act" kernels.
   std::vector<std::string> tactics() const;
 

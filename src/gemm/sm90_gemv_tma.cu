@@ -162,8 +162,10 @@ template <class R, int kStages>
 struct RingProducer {
   struct Noted {
     const CUtensorMap* map;
-    int stage, kb, row, gate, need;  // gate -1: the PDL wait; else done[gate] >= need
+    // gate -1: the PDL wait; kAlwaysOpen: none (the caller's row); else done[gate] >= need
+    int stage, kb, row, gate, need;
   };
+  static constexpr int kAlwaysOpen = -2;
   static constexpr int kCachedGates = 512;  // experts whose open gate is remembered
   // Only scalars and pointers here, so that the state stays in registers: an array member
   // (indexed at run time) puts the whole object in local memory, and the hot loop with it.
@@ -174,6 +176,9 @@ struct RingProducer {
   // A gate, once open, stays open (an expert's FC1 items are all done): one load per expert.
   uint32_t* opened;
   bool waited;  // the PDL wait is behind us
+  // The done counters may be read before the PDL wait: the permute clears them before the
+  // offsets flag the kernel acquired (chained at one row, which runs only at the flag).
+  bool counters_at_flag = false;
   int stage = 0, head = 0, count = 0;
   uint32_t phase = 0;
 
@@ -199,12 +204,16 @@ struct RingProducer {
     if (gate < kCachedGates) opened[gate / 32] |= 1u << (gate % 32);
     return true;
   }
-  // Counters are read only after the PDL wait: the permute clears them, the kernel before.
+  // Counters are read only after the PDL wait (the permute clears them, the kernel before) or
+  // counters_at_flag.
   __device__ bool open(const Noted& e) {
-    return waited && (e.gate < 0 || remembered(e.gate) || counted(e.gate, e.need));
+    if (e.gate == kAlwaysOpen) return true;
+    if (e.gate < 0) return waited;
+    return (waited || counters_at_flag) && (remembered(e.gate) || counted(e.gate, e.need));
   }
   __device__ void wait_open(const Noted& e) {
-    pdl();
+    if (e.gate == kAlwaysOpen) return;
+    if (e.gate < 0 || !counters_at_flag) pdl();
     if (e.gate >= 0 && !remembered(e.gate))
       while (!counted(e.gate, e.need)) __nanosleep(64);
   }
@@ -257,7 +266,7 @@ struct RingProducer {
   // The boxes of one item's chunks, in the consumers' order.
   __device__ void item(const GemvParams& p, const Walk& w, const int* active, int64_t item,
                        const CUtensorMap* weights, const CUtensorMap* acts, int gate_of_g,
-                       int need_per_chunk) {
+                       int need_per_chunk, bool one_row = false) {
     const int g = active[item / w.row_tiles];
     const int row = g * p.n + int(item % w.row_tiles) * R::kBoxRows;
     const int m0 = p.row_offsets[g];
@@ -265,7 +274,8 @@ struct RingProducer {
     const int chunks = (mg + kTokens - 1) / kTokens;
     for (int c0 = 0; c0 < mg; c0 += kTokens)
       for (int kb = 0; kb < w.k_boxes; ++kb)
-        box(weights, row, kb, acts, m0 + c0, gate_of_g < 0 ? -1 : g, need_per_chunk * chunks);
+        box(weights, row, kb, acts, one_row ? 0 : m0 + c0,
+            one_row ? kAlwaysOpen : gate_of_g < 0 ? -1 : g, need_per_chunk * chunks);
   }
 };
 
@@ -289,9 +299,10 @@ struct RingConsumer {
     // lane l gets token l / 4, k 2(l % 4) + {0, 1} of each: the B fragments of two 16-k steps.
     // With one row, every token column reads row 0: an expert given the token twice (repeated
     // caller ids) gets it in both of its rows.
-    b_row = one_row ? 0 : lane & 7;
+    rows(one_row);
     b_chunk = lane >> 3;
   }
+  __device__ void rows(bool one_row) { b_row = one_row ? 0 : lane & 7; }
 
   // Token rows past the chunk's mg (the next expert's, or zeros past the tensor) give columns
   // of the product that are not stored.
@@ -500,6 +511,10 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
 // for a block that is not resident). The producer hands each item to the consumers through a
 // small ring of item ids, and streams FC2's weights while FC1's last items finish; only their
 // activations wait. done[groups + 1] is cleared by the permute before (Buffers::expert_done).
+// At one token (GemvParams::one_row, only at the permute's flag) FC1 reads the caller's row as
+// the standalone kernel does, so neither its weights nor its activations wait for the gather;
+// FC2's stores, into the gathered rows' memory, do (the consumers' PDL wait before their first
+// FC2 item).
 template <bool kBF16, int kRows, int kStages, int kBlocksPerSm>
 __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
     chained_gemv_tma_kernel(const __grid_constant__ CUtensorMap w1,
@@ -533,11 +548,12 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
       for (int i = 0; i < Producer::kCachedGates / 32; ++i) s_opened[i] = 0;
       typename Producer::Noted noted[kStages];
       Producer prod(sm, noted, done, s_opened, !p1.offsets_ready);
+      prod.counters_at_flag = p1.one_row != 0;
       for (;;) {
         const int item = ring.take_and_publish(next_item, items);
         if (item < 0) break;
         if (item < items1)
-          prod.item(p1, fc1, sm.active, item, &w1, &a1, -1, 0);
+          prod.item(p1, fc1, sm.active, item, &w1, &a1, -1, 0, p1.one_row != 0);
         else  // FC1's chunks of the expert, each counted once per consumer warp
           prod.item(p2, fc2, sm.active, item - items1, &w2, &a2, 0,
                     fc1.row_tiles * R::kConsumers);
@@ -546,11 +562,22 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
     });
     return;
   }
-  consumers_start(p1);
+  // With one row (at the flag), FC1's items read the caller's row and write only what the
+  // permute does not touch; FC2's stores (into the gathered rows' memory) wait for the permute.
+  bool waited = !p1.one_row;
+  if (waited)
+    consumers_start(p1);
+  else
+    pipeline::pdl_launch_dependents();
   RingConsumer<kBF16, R, kStages> cons(sm, warp, lane);
   for (;;) {
     const int item = ring.read(lane);
     if (item < 0) break;
+    cons.rows(item < items1 && p1.one_row);
+    if (item >= items1 && !waited) {
+      pipeline::pdl_wait();
+      waited = true;
+    }
     if (item < items1) {
       const int chunks = cons.template item<true>(p1, fc1, sm.active, item);
       // This warp's stores of the item, then its count (one per chunk), so that the TMA loads
@@ -669,7 +696,8 @@ class GemvTmaTactic final : public GemvTacticBase {
     if (grid_ == 0) return {};
     Bound b1, b2;
     RunArgs first = a;
-    first.one_row = nullptr;  // the chained kernel reads FC1's rows from `a`
+    // One row only at the flag: the done counters are cleared before it.
+    if (a.offsets_flag == nullptr) first.one_row = nullptr;
     Status s = bind(first, b1);
     if (s.ok()) s = second->bind(next_args, b2);
     if (!s.ok()) return s;

@@ -365,10 +365,10 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   const double hint = static_cast<double>(T) * k / static_cast<double>(lp_.num_experts_global);
   const int64_t rows = T * std::min<int64_t>(k, lp_.num_experts);
   // Decode with the TMA GEMV on both: one kernel, FC2's weights streaming while FC1 ends
-  // (its per-expert counters were cleared by the permute). Not at one token: measured there,
-  // qwen3 and gpt-oss lost 9-11 us against the two launches (deepseek even); from 8 tokens on
-  // it gained 0.5-5 us.
-  const bool chain = options_.chain_decode && T > 1 && permute::clears_expert_done(T);
+  // (its per-expert counters were cleared by the permute). From 8 tokens on it gained 0.5-5 us;
+  // at one token only where FC1 has many items (GroupedGemm::chains_one_token).
+  const bool chain = options_.chain_decode && permute::clears_expert_done(T) &&
+                     (T > 1 || fc1_->chains_one_token(rows));
   const std::string fc1_tactic = fc1_->pick_tactic(hint, chain);
   // FC1 may start at the permute's flag (see below) where its kernel reads the offsets itself;
   // elsewhere (CUTLASS) the permute leaves the flag alone: its fences would only delay FC1.
@@ -395,7 +395,7 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   if (at_flag) fc1_call.offsets_flag = pbuf_.offsets_flag;
   // One token: each of its experts' rows is the caller's hidden row, which the permute only
   // reads (and it touches none of FC1's outputs), so the TMA GEMV streams from it at the flag
-  // instead of waiting for the permute's gather and its end.
+  // instead of waiting for the permute's gather and its end; chained as well.
   if (T == 1) fc1_call.one_row = args.hidden.data;
   Call fc2_call{fc2_.get(), act_out_, w2_, fc2_out_, fc2_->pick_tactic(hint, chain), true};
   // Two TMA GEMVs take their items from counters the permute cleared, where their blocks take

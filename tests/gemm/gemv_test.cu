@@ -416,6 +416,55 @@ TEST_F(GemvPdlSanitizer, ChainedItemRingWraps) {
   cudaStreamDestroy(stream);
 }
 
+// The chained kernel at one token (the engine's case where FC1 has many items): FC1 reads the
+// caller's row (GemmCall::one_row) from the permute's flag on, and FC2 stores into the gathered
+// rows' memory, which the permute writes after the flag. flagging_writer stands in for it: the
+// stale offsets (every expert empty) until the flag, then, late, junk over FC2's output. So FC1
+// must wait for the flag, never read `x` (poisoned), and FC2's stores must follow the writer:
+// bit for bit the two launches' result, every row written. Experts of 1, 2 and 9 rows (repeated
+// caller ids: copies of the one row). For the sanitizers too (its spins are short).
+TEST_F(GemvPdlSanitizer, ChainedOneRowFromTheFlag) {
+  std::mt19937 rng(static_cast<unsigned>(base_seed() ^ 0x6e0d));
+  ChainedCase c(256, 96, {1, 0, 2, 1, 0, 9}, rng);
+  for (int64_t r = 1; r < c.p1.rows; ++r)  // one token's slots: equal rows
+    std::copy_n(c.p1.a_bits.begin(), c.H, c.p1.a_bits.begin() + r * c.H);
+  ASSERT_EQ(cudaMemcpy(c.x.ptr, c.p1.a_bits.data(), c.p1.a_bits.size() * 2,
+                       cudaMemcpyHostToDevice),
+            cudaSuccess);
+  const DeviceBuffer row(to_device(std::vector<uint16_t>(c.p1.a_bits.begin(),
+                                                         c.p1.a_bits.begin() + c.H))),
+      off_src(to_device(c.p1.offsets));
+  DeviceBuffer flag(4), junk(c.z2.bytes);
+  junk.poison();
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  for (const char* t : {"sm90.gemv.tma64", "sm90.gemv.tma64.s12"}) {
+    SCOPED_TRACE(t);
+    c.tactic = t;
+    c.two_launches(stream);
+    c.x.poison();
+    ASSERT_EQ(cudaMemset(c.off.ptr, 0, c.off.bytes), cudaSuccess);  // stale: every group empty
+    ASSERT_EQ(cudaMemset(flag.ptr, 0, flag.bytes), cudaSuccess);
+    c.reset();
+    flagging_writer<<<1, 256, 0, stream>>>(
+        static_cast<int32_t*>(c.off.ptr), static_cast<const int32_t*>(off_src.ptr),
+        static_cast<int>(c.p1.offsets.size()), static_cast<uint32_t*>(flag.ptr),
+        static_cast<uint4*>(c.z2.ptr), static_cast<const uint4*>(junk.ptr),
+        static_cast<int64_t>(c.z2.bytes / 16), 20000);
+    GroupedGemm::GemmCall c1{&c.fc1, c.x.ptr, c.w1.ptr, c.y2.ptr, std::string(t) + "+act"};
+    c1.offsets_flag = static_cast<const uint32_t*>(flag.ptr);
+    c1.one_row = row.ptr;
+    const GroupedGemm::GemmCall c2{&c.fc2, c.y2.ptr, c.w2.ptr, c.z2.ptr, t};
+    const Status s =
+        GroupedGemm::launch_chained(c1, c2, c.offsets(), static_cast<int*>(c.done.ptr), stream);
+    ASSERT_TRUE(s.ok()) << s.message();
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    EXPECT_EQ(c.first_difference(), "");
+    EXPECT_EQ(c.unwritten(), 0);
+  }
+  cudaStreamDestroy(stream);
+}
+
 // The standalone TMA GEMV with GemmCall::item_counter, where its blocks take several items
 // (256 experts of one row: FC1 2048 items, FC2 4096, on at most 396 blocks), so that the item
 // ring's slots are reused: equal to the fixed shares bit for bit, every output written, and the
