@@ -428,9 +428,6 @@ TEST_F(GemvPdlSanitizer, ChainedOneRowFromTheFlag) {
   ChainedCase c(256, 96, {1, 0, 2, 1, 0, 9}, rng);
   for (int64_t r = 1; r < c.p1.rows; ++r)  // one token's slots: equal rows
     std::copy_n(c.p1.a_bits.begin(), c.H, c.p1.a_bits.begin() + r * c.H);
-  ASSERT_EQ(cudaMemcpy(c.x.ptr, c.p1.a_bits.data(), c.p1.a_bits.size() * 2,
-                       cudaMemcpyHostToDevice),
-            cudaSuccess);
   const DeviceBuffer row(to_device(std::vector<uint16_t>(c.p1.a_bits.begin(),
                                                          c.p1.a_bits.begin() + c.H))),
       off_src(to_device(c.p1.offsets));
@@ -441,8 +438,11 @@ TEST_F(GemvPdlSanitizer, ChainedOneRowFromTheFlag) {
   for (const char* t : {"sm90.gemv.tma64", "sm90.gemv.tma64.s12"}) {
     SCOPED_TRACE(t);
     c.tactic = t;
-    c.two_launches(stream);
-    c.x.poison();
+    ASSERT_EQ(cudaMemcpy(c.x.ptr, c.p1.a_bits.data(), c.p1.a_bits.size() * 2,
+                         cudaMemcpyHostToDevice),
+              cudaSuccess);
+    c.two_launches(stream);  // the reference, from the rows
+    c.x.poison();            // which the chained run must not read
     ASSERT_EQ(cudaMemset(c.off.ptr, 0, c.off.bytes), cudaSuccess);  // stale: every group empty
     ASSERT_EQ(cudaMemset(flag.ptr, 0, flag.bytes), cudaSuccess);
     c.reset();
