@@ -495,7 +495,9 @@ TEST_F(GroupedGemmRun, PickTakesTheGemvForSmallExpertsUpToFourRows) {
 // FC2 at T=1, 1.3); chained, where an expert's FC1 + FC2 pass 24 MB (gpt-oss at T=8), the same
 // variant for both GEMMs. tma64 for short items (qwen3 at T=1, also chained at T=8), where .s12
 // would add a wave (gpt-oss's FC1 at T=1, 2.7), under one item per SM (mixtral's FC2, 0.9);
-// swap-AB for deepseek's FC1 at T=8 (3.3 GB).
+// swap-AB for deepseek's FC1 at T=8 (~1.7 GB), unless chained (session 25). Chained at one token
+// only where FC1 has over 3 items per SM: deepseek (3.9) and mixtral (6.8), not gpt-oss (2.7) or
+// qwen3 (1.5).
 TEST_F(GroupedGemmRun, PickTakesTheTwoPerSmGemvWhereItMeasuredFaster) {
   int sms = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
@@ -520,6 +522,12 @@ TEST_F(GroupedGemmRun, PickTakesTheTwoPerSmGemvWhereItMeasuredFaster) {
   }
   EXPECT_EQ(mixtral_fc2.pick_tactic(2.0 / 8), "sm90.gemv.tma64");
   EXPECT_EQ(deepseek_fc1.pick_tactic(64.0 / 256), "sm90.swapab.128x16x128.c1x1");
+  EXPECT_EQ(deepseek_fc1.pick_tactic(64.0 / 256, true), "sm90.gemv.tma64.s12");
+  const GroupedGemm mixtral_fc1(GroupedShape{Elem::kBF16, 8, 28672, 4096, 64}, 0);
+  EXPECT_TRUE(deepseek_fc1.chains_one_token(8));
+  EXPECT_TRUE(mixtral_fc1.chains_one_token(2));
+  EXPECT_FALSE(gpt_oss_fc1.chains_one_token(4));
+  EXPECT_FALSE(qwen3_fc1.chains_one_token(8));
   // Chained, FC1 (with its activation) and FC2 pick the same variant: they run as one kernel.
   // H 2048, I 1408: FC1's matrix 11.5 MB, FC2's 5.8, the pair 17.3 MB (tma64); H 4096, I 1536:
   // 25 and 12.6 MB, the pair 37.7 (.s12).
