@@ -281,11 +281,13 @@ const GroupedShape& GroupedGemm::shape() const { return state_->shape; }
 // An expert's weight matrix up to this size counts as small for pick_tactic().
 constexpr double kSmallExpertBytes = 8e6;
 
+namespace {
 // The TMA GEMV's items (live expert, 64-row tile) per SM for `live` experts; tma64 runs 3
 // blocks per SM, .s12 2.
-static double gemv_items_per_sm(const GroupedShape& sh, double live, int sm_count) {
+double gemv_items_per_sm(const GroupedShape& sh, double live, int sm_count) {
   return live * std::ceil(sh.n / 64.0) / std::max(sm_count, 1);
 }
+}  // namespace
 
 bool GroupedGemm::chains_one_token(int64_t experts) const {
   // Forward A/B, chained (FC1 reading the caller's row from the permute's flag) against two
