@@ -30,6 +30,10 @@ struct GemvParams {
   int* next_item;                // or null: RunArgs::item_counter (the TMA GEMV)
   activation::Params act;  // "+act" only
   const float* bias;       // "+act" only: [groups, n] or null
+  // RunArgs::token_rows (the chained TMA GEMV's FC1): the token count (0: off), its slots.
+  int token_rows, top_k;
+  const int32_t* slot_expert;
+  const int32_t* slot_row;
 };
 
 template <bool kBF16>
@@ -88,17 +92,38 @@ __device__ __forceinline__ void store_entry(const GemvParams& p, int row16, int 
 // and their ups, so entries i and i + 2 (i = 0, 1) are a gate and its up; one activation of
 // [rows, n / 2] each.
 template <bool kBF16>
+__device__ __forceinline__ uint16_t gated_value(const GemvParams& p, int g, int gate_row,
+                                                float gate, float up) {
+  if (p.bias != nullptr) {
+    gate += p.bias[int64_t(g) * p.n + gate_row];
+    up += p.bias[int64_t(g) * p.n + gate_row + 8];
+  }
+  return to_elem<kBF16>(activation::apply_gated(p.act, gate, up));
+}
+__device__ __forceinline__ int gated_column(int gate_row) {
+  return (gate_row >> 4) * 8 + (gate_row & 7);
+}
+template <bool kBF16>
 __device__ __forceinline__ void store_gated(const GemvParams& p, int g, int row16, int c0, int m0,
                                             int mg, int l, int i, float gate, float up) {
   const int gate_row = row16 + (l >> 2);
   const int tok = c0 + (l & 3) * 2 + i;
   if (gate_row >= p.n || tok >= mg) return;
-  if (p.bias != nullptr) {
-    gate += p.bias[int64_t(g) * p.n + gate_row];
-    up += p.bias[int64_t(g) * p.n + gate_row + 8];
-  }
-  p.d[int64_t(m0 + tok) * (p.n / 2) + (gate_row >> 4) * 8 + (gate_row & 7)] =
-      to_elem<kBF16>(activation::apply_gated(p.act, gate, up));
+  p.d[int64_t(m0 + tok) * (p.n / 2) + gated_column(gate_row)] =
+      gated_value<kBF16>(p, g, gate_row, gate, up);
+}
+// The same on the tokens' own rows (GemvParams::token_rows): column `tok` is token tok, stored
+// at the row of each of its slots that routes to g. The slots come from the kernel before: the
+// caller has waited for it.
+template <bool kBF16>
+__device__ __forceinline__ void store_gated_tokens(const GemvParams& p, int g, int row16, int l,
+                                                   int i, float gate, float up) {
+  const int gate_row = row16 + (l >> 2);
+  const int tok = (l & 3) * 2 + i;
+  if (gate_row >= p.n || tok >= p.token_rows) return;
+  const uint16_t v = gated_value<kBF16>(p, g, gate_row, gate, up);
+  for (int s = tok * p.top_k; s < (tok + 1) * p.top_k; ++s)
+    if (p.slot_expert[s] == g) p.d[int64_t(p.slot_row[s]) * (p.n / 2) + gated_column(gate_row)] = v;
 }
 
 // The host half of a decode GEMV tactic.
@@ -179,6 +204,11 @@ class GemvTacticBase : public Tactic {
     p.offsets_flag = a.offsets_flag;
     p.one_row = a.one_row != nullptr ? 1 : 0;
     p.next_item = a.item_counter;
+    const TokenRows& tr = a.token_rows;
+    p.token_rows = tr.rows != nullptr ? tr.count : 0;
+    p.top_k = tr.top_k;
+    p.slot_expert = tr.slot_expert;
+    p.slot_row = tr.slot_row;
     return p;
   }
 

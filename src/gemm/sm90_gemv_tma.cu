@@ -263,19 +263,21 @@ struct RingProducer {
       phase ^= 1;
     }
   }
-  // The boxes of one item's chunks, in the consumers' order.
+  // The boxes of one item's chunks, in the consumers' order. `caller_rows`: the activations are
+  // the caller's (GemvParams::one_row, or token_rows: one pass over them), from row 0, ready.
   __device__ void item(const GemvParams& p, const Walk& w, const int* active, int64_t item,
                        const CUtensorMap* weights, const CUtensorMap* acts, int gate_of_g,
-                       int need_per_chunk, bool one_row = false) {
+                       int need_per_chunk, bool caller_rows = false) {
     const int g = active[item / w.row_tiles];
     const int row = g * p.n + int(item % w.row_tiles) * R::kBoxRows;
     const int m0 = p.row_offsets[g];
     const int mg = p.row_offsets[g + 1] - m0;
     const int chunks = (mg + kTokens - 1) / kTokens;
-    for (int c0 = 0; c0 < mg; c0 += kTokens)
+    const int passes = caller_rows && p.token_rows > 0 ? 1 : chunks;
+    for (int c = 0; c < passes; ++c)
       for (int kb = 0; kb < w.k_boxes; ++kb)
-        box(weights, row, kb, acts, one_row ? 0 : m0 + c0,
-            one_row ? kAlwaysOpen : gate_of_g < 0 ? -1 : g, need_per_chunk * chunks);
+        box(weights, row, kb, acts, caller_rows ? 0 : m0 + c * kTokens,
+            caller_rows ? kAlwaysOpen : gate_of_g < 0 ? -1 : g, need_per_chunk * chunks);
   }
 };
 
@@ -337,6 +339,13 @@ struct RingConsumer {
       }
     }
     if constexpr (kAct) {
+      if (p.token_rows > 0) {
+        pipeline::pdl_wait();  // the slots: from the permute, the kernel before
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+          store_gated_tokens<kBF16>(p, g, row16, lane, i, acc[i], acc[i + 2]);
+        return;
+      }
 #pragma unroll
       for (int i = 0; i < 2; ++i)
         store_gated<kBF16>(p, g, row16, c0, m0, mg, lane, i, acc[i], acc[i + 2]);
@@ -345,14 +354,18 @@ struct RingConsumer {
       for (int i = 0; i < 4; ++i) store_entry<kBF16>(p, row16, c0, m0, mg, lane, i, acc[i]);
     }
   }
-  // Every chunk of one item; returns their count.
+  // Every chunk of one item (with token rows, FC1's: one pass over all tokens); returns the
+  // count of its chunks of 8 rows either way (what FC2's gates count).
   template <bool kAct>
   __device__ int item(const GemvParams& p, const Walk& w, const int* active, int64_t item) {
     const int g = active[item / w.row_tiles];
     const int row16 = int(item % w.row_tiles) * R::kBoxRows + warp * 16;
     const int m0 = p.row_offsets[g];
     const int mg = p.row_offsets[g + 1] - m0;
-    for (int c0 = 0; c0 < mg; c0 += kTokens) chunk<kAct>(p, w.k_boxes, g, row16, c0, m0, mg);
+    if (kAct && p.token_rows > 0)
+      chunk<kAct>(p, w.k_boxes, g, row16, 0, m0, mg);
+    else
+      for (int c0 = 0; c0 < mg; c0 += kTokens) chunk<kAct>(p, w.k_boxes, g, row16, c0, m0, mg);
     return (mg + kTokens - 1) / kTokens;
   }
 };
@@ -514,7 +527,9 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
 // At one token (GemvParams::one_row, only at the permute's flag) FC1 reads the caller's row as
 // the standalone kernel does, so neither its weights nor its activations wait for the gather;
 // FC2's stores, into the gathered rows' memory, do (the consumers' PDL wait before their first
-// FC2 item).
+// FC2 item). At 2 to 8 tokens (GemvParams::token_rows, at the flag too) FC1 reads the tokens'
+// own rows, which the permute then does not gather: one pass per item over all of them, each
+// token's product stored at its slots' rows once the permute has ended (its PDL wait).
 template <bool kBF16, int kRows, int kStages, int kBlocksPerSm>
 __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
     chained_gemv_tma_kernel(const __grid_constant__ CUtensorMap w1,
@@ -536,6 +551,8 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
   const Walk fc1 = walk_of(p1, live), fc2 = walk_of(p2, live);
   const int items1 = int(fc1.items()), items = items1 + int(fc2.items());
   int* const next_item = done + p1.groups;
+  // FC1 reads the caller's rows (one row, or the tokens' own), only ever at the permute's flag.
+  const bool caller_rows = p1.one_row != 0 || p1.token_rows > 0;
 
   if (warp == R::kConsumers) {
     producer_warp(lane, [&] {
@@ -548,12 +565,12 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
       for (int i = 0; i < Producer::kCachedGates / 32; ++i) s_opened[i] = 0;
       typename Producer::Noted noted[kStages];
       Producer prod(sm, noted, done, s_opened, !p1.offsets_ready);
-      prod.counters_at_flag = p1.one_row != 0;
+      prod.counters_at_flag = caller_rows;
       for (;;) {
         const int item = ring.take_and_publish(next_item, items);
         if (item < 0) break;
         if (item < items1)
-          prod.item(p1, fc1, sm.active, item, &w1, &a1, -1, 0, p1.one_row != 0);
+          prod.item(p1, fc1, sm.active, item, &w1, &a1, -1, 0, caller_rows);
         else  // FC1's chunks of the expert, each counted once per consumer warp
           prod.item(p2, fc2, sm.active, item - items1, &w2, &a2, 0,
                     fc1.row_tiles * R::kConsumers);
@@ -562,9 +579,10 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
     });
     return;
   }
-  // With one row (at the flag), FC1's items read the caller's row and write only what the
-  // permute does not touch; FC2's stores (into the gathered rows' memory) wait for the permute.
-  bool waited = !p1.one_row;
+  // With the caller's rows (at the flag), FC1's items read them and write only what the permute
+  // does not touch (with token rows, at the permute's slots: the stores wait for it); FC2's
+  // stores (into the gathered rows' memory) wait for the permute.
+  bool waited = !caller_rows;
   if (waited)
     consumers_start(p1);
   else
@@ -665,14 +683,21 @@ class GemvTmaTactic final : public GemvTacticBase {
   // replays reuse them).
   Status bind(const RunArgs& a, Bound& out) {
     Status s = weights_.map(a.b, int64_t(p_.groups) * p_.n, kRows, "weights", *this);
-    TensorMap& acts = a.one_row != nullptr ? one_row_ : acts_;
-    if (s.ok())
-      s = a.one_row != nullptr ? one_row_.map(a.one_row, 1, kTokens, "activation row", *this)
-                               : acts_.map(a.a, max_rows_, kTokens, "activations", *this);
+    const bool tokens = a.token_rows.rows != nullptr;
+    TensorMap& acts = a.one_row != nullptr ? one_row_ : tokens ? token_rows_ : acts_;
+    if (!s.ok()) return s;
+    if (a.one_row != nullptr)
+      s = one_row_.map(a.one_row, 1, kTokens, "activation row", *this);
+    else if (tokens)  // rows past the count read as zeros
+      s = token_rows_.map(a.token_rows.rows, a.token_rows.count, kTokens, "token rows", *this);
+    else
+      s = acts_.map(a.a, max_rows_, kTokens, "activations", *this);
     if (!s.ok()) return s;
     out = Bound{params(a), &weights_.map_, &acts.map_};
     return {};
   }
+
+  bool reads_token_rows() const override { return kAct; }
 
   Status run(const RunArgs& a) override {
     if (grid_ == 0) return {};  // max_rows == 0: nothing can ever be computed
@@ -720,9 +745,10 @@ class GemvTmaTactic final : public GemvTacticBase {
   struct TensorMap {
     CUtensorMap map_{};
     const void* base_ = nullptr;
+    int64_t rows_ = 0;
     Status map(const void* base, int64_t rows, int box_rows, const char* name,
                const GemvTmaTactic& t) {
-      if (base == base_) return {};
+      if (base == base_ && rows == rows_) return {};
       if (reinterpret_cast<uintptr_t>(base) % 16 != 0)
         return Status(ErrorCode::kInvalidArgument,
                       t.what_ + ": " + name + " not 16-byte aligned");
@@ -739,6 +765,7 @@ class GemvTmaTactic final : public GemvTacticBase {
         return Status(ErrorCode::kCuda, t.what_ + ": cuTensorMapEncodeTiled failed for the " +
                                             name + " (CUresult " + std::to_string(r) + ")");
       base_ = base;
+      rows_ = rows;
       return {};
     }
   };
@@ -746,7 +773,8 @@ class GemvTmaTactic final : public GemvTacticBase {
   PFN_cuTensorMapEncodeTiled_v12000 encode_ = nullptr;
   int64_t max_rows_ = 0, chained_slots_ = 0;
   int chained_per_sm_ = 0;
-  TensorMap weights_, acts_, one_row_;  // one_row_: RunArgs::one_row, [1, k]
+  // one_row_: RunArgs::one_row, [1, k]; token_rows_: RunArgs::token_rows, [count, k]
+  TensorMap weights_, acts_, one_row_, token_rows_;
 };
 
 template <bool kBF16, int kRows, int kStages, int kBlocksPerSm, int kDefaultStages = kStages>
