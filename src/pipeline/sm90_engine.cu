@@ -371,18 +371,19 @@ void Sm90Engine::forward(const ForwardArgs& args) {
                      (T > 1 || fc1_->chains_one_token(rows));
   const std::string fc1_tactic = fc1_->pick_tactic(hint, chain);
   // From two tokens up to the GEMV's 8 token columns, the chained FC1 reads the tokens' own rows
-  // and nothing is gathered: FC1 streams from the permute's flag on instead of after a gather
-  // kernel.
+  // where that pays (GroupedGemm::token_rows_pay), and nothing is gathered. The chained kernel
+  // then follows the permute's end, not its flag: starting at the flag was 0.25-0.6 us slower
+  // on qwen3 (session 26).
   const bool token_rows = options_.token_rows && chain && T >= 2 &&
                           T <= gemm::GroupedGemm::kMaxTokenRows &&
-                          fc1_->reads_token_rows(fc1_tactic);
+                          fc1_->token_rows_pay(fc1_tactic);
   in.gather = !token_rows;
   // FC1 may start at the permute's flag (see below) where its kernel reads the offsets itself;
   // elsewhere (CUTLASS) the permute leaves the flag alone: its fences would only delay FC1.
   const permute::OffsetsFinal ready = permute::offsets_final_for_next_kernel(
       pcfg_, T, permute::Path::kAuto, in.gather);
-  const bool at_flag =
-      ready == permute::OffsetsFinal::kAtFlag && fc1_->reads_row_offsets(fc1_tactic);
+  const bool at_flag = ready == permute::OffsetsFinal::kAtFlag && !token_rows &&
+                       fc1_->reads_row_offsets(fc1_tactic);
   permute::Buffers buffers = pbuf_;
   if (!at_flag) buffers.offsets_flag = nullptr;
   throw_if_error(permute::run(pcfg_, buffers, T, in, stream));

@@ -22,7 +22,8 @@ struct Sm90Options {
   // (GroupedGemm::launch_chained); off: two launches, as at one token.
   bool chain_decode = true;
   // From two to GroupedGemm::kMaxTokenRows tokens, chained, FC1 reads the tokens' own rows
-  // (gemm::TokenRows) and the permute gathers none; off: FC1 reads the gathered rows.
+  // (gemm::TokenRows) and the permute gathers none, where GroupedGemm::token_rows_pay; off: FC1
+  // reads the gathered rows.
   bool token_rows = true;
   // Test hooks: fill the gathered rows (which FC2's output shares) or FC1's activated output
   // with NaN before each forward, so that a read of an element the forward has not written yet
