@@ -307,8 +307,9 @@ struct RingConsumer {
   __device__ void rows(bool one_row) { b_row = one_row ? 0 : lane & 7; }
 
   // Token rows past the chunk's mg (the next expert's, or zeros past the tensor) give columns
-  // of the product that are not stored.
-  template <bool kAct>
+  // of the product that are not stored. kTokenRows: FC1 on GemvParams::token_rows (the chained
+  // kernel only, so that the standalone kernel's code stays as it was: 64 registers, not 83).
+  template <bool kAct, bool kTokenRows = false>
   __device__ void chunk(const GemvParams& p, int k_boxes, int g, int row16, int c0, int m0,
                         int mg) {
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
@@ -338,14 +339,12 @@ struct RingConsumer {
         phase ^= 1;
       }
     }
-    if constexpr (kAct) {
-      if (p.token_rows > 0) {
-        pipeline::pdl_wait();  // the slots: from the permute, the kernel before
+    if constexpr (kAct && kTokenRows) {
+      pipeline::pdl_wait();  // the slots: from the permute, the kernel before
 #pragma unroll
-        for (int i = 0; i < 2; ++i)
-          store_gated_tokens<kBF16>(p, g, row16, lane, i, acc[i], acc[i + 2]);
-        return;
-      }
+      for (int i = 0; i < 2; ++i)
+        store_gated_tokens<kBF16>(p, g, row16, lane, i, acc[i], acc[i + 2]);
+    } else if constexpr (kAct) {
 #pragma unroll
       for (int i = 0; i < 2; ++i)
         store_gated<kBF16>(p, g, row16, c0, m0, mg, lane, i, acc[i], acc[i + 2]);
@@ -356,14 +355,14 @@ struct RingConsumer {
   }
   // Every chunk of one item (with token rows, FC1's: one pass over all tokens); returns the
   // count of its chunks of 8 rows either way (what FC2's gates count).
-  template <bool kAct>
+  template <bool kAct, bool kTokenRows = false>
   __device__ int item(const GemvParams& p, const Walk& w, const int* active, int64_t item) {
     const int g = active[item / w.row_tiles];
     const int row16 = int(item % w.row_tiles) * R::kBoxRows + warp * 16;
     const int m0 = p.row_offsets[g];
     const int mg = p.row_offsets[g + 1] - m0;
-    if (kAct && p.token_rows > 0)
-      chunk<kAct>(p, w.k_boxes, g, row16, 0, m0, mg);
+    if constexpr (kTokenRows)
+      chunk<kAct, true>(p, w.k_boxes, g, row16, 0, m0, mg);
     else
       for (int c0 = 0; c0 < mg; c0 += kTokens) chunk<kAct>(p, w.k_boxes, g, row16, c0, m0, mg);
     return (mg + kTokens - 1) / kTokens;
@@ -597,7 +596,9 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
       waited = true;
     }
     if (item < items1) {
-      const int chunks = cons.template item<true>(p1, fc1, sm.active, item);
+      const int chunks = p1.token_rows > 0
+                             ? cons.template item<true, true>(p1, fc1, sm.active, item)
+                             : cons.template item<true>(p1, fc1, sm.active, item);
       // This warp's stores of the item, then its count (one per chunk), so that the TMA loads
       // of FC2's activations in any block see them.
       // Each lane fences its own stores; lane 0's count is then a release of all of them
