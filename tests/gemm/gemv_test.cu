@@ -313,6 +313,39 @@ struct ChainedCase {
     EXPECT_EQ(first_difference(), "");
     EXPECT_EQ(unwritten(), 0);
   }
+  // The chained run as the dependent of flagging_writer (the permute's case at its flag), with
+  // FC1 on the caller's rows (`one_row` or `token_rows`): x (the gathered rows, from p1.a_bits)
+  // gives the reference by two launches, then is poisoned; the offsets stay stale until the
+  // flag; after it the writer copies late_bytes from late_src to late_dst. Bit for bit against
+  // the two launches, every row written.
+  void expect_flagged_chained_matches(cudaStream_t stream, const DeviceBuffer& off_src,
+                                      DeviceBuffer& flag, void* late_dst, const void* late_src,
+                                      int64_t late_bytes, const void* one_row,
+                                      const TokenRows& token_rows) {
+    ASSERT_EQ(cudaMemcpy(x.ptr, p1.a_bits.data(), p1.a_bits.size() * 2, cudaMemcpyHostToDevice),
+              cudaSuccess);
+    two_launches(stream);
+    x.poison();
+    ASSERT_EQ(cudaMemset(off.ptr, 0, off.bytes), cudaSuccess);  // stale: every group empty
+    ASSERT_EQ(cudaMemset(flag.ptr, 0, flag.bytes), cudaSuccess);
+    reset();
+    flagging_writer<<<1, 256, 0, stream>>>(
+        static_cast<int32_t*>(off.ptr), static_cast<const int32_t*>(off_src.ptr),
+        static_cast<int>(p1.offsets.size()), static_cast<uint32_t*>(flag.ptr),
+        static_cast<uint4*>(late_dst), static_cast<const uint4*>(late_src), late_bytes / 16,
+        20000);
+    Call c1{&fc1, x.ptr, w1.ptr, y2.ptr, tactic + "+act"};
+    c1.offsets_flag = static_cast<const uint32_t*>(flag.ptr);
+    c1.one_row = one_row;
+    c1.token_rows = token_rows;
+    const Call c2{&fc2, y2.ptr, w2.ptr, z2.ptr, tactic};
+    const Status s =
+        GroupedGemm::launch_chained(c1, c2, offsets(), static_cast<int*>(done.ptr), stream);
+    ASSERT_TRUE(s.ok()) << s.message();
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    EXPECT_EQ(first_difference(), "");
+    EXPECT_EQ(unwritten(), 0);
+  }
   // Elements of FC2's output rows (z2) still poisoned.
   int64_t unwritten() const {
     const auto got_z = to_host<uint16_t>(z2.ptr, z2.bytes / 2);
@@ -438,29 +471,9 @@ TEST_F(GemvPdlSanitizer, ChainedOneRowFromTheFlag) {
   for (const char* t : {"sm90.gemv.tma64", "sm90.gemv.tma64.s12"}) {
     SCOPED_TRACE(t);
     c.tactic = t;
-    ASSERT_EQ(cudaMemcpy(c.x.ptr, c.p1.a_bits.data(), c.p1.a_bits.size() * 2,
-                         cudaMemcpyHostToDevice),
-              cudaSuccess);
-    c.two_launches(stream);  // the reference, from the rows
-    c.x.poison();            // which the chained run must not read
-    ASSERT_EQ(cudaMemset(c.off.ptr, 0, c.off.bytes), cudaSuccess);  // stale: every group empty
-    ASSERT_EQ(cudaMemset(flag.ptr, 0, flag.bytes), cudaSuccess);
-    c.reset();
-    flagging_writer<<<1, 256, 0, stream>>>(
-        static_cast<int32_t*>(c.off.ptr), static_cast<const int32_t*>(off_src.ptr),
-        static_cast<int>(c.p1.offsets.size()), static_cast<uint32_t*>(flag.ptr),
-        static_cast<uint4*>(c.z2.ptr), static_cast<const uint4*>(junk.ptr),
-        static_cast<int64_t>(c.z2.bytes / 16), 20000);
-    GroupedGemm::GemmCall c1{&c.fc1, c.x.ptr, c.w1.ptr, c.y2.ptr, std::string(t) + "+act"};
-    c1.offsets_flag = static_cast<const uint32_t*>(flag.ptr);
-    c1.one_row = row.ptr;
-    const GroupedGemm::GemmCall c2{&c.fc2, c.y2.ptr, c.w2.ptr, c.z2.ptr, t};
-    const Status s =
-        GroupedGemm::launch_chained(c1, c2, c.offsets(), static_cast<int*>(c.done.ptr), stream);
-    ASSERT_TRUE(s.ok()) << s.message();
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    EXPECT_EQ(c.first_difference(), "");
-    EXPECT_EQ(c.unwritten(), 0);
+    // Late, junk over FC2's output: its stores must wait for the writer's end.
+    c.expect_flagged_chained_matches(stream, off_src, flag, c.z2.ptr, junk.ptr,
+                                     static_cast<int64_t>(c.z2.bytes), row.ptr, TokenRows{});
   }
   cudaStreamDestroy(stream);
 }
@@ -511,31 +524,11 @@ TEST_F(GemvPdlSanitizer, ChainedTokenRowsFromTheFlag) {
     for (const char* t : {"sm90.gemv.tma64", "sm90.gemv.tma64.s12"}) {
       SCOPED_TRACE(std::string(t) + " T=" + std::to_string(T));
       c.tactic = t;
-      ASSERT_EQ(cudaMemcpy(c.x.ptr, c.p1.a_bits.data(), c.p1.a_bits.size() * 2,
-                           cudaMemcpyHostToDevice),
-                cudaSuccess);
-      c.two_launches(stream);  // the reference, from the gathered rows
-      c.x.poison();            // which the chained run must not read
-      slots_late.poison();     // -1: a store that reads the slots early writes nothing
-      ASSERT_EQ(cudaMemset(c.off.ptr, 0, c.off.bytes), cudaSuccess);  // stale: every group empty
-      ASSERT_EQ(cudaMemset(flag.ptr, 0, flag.bytes), cudaSuccess);
-      c.reset();
-      flagging_writer<<<1, 256, 0, stream>>>(
-          static_cast<int32_t*>(c.off.ptr), static_cast<const int32_t*>(off_src.ptr),
-          static_cast<int>(c.p1.offsets.size()), static_cast<uint32_t*>(flag.ptr),
-          static_cast<uint4*>(slots_late.ptr), static_cast<const uint4*>(slots_src.ptr),
-          static_cast<int64_t>(slots_late.bytes / 16), 20000);
-      GroupedGemm::GemmCall c1{&c.fc1, c.x.ptr, c.w1.ptr, c.y2.ptr, std::string(t) + "+act"};
-      c1.offsets_flag = static_cast<const uint32_t*>(flag.ptr);
+      slots_late.poison();  // -1: a store that reads the slots early writes nothing
       const auto* late = static_cast<const int32_t*>(slots_late.ptr);
-      c1.token_rows = TokenRows{rows.ptr, T, kTopK, late, late + pad};
-      const GroupedGemm::GemmCall c2{&c.fc2, c.y2.ptr, c.w2.ptr, c.z2.ptr, t};
-      const Status s =
-          GroupedGemm::launch_chained(c1, c2, c.offsets(), static_cast<int*>(c.done.ptr), stream);
-      ASSERT_TRUE(s.ok()) << s.message();
-      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-      EXPECT_EQ(c.first_difference(), "");
-      EXPECT_EQ(c.unwritten(), 0);
+      c.expect_flagged_chained_matches(stream, off_src, flag, slots_late.ptr, slots_src.ptr,
+                                       static_cast<int64_t>(slots_late.bytes), nullptr,
+                                       TokenRows{rows.ptr, T, kTopK, late, late + pad});
     }
   }
   cudaStreamDestroy(stream);
