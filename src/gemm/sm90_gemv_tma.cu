@@ -289,6 +289,10 @@ struct RingConsumer {
   int stage = 0;
   uint32_t phase = 0;
   int warp, lane, a_row, a_chunk, b_row, b_chunk;
+  // Token rows: the PDL wait before the first store, once (whether a wait per chunk costs is not
+  // measured; blocks take ~10 FC1 items at 8 tokens on deepseek and gpt-oss, where token rows
+  // lost 7 us in session 26), or already behind (the kernel read the offsets after it).
+  bool slots_ready = false;
 
   // one_row: the stage holds one token row (GemvParams::one_row), read as all 8.
   __device__ RingConsumer(const R& ring, int w, int l, bool one_row = false)
@@ -340,7 +344,10 @@ struct RingConsumer {
       }
     }
     if constexpr (kAct && kTokenRows) {
-      pipeline::pdl_wait();  // the slots: from the permute, the kernel before
+      if (!slots_ready) {  // the slots: from the permute, the kernel before
+        pipeline::pdl_wait();
+        slots_ready = true;
+      }
 #pragma unroll
       for (int i = 0; i < 2; ++i)
         store_gated_tokens<kBF16>(p, g, row16, lane, i, acc[i], acc[i + 2]);
@@ -587,6 +594,7 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
   else
     pipeline::pdl_launch_dependents();
   RingConsumer<kBF16, R, kStages> cons(sm, warp, lane);
+  cons.slots_ready = p1.offsets_flag == nullptr && !p1.offsets_ready;  // wait_for_offsets waited
   for (;;) {
     const int item = ring.read(lane);
     if (item < 0) break;
