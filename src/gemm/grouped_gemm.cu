@@ -276,11 +276,6 @@ bool GroupedGemm::reads_row_offsets(const std::string& tactic) const {
   return slot != nullptr && slot->kind == TacticKind::kGemv;
 }
 
-bool GroupedGemm::reads_token_rows(const std::string& tactic) const {
-  const Slot* slot = state_->find(tactic);
-  return slot != nullptr && slot->tactic->reads_token_rows();
-}
-
 const GroupedShape& GroupedGemm::shape() const { return state_->shape; }
 
 // An expert's weight matrix up to this size counts as small for pick_tactic().
@@ -308,7 +303,8 @@ bool GroupedGemm::token_rows_pay(const std::string& tactic) const {
   // tokens: deepseek 928.5 -> 935.9, gpt-oss 350.6 -> 357.4 (gpt-oss T=2 +1.7), with or without
   // the start at the flag; mixtral's T=4 gained (443.6 -> 436.3), not separated by a rule yet.
   const GroupedShape& sh = state_->shape;
-  return reads_token_rows(tactic) &&
+  const Slot* slot = state_->find(tactic);
+  return slot != nullptr && slot->tactic->reads_token_rows() &&
          static_cast<double>(sh.n) * sh.k * kElemBytes <= kSmallExpertBytes;
 }
 

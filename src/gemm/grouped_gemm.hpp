@@ -91,9 +91,8 @@ class GroupedGemm {
   // GemmCall::offsets_ready and offsets_flag; the CUTLASS ones read the per-group arrays that
   // write_problems() enqueues, after their PDL wait.
   bool reads_row_offsets(const std::string& tactic) const;
-  // Whether `tactic`, chained, reads GemmCall::token_rows (FC1's TMA GEMV with its activation),
-  // and whether that is measured faster than the gathered rows for this shape.
-  bool reads_token_rows(const std::string& tactic) const;
+  // Whether `tactic`, chained, reads GemmCall::token_rows (FC1's TMA GEMV with its activation)
+  // and that is measured faster than the gathered rows for this shape.
   bool token_rows_pay(const std::string& tactic) const;
   static constexpr int kMaxTokenRows = 8;  // the TMA GEMV's token columns
 

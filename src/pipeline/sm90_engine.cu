@@ -426,7 +426,7 @@ void Sm90Engine::forward(const ForwardArgs& args) {
                                                 pbuf_.expert_done, stream);
   if (chained.code() != ErrorCode::kUnsupported) {
     throw_if_error(chained);
-  } else if (token_rows) {  // reads_token_rows said it would chain: nothing was gathered
+  } else if (token_rows) {  // token_rows_pay said it would chain: nothing was gathered
     throw Error(ErrorCode::kInternal, "FC1 tactic " + fc1_tactic +
                                           " does not chain with FC2's: " + chained.message());
   } else {
