@@ -30,10 +30,6 @@ struct GemvParams {
   int* next_item;                // or null: RunArgs::item_counter (the TMA GEMV)
   activation::Params act;  // "+act" only
   const float* bias;       // "+act" only: [groups, n] or null
-  // RunArgs::token_rows (the chained TMA GEMV's FC1): the token count (0: off), its slots.
-  int token_rows, top_k;
-  const int32_t* slot_expert;
-  const int32_t* slot_row;
 };
 
 template <bool kBF16>
@@ -91,17 +87,16 @@ __device__ __forceinline__ void store_entry(const GemvParams& p, int row16, int 
 // FC1 "+act": with the blocked gate/up row order (activation_math.hpp) the 16 rows are 8 gates
 // and their ups, so entries i and i + 2 (i = 0, 1) are a gate and its up; one activation of
 // [rows, n / 2] each.
+// One gated entry, at output row `row`.
 template <bool kBF16>
-__device__ __forceinline__ uint16_t gated_value(const GemvParams& p, int g, int gate_row,
-                                                float gate, float up) {
+__device__ __forceinline__ void store_gated_at(const GemvParams& p, int g, int gate_row,
+                                               int64_t row, float gate, float up) {
   if (p.bias != nullptr) {
     gate += p.bias[int64_t(g) * p.n + gate_row];
     up += p.bias[int64_t(g) * p.n + gate_row + 8];
   }
-  return to_elem<kBF16>(activation::apply_gated(p.act, gate, up));
-}
-__device__ __forceinline__ int gated_column(int gate_row) {
-  return (gate_row >> 4) * 8 + (gate_row & 7);
+  p.d[row * (p.n / 2) + (gate_row >> 4) * 8 + (gate_row & 7)] =
+      to_elem<kBF16>(activation::apply_gated(p.act, gate, up));
 }
 template <bool kBF16>
 __device__ __forceinline__ void store_gated(const GemvParams& p, int g, int row16, int c0, int m0,
@@ -109,21 +104,19 @@ __device__ __forceinline__ void store_gated(const GemvParams& p, int g, int row1
   const int gate_row = row16 + (l >> 2);
   const int tok = c0 + (l & 3) * 2 + i;
   if (gate_row >= p.n || tok >= mg) return;
-  p.d[int64_t(m0 + tok) * (p.n / 2) + gated_column(gate_row)] =
-      gated_value<kBF16>(p, g, gate_row, gate, up);
+  store_gated_at<kBF16>(p, g, gate_row, m0 + tok, gate, up);
 }
-// The same on the tokens' own rows (GemvParams::token_rows): column `tok` is token tok, stored
-// at the row of each of its slots that routes to g. The slots come from the kernel before: the
-// caller has waited for it.
+// The same on the tokens' own rows (TokenRows): column `tok` is token tok, stored at the row of
+// each of its slots that routes to g. The slots come from the kernel before: the caller has
+// waited for it.
 template <bool kBF16>
-__device__ __forceinline__ void store_gated_tokens(const GemvParams& p, int g, int row16, int l,
-                                                   int i, float gate, float up) {
+__device__ __forceinline__ void store_gated_tokens(const GemvParams& p, const TokenRows& tr, int g,
+                                                   int row16, int l, int i, float gate, float up) {
   const int gate_row = row16 + (l >> 2);
   const int tok = (l & 3) * 2 + i;
-  if (gate_row >= p.n || tok >= p.token_rows) return;
-  const uint16_t v = gated_value<kBF16>(p, g, gate_row, gate, up);
-  for (int s = tok * p.top_k; s < (tok + 1) * p.top_k; ++s)
-    if (p.slot_expert[s] == g) p.d[int64_t(p.slot_row[s]) * (p.n / 2) + gated_column(gate_row)] = v;
+  if (gate_row >= p.n || tok >= tr.count) return;
+  for (int s = tok * tr.top_k; s < (tok + 1) * tr.top_k; ++s)
+    if (tr.slot_expert[s] == g) store_gated_at<kBF16>(p, g, gate_row, tr.slot_row[s], gate, up);
 }
 
 // The host half of a decode GEMV tactic.
@@ -204,11 +197,6 @@ class GemvTacticBase : public Tactic {
     p.offsets_flag = a.offsets_flag;
     p.one_row = a.one_row != nullptr ? 1 : 0;
     p.next_item = a.item_counter;
-    const TokenRows& tr = a.token_rows;
-    p.token_rows = tr.rows != nullptr ? tr.count : 0;
-    p.top_k = tr.top_k;
-    p.slot_expert = tr.slot_expert;
-    p.slot_row = tr.slot_row;
     return p;
   }
 
