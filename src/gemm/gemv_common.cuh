@@ -87,18 +87,36 @@ __device__ __forceinline__ void store_entry(const GemvParams& p, int row16, int 
 // FC1 "+act": with the blocked gate/up row order (activation_math.hpp) the 16 rows are 8 gates
 // and their ups, so entries i and i + 2 (i = 0, 1) are a gate and its up; one activation of
 // [rows, n / 2] each.
+// One gated entry, at output row `row`.
+template <bool kBF16>
+__device__ __forceinline__ void store_gated_at(const GemvParams& p, int g, int gate_row,
+                                               int64_t row, float gate, float up) {
+  if (p.bias != nullptr) {
+    gate += p.bias[int64_t(g) * p.n + gate_row];
+    up += p.bias[int64_t(g) * p.n + gate_row + 8];
+  }
+  p.d[row * (p.n / 2) + (gate_row >> 4) * 8 + (gate_row & 7)] =
+      to_elem<kBF16>(activation::apply_gated(p.act, gate, up));
+}
 template <bool kBF16>
 __device__ __forceinline__ void store_gated(const GemvParams& p, int g, int row16, int c0, int m0,
                                             int mg, int l, int i, float gate, float up) {
   const int gate_row = row16 + (l >> 2);
   const int tok = c0 + (l & 3) * 2 + i;
   if (gate_row >= p.n || tok >= mg) return;
-  if (p.bias != nullptr) {
-    gate += p.bias[int64_t(g) * p.n + gate_row];
-    up += p.bias[int64_t(g) * p.n + gate_row + 8];
-  }
-  p.d[int64_t(m0 + tok) * (p.n / 2) + (gate_row >> 4) * 8 + (gate_row & 7)] =
-      to_elem<kBF16>(activation::apply_gated(p.act, gate, up));
+  store_gated_at<kBF16>(p, g, gate_row, m0 + tok, gate, up);
+}
+// The same on the tokens' own rows (TokenRows): column `tok` is token tok, stored at the row of
+// each of its slots that routes to g. The slots come from the kernel before: the caller has
+// waited for it.
+template <bool kBF16>
+__device__ __forceinline__ void store_gated_tokens(const GemvParams& p, const TokenRows& tr, int g,
+                                                   int row16, int l, int i, float gate, float up) {
+  const int gate_row = row16 + (l >> 2);
+  const int tok = (l & 3) * 2 + i;
+  if (gate_row >= p.n || tok >= tr.count) return;
+  for (int s = tok * tr.top_k; s < (tok + 1) * tr.top_k; ++s)
+    if (tr.slot_expert[s] == g) store_gated_at<kBF16>(p, g, gate_row, tr.slot_row[s], gate, up);
 }
 
 // The host half of a decode GEMV tactic.

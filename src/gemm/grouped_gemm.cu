@@ -148,7 +148,7 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 RunArgs run_args(const GroupedGemm::GemmCall& c, const int32_t* row_offsets,
                  cudaStream_t stream) {
   return RunArgs{c.a, c.b, c.d, row_offsets, stream, c.offsets_ready, c.offsets_flag, c.one_row,
-                 c.item_counter, c.rows_bound};
+                 c.item_counter, c.rows_bound, c.token_rows};
 }
 
 }  // namespace
@@ -296,6 +296,18 @@ bool GroupedGemm::chains_one_token(int64_t experts) const {
   return gemv_items_per_sm(state_->shape, static_cast<double>(experts), state_->sm_count) > 3.0;
 }
 
+bool GroupedGemm::token_rows_pay(const std::string& tactic) const {
+  // Forward A/B at 2, 4 and 8 tokens against the gathered rows (session 26, one H200, 2 rounds,
+  // chained kernel after the permute's end): qwen3 (FC1 6.3 MB per expert) 54.0 -> 53.0,
+  // 77.6 -> 76.25, 132.55 -> 131.8 us. Larger experts (the .s12 chained kernel) lost at 8
+  // tokens: deepseek 928.5 -> 935.9, gpt-oss 350.6 -> 357.4 (gpt-oss T=2 +1.7), with or without
+  // the start at the flag; mixtral's T=4 gained (443.6 -> 436.3), not separated by a rule yet.
+  const GroupedShape& sh = state_->shape;
+  const Slot* slot = state_->find(tactic);
+  return slot != nullptr && slot->tactic->reads_token_rows() &&
+         static_cast<double>(sh.n) * sh.k * kElemBytes <= kSmallExpertBytes;
+}
+
 std::string GroupedGemm::pick_tactic(double rows_per_group_hint, bool chained) const {
   const double h = std::isfinite(rows_per_group_hint) ? std::max(rows_per_group_hint, 0.0) : 0.0;
   const GroupedShape& sh = state_->shape;
@@ -421,6 +433,15 @@ Status GroupedGemm::check_call(const GemmCall& c, const int32_t* row_offsets,
   if (!aligned16(c.one_row))
     return Status(ErrorCode::kInvalidArgument,
                   shape_text(st.shape) + ": the one activation row must be 16-byte aligned");
+  const TokenRows& tr = c.token_rows;
+  if (tr.rows != nullptr &&
+      (!aligned16(tr.rows) || tr.count < 2 || tr.count > kMaxTokenRows || tr.top_k < 1 ||
+       tr.slot_expert == nullptr || tr.slot_row == nullptr || c.one_row != nullptr))
+    return Status(ErrorCode::kInvalidArgument,
+                  shape_text(st.shape) + ": token rows (" + std::to_string(tr.count) +
+                      " tokens, top_k " + std::to_string(tr.top_k) +
+                      ") need 16-byte aligned rows, 2.." + std::to_string(kMaxTokenRows) +
+                      " tokens, top_k >= 1, both slot arrays and no one_row");
   if (c.rows_bound < 0)
     return Status(ErrorCode::kInvalidArgument, shape_text(st.shape) + ": rows_bound " +
                                                    std::to_string(c.rows_bound) + " is negative");
@@ -476,6 +497,9 @@ Status GroupedGemm::launch(const GemmCall& call, const int32_t* row_offsets,
   bool skip = false;
   Status s = check_call(call, row_offsets, &slot, &skip);
   if (!s.ok() || skip) return s;
+  if (call.token_rows.rows != nullptr)
+    return Status(ErrorCode::kUnsupported,
+                  "tactic " + call.tactic + ": token rows are read only chained (launch_chained)");
   return slot->tactic->run(run_args(call, row_offsets, stream));
 }
 
@@ -496,6 +520,9 @@ Status GroupedGemm::launch_chained(const GemmCall& first, const GemmCall& second
   Status s = first.gemm->check_call(first, row_offsets, &slot1, &skip1);
   if (s.ok()) s = second.gemm->check_call(second, row_offsets, &slot2, &skip2);
   if (!s.ok() || skip1 || skip2) return s;
+  if (second.token_rows.rows != nullptr)
+    return Status(ErrorCode::kInvalidArgument,
+                  "launch_chained: token rows are read by the first GEMM only");
   RunArgs a2 = run_args(second, row_offsets, stream);
   a2.offsets_ready = true;  // FC2's offsets are FC1's, read inside the one kernel
   a2.offsets_flag = nullptr;

@@ -42,6 +42,19 @@ struct EpilogueActivation {
 // also exists as "<name>+act" on a GroupedGemm given an EpilogueActivation.
 std::vector<std::string> tactic_names(Elem elem);
 
+// The tokens' own rows in place of the gathered ones, for a decode step of 2 to kMaxTokenRows
+// tokens: every expert multiplies all of them (the GEMV's 8 token columns cost the same however
+// many of them an expert has) and stores a token's product at the row of each of its slots that
+// routes there. The slots come from the kernel before (the permute), whose end the stores wait
+// for; the rows are read from the start.
+struct TokenRows {
+  const void* rows = nullptr;            // [count, k] (the caller's hidden), 16-byte aligned
+  int count = 0;                         // tokens, 2..kMaxTokenRows
+  int top_k = 0;                         // slots per token
+  const int32_t* slot_expert = nullptr;  // [count, top_k] group of each slot, -1: none
+  const int32_t* slot_row = nullptr;     // [count, top_k] its row of `d`
+};
+
 class GroupedGemm {
  public:
   // Allocates, once, every device array it needs (problem shapes, pointer and stride arrays,
@@ -78,6 +91,10 @@ class GroupedGemm {
   // GemmCall::offsets_ready and offsets_flag; the CUTLASS ones read the per-group arrays that
   // write_problems() enqueues, after their PDL wait.
   bool reads_row_offsets(const std::string& tactic) const;
+  // Whether `tactic`, chained, reads GemmCall::token_rows (FC1's TMA GEMV with its activation)
+  // and that is measured faster than the gathered rows for this shape.
+  bool token_rows_pay(const std::string& tactic) const;
+  static constexpr int kMaxTokenRows = 8;  // the TMA GEMV's token columns
 
   // Enqueues on `stream`: a tiny kernel that writes per-group shapes and pointers from
   // row_offsets (int32 [groups + 1], device), then the GEMM. Correct for any row distribution
@@ -124,6 +141,9 @@ class GroupedGemm {
     // shape's max_rows is its largest batch's). The decode GEMVs then launch a grid for at most
     // min(groups, rows_bound) live groups instead of max_rows'; others ignore it.
     int64_t rows_bound = 0;
+    // Or null rows: `a` is not gathered; FC1's chained TMA GEMV (launch_chained, at the offsets
+    // flag) reads the tokens' own rows instead (see TokenRows).
+    TokenRows token_rows;
   };
   static constexpr int kMaxCallsPerWrite = 2;
   static Status write_problems(const GemmCall* calls, int count, const int32_t* row_offsets,

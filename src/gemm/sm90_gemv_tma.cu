@@ -263,20 +263,32 @@ struct RingProducer {
       phase ^= 1;
     }
   }
-  // The boxes of one item's chunks, in the consumers' order.
+  // The boxes of one item's chunks, in the consumers' order. `caller_rows`: the activations are
+  // the caller's (GemvParams::one_row, or TokenRows), from row 0, ready; `one_pass`: all of them
+  // in one chunk (TokenRows).
   __device__ void item(const GemvParams& p, const Walk& w, const int* active, int64_t item,
                        const CUtensorMap* weights, const CUtensorMap* acts, int gate_of_g,
-                       int need_per_chunk, bool one_row = false) {
+                       int need_per_chunk, bool caller_rows = false, bool one_pass = false) {
     const int g = active[item / w.row_tiles];
     const int row = g * p.n + int(item % w.row_tiles) * R::kBoxRows;
     const int m0 = p.row_offsets[g];
     const int mg = p.row_offsets[g + 1] - m0;
     const int chunks = (mg + kTokens - 1) / kTokens;
-    for (int c0 = 0; c0 < mg; c0 += kTokens)
+    for (int c0 = 0; c0 < (one_pass ? 1 : mg); c0 += kTokens)
       for (int kb = 0; kb < w.k_boxes; ++kb)
-        box(weights, row, kb, acts, one_row ? 0 : m0 + c0,
-            one_row ? kAlwaysOpen : gate_of_g < 0 ? -1 : g, need_per_chunk * chunks);
+        box(weights, row, kb, acts, caller_rows ? 0 : m0 + c0,
+            caller_rows ? kAlwaysOpen : gate_of_g < 0 ? -1 : g, need_per_chunk * chunks);
   }
+};
+
+// The chained kernel's token rows as a consumer warp stores them (kept out of RingConsumer, whose
+// other kernels' code changed with more members). `slots_ready`: the PDL wait before the first
+// store is behind (once per warp: whether a wait per chunk costs is not measured; blocks take ~10
+// FC1 items at 8 tokens on deepseek and gpt-oss, where token rows lost 7 us in session 26), or
+// the kernel read the offsets after it.
+struct TokenRowsStore {
+  TokenRows rows;
+  bool slots_ready;
 };
 
 // A consumer warp's side: the 16 rows of one item's chunk x 8 token rows, all k boxes from the
@@ -305,10 +317,10 @@ struct RingConsumer {
   __device__ void rows(bool one_row) { b_row = one_row ? 0 : lane & 7; }
 
   // Token rows past the chunk's mg (the next expert's, or zeros past the tensor) give columns
-  // of the product that are not stored.
-  template <bool kAct>
+  // of the product that are not stored. kTokenRows: FC1 on `tokens` (the chained kernel only).
+  template <bool kAct, bool kTokenRows = false>
   __device__ void chunk(const GemvParams& p, int k_boxes, int g, int row16, int c0, int m0,
-                        int mg) {
+                        int mg, TokenRowsStore* tokens = nullptr) {
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     for (int kb = 0; kb < k_boxes; ++kb) {
       FullBarrier::wait(&sm.full[stage], phase);
@@ -336,7 +348,15 @@ struct RingConsumer {
         phase ^= 1;
       }
     }
-    if constexpr (kAct) {
+    if constexpr (kAct && kTokenRows) {
+      if (!tokens->slots_ready) {  // the slots: from the permute, the kernel before
+        pipeline::pdl_wait();
+        tokens->slots_ready = true;
+      }
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+        store_gated_tokens<kBF16>(p, tokens->rows, g, row16, lane, i, acc[i], acc[i + 2]);
+    } else if constexpr (kAct) {
 #pragma unroll
       for (int i = 0; i < 2; ++i)
         store_gated<kBF16>(p, g, row16, c0, m0, mg, lane, i, acc[i], acc[i + 2]);
@@ -345,14 +365,19 @@ struct RingConsumer {
       for (int i = 0; i < 4; ++i) store_entry<kBF16>(p, row16, c0, m0, mg, lane, i, acc[i]);
     }
   }
-  // Every chunk of one item; returns their count.
-  template <bool kAct>
-  __device__ int item(const GemvParams& p, const Walk& w, const int* active, int64_t item) {
+  // Every chunk of one item (with token rows, FC1's: one pass over all tokens); returns the
+  // count of its chunks of 8 rows either way (what FC2's gates count).
+  template <bool kAct, bool kTokenRows = false>
+  __device__ int item(const GemvParams& p, const Walk& w, const int* active, int64_t item,
+                      TokenRowsStore* tokens = nullptr) {
     const int g = active[item / w.row_tiles];
     const int row16 = int(item % w.row_tiles) * R::kBoxRows + warp * 16;
     const int m0 = p.row_offsets[g];
     const int mg = p.row_offsets[g + 1] - m0;
-    for (int c0 = 0; c0 < mg; c0 += kTokens) chunk<kAct>(p, w.k_boxes, g, row16, c0, m0, mg);
+    if constexpr (kTokenRows)
+      chunk<kAct, true>(p, w.k_boxes, g, row16, 0, m0, mg, tokens);
+    else
+      for (int c0 = 0; c0 < mg; c0 += kTokens) chunk<kAct>(p, w.k_boxes, g, row16, c0, m0, mg);
     return (mg + kTokens - 1) / kTokens;
   }
 };
@@ -514,14 +539,19 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
 // At one token (GemvParams::one_row, only at the permute's flag) FC1 reads the caller's row as
 // the standalone kernel does, so neither its weights nor its activations wait for the gather;
 // FC2's stores, into the gathered rows' memory, do (the consumers' PDL wait before their first
-// FC2 item).
-template <bool kBF16, int kRows, int kStages, int kBlocksPerSm>
+// FC2 item). At 2 to 8 tokens (`tokens`) FC1 reads the tokens' own rows, which the permute then
+// does not gather: one pass per item over all of them, each token's product stored at its slots'
+// rows once the permute has ended (its PDL wait). `tokens` (kTokenRows) is an argument and a
+// kernel of its own, so that the other kernels' code stays as it was: as GemvParams fields, it
+// changed nvcc's code for every standalone GEMV (3704 -> 3256 SASS instructions) and made qwen3
+// T=1, which runs those, 0.65 us slower (session 27).
+template <bool kBF16, int kRows, int kStages, int kBlocksPerSm, bool kTokenRows>
 __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
     chained_gemv_tma_kernel(const __grid_constant__ CUtensorMap w1,
                             const __grid_constant__ CUtensorMap a1,
                             const __grid_constant__ CUtensorMap w2,
                             const __grid_constant__ CUtensorMap a2, GemvParams p1, GemvParams p2,
-                            int* done) {
+                            int* done, TokenRows tokens) {
   using R = Ring<kRows, kStages>;
   extern __shared__ uint8_t smem_raw[];
   __shared__ int s_warp_live[R::kWarps];
@@ -536,7 +566,9 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
   const Walk fc1 = walk_of(p1, live), fc2 = walk_of(p2, live);
   const int items1 = int(fc1.items()), items = items1 + int(fc2.items());
   int* const next_item = done + p1.groups;
-
+  // FC1 reads the caller's rows (one row, or the tokens' own: kTokenRows || p1.one_row), only
+  // ever at the permute's flag. Written out where used: held in a variable, it changed nvcc's
+  // code for the kernel without token rows (3376 -> 3384 SASS instructions, reordered).
   if (warp == R::kConsumers) {
     producer_warp(lane, [&] {
       cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&w1));
@@ -548,12 +580,13 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
       for (int i = 0; i < Producer::kCachedGates / 32; ++i) s_opened[i] = 0;
       typename Producer::Noted noted[kStages];
       Producer prod(sm, noted, done, s_opened, !p1.offsets_ready);
-      prod.counters_at_flag = p1.one_row != 0;
+      prod.counters_at_flag = kTokenRows || p1.one_row != 0;
       for (;;) {
         const int item = ring.take_and_publish(next_item, items);
         if (item < 0) break;
         if (item < items1)
-          prod.item(p1, fc1, sm.active, item, &w1, &a1, -1, 0, p1.one_row != 0);
+          prod.item(p1, fc1, sm.active, item, &w1, &a1, -1, 0, kTokenRows || p1.one_row != 0,
+                    kTokenRows);
         else  // FC1's chunks of the expert, each counted once per consumer warp
           prod.item(p2, fc2, sm.active, item - items1, &w2, &a2, 0,
                     fc1.row_tiles * R::kConsumers);
@@ -562,14 +595,17 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
     });
     return;
   }
-  // With one row (at the flag), FC1's items read the caller's row and write only what the
-  // permute does not touch; FC2's stores (into the gathered rows' memory) wait for the permute.
-  bool waited = !p1.one_row;
+  // With the caller's rows (at the flag), FC1's items read them and write only what the permute
+  // does not touch (with token rows, at the permute's slots: the stores wait for it); FC2's
+  // stores (into the gathered rows' memory) wait for the permute.
+  bool waited = !kTokenRows && !p1.one_row;
   if (waited)
     consumers_start(p1);
   else
     pipeline::pdl_launch_dependents();
   RingConsumer<kBF16, R, kStages> cons(sm, warp, lane);
+  // wait_for_offsets (consumers_start) waited where neither the flag nor offsets_ready is set
+  TokenRowsStore store{tokens, p1.offsets_flag == nullptr && !p1.offsets_ready};
   for (;;) {
     const int item = ring.read(lane);
     if (item < 0) break;
@@ -579,7 +615,7 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
       waited = true;
     }
     if (item < items1) {
-      const int chunks = cons.template item<true>(p1, fc1, sm.active, item);
+      const int chunks = cons.template item<true, kTokenRows>(p1, fc1, sm.active, item, &store);
       // This warp's stores of the item, then its count (one per chunk), so that the TMA loads
       // of FC2's activations in any block see them.
       // Each lane fences its own stores; lane 0's count is then a release of all of them
@@ -648,16 +684,18 @@ class GemvTmaTactic final : public GemvTacticBase {
     s = size_grid(reinterpret_cast<const void*>(kernel), ctx, R::smem_bytes(ctx.shape.groups),
                   R::kThreads);
     if (!s.ok() || !kAct) return s;
-    // FC1's tactic also launches the chained kernel: its shared memory and blocks per SM.
-    const void* chained = reinterpret_cast<const void*>(kChained);
-    cudaError_t err = cudaFuncSetAttribute(chained, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(smem_));
-    if (err != cudaSuccess) return cuda_status(err, "cudaFuncSetAttribute", what_);
-    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&chained_per_sm_, chained, R::kThreads,
-                                                        smem_);
-    if (err != cudaSuccess)
-      return cuda_status(err, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", what_);
-    chained_slots_ = int64_t(std::max(chained_per_sm_, 1)) * ctx.sm_count;
+    // FC1's tactic also launches the chained kernels: their shared memory and blocks per SM.
+    for (int t = 0; t < 2; ++t) {
+      const void* chained = reinterpret_cast<const void*>(kChained[t]);
+      cudaError_t err = cudaFuncSetAttribute(chained, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(smem_));
+      if (err != cudaSuccess) return cuda_status(err, "cudaFuncSetAttribute", what_);
+      int per_sm = 0;
+      err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chained, R::kThreads, smem_);
+      if (err != cudaSuccess)
+        return cuda_status(err, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", what_);
+      chained_slots_[t] = int64_t(std::max(per_sm, 1)) * ctx.sm_count;
+    }
     return {};
   }
 
@@ -665,14 +703,21 @@ class GemvTmaTactic final : public GemvTacticBase {
   // replays reuse them).
   Status bind(const RunArgs& a, Bound& out) {
     Status s = weights_.map(a.b, int64_t(p_.groups) * p_.n, kRows, "weights", *this);
-    TensorMap& acts = a.one_row != nullptr ? one_row_ : acts_;
-    if (s.ok())
-      s = a.one_row != nullptr ? one_row_.map(a.one_row, 1, kTokens, "activation row", *this)
-                               : acts_.map(a.a, max_rows_, kTokens, "activations", *this);
+    const bool tokens = a.token_rows.rows != nullptr;
+    TensorMap& acts = a.one_row != nullptr ? one_row_ : tokens ? token_rows_ : acts_;
+    if (!s.ok()) return s;
+    if (a.one_row != nullptr)
+      s = one_row_.map(a.one_row, 1, kTokens, "activation row", *this);
+    else if (tokens)  // rows past the count read as zeros
+      s = token_rows_.map(a.token_rows.rows, a.token_rows.count, kTokens, "token rows", *this);
+    else
+      s = acts_.map(a.a, max_rows_, kTokens, "activations", *this);
     if (!s.ok()) return s;
     out = Bound{params(a), &weights_.map_, &acts.map_};
     return {};
   }
+
+  bool reads_token_rows() const override { return kAct; }
 
   Status run(const RunArgs& a) override {
     if (grid_ == 0) return {};  // max_rows == 0: nothing can ever be computed
@@ -701,18 +746,22 @@ class GemvTmaTactic final : public GemvTacticBase {
     Status s = bind(first, b1);
     if (s.ok()) s = second->bind(next_args, b2);
     if (!s.ok()) return s;
+    const int tokens = first.token_rows.rows != nullptr ? 1 : 0;
     const int grid = static_cast<int>(
-        std::min<int64_t>(chained_slots_, live_groups(a) * (b1.p.row_tiles + b2.p.row_tiles)));
+        std::min<int64_t>(chained_slots_[tokens], live_groups(a) * (b1.p.row_tiles + b2.p.row_tiles)));
     const cudaError_t err =
-        pipeline::launch_pdl(kChained, grid, R::kThreads, smem_, a.stream, *b1.weights, *b1.acts,
-                             *b2.weights, *b2.acts, b1.p, b2.p, done);
+        pipeline::launch_pdl(kChained[tokens], grid, R::kThreads, smem_, a.stream, *b1.weights, *b1.acts,
+                             *b2.weights, *b2.acts, b1.p, b2.p, done, first.token_rows);
     if (err != cudaSuccess) return cuda_status(err, "chained kernel launch", what_);
     return {};
   }
 
  private:
   static constexpr auto kernel = grouped_gemv_tma_kernel<kBF16, kAct, kRows, kStages, kBlocksPerSm>;
-  static constexpr auto kChained = chained_gemv_tma_kernel<kBF16, kRows, kStages, kBlocksPerSm>;
+  // [kTokenRows]
+  static constexpr decltype(&chained_gemv_tma_kernel<kBF16, kRows, kStages, kBlocksPerSm, false>)
+      kChained[2] = {chained_gemv_tma_kernel<kBF16, kRows, kStages, kBlocksPerSm, false>,
+                     chained_gemv_tma_kernel<kBF16, kRows, kStages, kBlocksPerSm, true>};
 
   // A [rows, k] tensor read in boxes of box_rows x kBoxK, 128-byte swizzled. L2 promotion 128 B,
   // as CUTLASS's TMA copies: with 256 B the ring streamed 4.14-4.32 TB/s (moekit_tma_stream, s16),
@@ -720,9 +769,10 @@ class GemvTmaTactic final : public GemvTacticBase {
   struct TensorMap {
     CUtensorMap map_{};
     const void* base_ = nullptr;
+    int64_t rows_ = 0;
     Status map(const void* base, int64_t rows, int box_rows, const char* name,
                const GemvTmaTactic& t) {
-      if (base == base_) return {};
+      if (base == base_ && rows == rows_) return {};
       if (reinterpret_cast<uintptr_t>(base) % 16 != 0)
         return Status(ErrorCode::kInvalidArgument,
                       t.what_ + ": " + name + " not 16-byte aligned");
@@ -739,14 +789,15 @@ class GemvTmaTactic final : public GemvTacticBase {
         return Status(ErrorCode::kCuda, t.what_ + ": cuTensorMapEncodeTiled failed for the " +
                                             name + " (CUresult " + std::to_string(r) + ")");
       base_ = base;
+      rows_ = rows;
       return {};
     }
   };
 
   PFN_cuTensorMapEncodeTiled_v12000 encode_ = nullptr;
-  int64_t max_rows_ = 0, chained_slots_ = 0;
-  int chained_per_sm_ = 0;
-  TensorMap weights_, acts_, one_row_;  // one_row_: RunArgs::one_row, [1, k]
+  int64_t max_rows_ = 0, chained_slots_[2] = {0, 0};  // [kTokenRows]
+  // one_row_: RunArgs::one_row, [1, k]; token_rows_: RunArgs::token_rows, [count, k]
+  TensorMap weights_, acts_, one_row_, token_rows_;
 };
 
 template <bool kBF16, int kRows, int kStages, int kBlocksPerSm, int kDefaultStages = kStages>

@@ -54,6 +54,7 @@ struct RunArgs {
   const void* one_row = nullptr;  // or null (see GemmCall)
   int32_t* item_counter = nullptr;  // or null (see GemmCall)
   int64_t rows_bound = 0;           // or 0 (see GemmCall)
+  TokenRows token_rows;             // or null rows (see GemmCall)
 };
 
 class Tactic {
@@ -73,6 +74,8 @@ class Tactic {
     return Status(ErrorCode::kUnsupported, "the tactic runs alone");
   }
   virtual std::size_t workspace_bytes() const = 0;
+  // Whether run_chained reads RunArgs::token_rows (GemmCall::token_rows).
+  virtual bool reads_token_rows() const { return false; }
 };
 
 struct TacticEntry {

@@ -599,10 +599,12 @@ bool clears_expert_done(int64_t tokens, Path path) {
   return tokens > 0 && single_block(tokens, path);
 }
 
-OffsetsFinal offsets_final_for_next_kernel(const Config& c, int64_t tokens, Path path) {
+OffsetsFinal offsets_final_for_next_kernel(const Config& c, int64_t tokens, Path path,
+                                           bool gather) {
   if (tokens <= 0) return OffsetsFinal::kAfterItsWait;
-  return single_block(tokens, path) && fused_gather(c, tokens) ? OffsetsFinal::kAtFlag
-                                                               : OffsetsFinal::kAtItsStart;
+  return single_block(tokens, path) && (!gather || fused_gather(c, tokens))
+             ? OffsetsFinal::kAtFlag
+             : OffsetsFinal::kAtItsStart;
 }
 
 Status run(const Config& c, const Buffers& b, int64_t tokens, const Inputs& in,
@@ -612,6 +614,11 @@ Status run(const Config& c, const Buffers& b, int64_t tokens, const Inputs& in,
                                                    " is outside [0, max_tokens " +
                                                    std::to_string(c.max_tokens) + "]");
   if (tokens == 0) return {};
+  if (!in.gather && !single_block(tokens, path))
+    return Status(ErrorCode::kInvalidArgument,
+                  "a run without the gather takes the single-block path (at most " +
+                      std::to_string(kSingleBlockMaxTokens) + " tokens), not " +
+                      std::to_string(tokens) + " tokens");
   Args a{};
   a.r = c.routing;
   a.logits = in.logits;
@@ -630,10 +637,10 @@ Status run(const Config& c, const Buffers& b, int64_t tokens, const Inputs& in,
     a.chunk_tokens = static_cast<int>((tokens + warps - 1) / warps);
     a.n_chunks = static_cast<int>((tokens + a.chunk_tokens - 1) / a.chunk_tokens);
     a.pre_scored = pre_scoring(c) && tokens <= kPreScoreMaxTokens;
-    const bool gather = fused_gather(c, tokens);
+    const bool gather = in.gather && fused_gather(c, tokens);
     pick_single(c.routing.per_lane, gather, a.pre_scored)<<<1, warps * 32, single_smem(c, warps),
                                                            stream>>>(a);
-    if (!gather) {
+    if (!gather && in.gather) {
       const cudaError_t e = cudaGetLastError();
       if (e != cudaSuccess) return cuda_status(e, "launching the permute kernels");
       const int blocks = grid_for(tokens * a.row_vecs, 256, 4096);

@@ -82,6 +82,9 @@ struct Inputs {
   const float* logits = nullptr;      // [tokens, E] (routing methods)
   const int32_t* ids = nullptr;       // [tokens, k] (kExternal)
   const float* weights = nullptr;     // [tokens, k] (kExternal)
+  // false: no row is gathered into Buffers::permuted (the next GEMM reads the tokens' own rows,
+  // gemm::TokenRows); only on the single-block path (up to kSingleBlockMaxTokens tokens).
+  bool gather = true;
 };
 
 enum class Path { kAuto, kSingleBlock, kMultiBlock };  // tests force one
@@ -102,8 +105,9 @@ enum class OffsetsFinal {
   kAtFlag,        // run()'s last kernel writes them (single-block, gathering too): once
                   // Buffers::offsets_flag reads non-zero
 };
-OffsetsFinal offsets_final_for_next_kernel(const Config& c, int64_t tokens,
-                                           Path path = Path::kAuto);
+// `gather`: Inputs::gather of the run.
+OffsetsFinal offsets_final_for_next_kernel(const Config& c, int64_t tokens, Path path = Path::kAuto,
+                                           bool gather = true);
 
 // Whether run() clears Buffers::expert_done (the single-block kernel does; the multi-block
 // kernels leave it alone).

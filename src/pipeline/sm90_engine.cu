@@ -370,11 +370,20 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   const bool chain = options_.chain_decode && permute::clears_expert_done(T) &&
                      (T > 1 || fc1_->chains_one_token(rows));
   const std::string fc1_tactic = fc1_->pick_tactic(hint, chain);
+  // From two tokens up to the GEMV's 8 token columns, the chained FC1 reads the tokens' own rows
+  // where that pays (GroupedGemm::token_rows_pay), and nothing is gathered. The chained kernel
+  // then follows the permute's end, not its flag: starting at the flag was 0.25-0.6 us slower
+  // on qwen3 (session 26).
+  const bool token_rows = options_.token_rows && chain && T >= 2 &&
+                          T <= gemm::GroupedGemm::kMaxTokenRows &&
+                          fc1_->token_rows_pay(fc1_tactic);
+  in.gather = !token_rows;
   // FC1 may start at the permute's flag (see below) where its kernel reads the offsets itself;
   // elsewhere (CUTLASS) the permute leaves the flag alone: its fences would only delay FC1.
-  const permute::OffsetsFinal ready = permute::offsets_final_for_next_kernel(pcfg_, T);
-  const bool at_flag =
-      ready == permute::OffsetsFinal::kAtFlag && fc1_->reads_row_offsets(fc1_tactic);
+  const permute::OffsetsFinal ready = permute::offsets_final_for_next_kernel(
+      pcfg_, T, permute::Path::kAuto, in.gather);
+  const bool at_flag = ready == permute::OffsetsFinal::kAtFlag && !token_rows &&
+                       fc1_->reads_row_offsets(fc1_tactic);
   permute::Buffers buffers = pbuf_;
   if (!at_flag) buffers.offsets_flag = nullptr;
   throw_if_error(permute::run(pcfg_, buffers, T, in, stream));
@@ -397,6 +406,9 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   // reads (and it touches none of FC1's outputs), so the TMA GEMV streams from it at the flag
   // instead of waiting for the permute's gather and its end; chained as well.
   if (T == 1) fc1_call.one_row = args.hidden.data;
+  if (token_rows)
+    fc1_call.token_rows = gemm::TokenRows{args.hidden.data, static_cast<int>(T),
+                                          static_cast<int>(k), pbuf_.slot_expert, pbuf_.slot_row};
   Call fc2_call{fc2_.get(), act_out_, w2_, fc2_out_, fc2_->pick_tactic(hint, chain), true};
   // Two TMA GEMVs take their items from counters the permute cleared, where their blocks take
   // more than one: deepseek T=1 -1.2 to -1.8 us (forward A/B, session 15; others even).
@@ -414,6 +426,9 @@ void Sm90Engine::forward(const ForwardArgs& args) {
                                                 pbuf_.expert_done, stream);
   if (chained.code() != ErrorCode::kUnsupported) {
     throw_if_error(chained);
+  } else if (token_rows) {  // token_rows_pay said it would chain: nothing was gathered
+    throw Error(ErrorCode::kInternal, "FC1 tactic " + fc1_tactic +
+                                          " does not chain with FC2's: " + chained.message());
   } else {
     throw_if_error(fc1_->launch(calls[0], pbuf_.offsets, stream));
     if (!fused)

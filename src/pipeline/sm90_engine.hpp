@@ -21,6 +21,10 @@ struct Sm90Options {
   // From two tokens on, FC1 and FC2 in one kernel where both run the TMA GEMV
   // (GroupedGemm::launch_chained); off: two launches, as at one token.
   bool chain_decode = true;
+  // From two to GroupedGemm::kMaxTokenRows tokens, chained, FC1 reads the tokens' own rows
+  // (gemm::TokenRows) and the permute gathers none, where GroupedGemm::token_rows_pay; off: FC1
+  // reads the gathered rows.
+  bool token_rows = true;
   // Test hooks: fill the gathered rows (which FC2's output shares) or FC1's activated output
   // with NaN before each forward, so that a read of an element the forward has not written yet
   // shows in the output. They add a memset each and change the timing.

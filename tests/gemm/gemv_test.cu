@@ -313,6 +313,39 @@ struct ChainedCase {
     EXPECT_EQ(first_difference(), "");
     EXPECT_EQ(unwritten(), 0);
   }
+  // The chained run as the dependent of flagging_writer (the permute's case at its flag), with
+  // FC1 on the caller's rows (`one_row` or `token_rows`): x (the gathered rows, from p1.a_bits)
+  // gives the reference by two launches, then is poisoned; the offsets stay stale until the
+  // flag; after it the writer copies late_bytes from late_src to late_dst. Bit for bit against
+  // the two launches, every row written.
+  void expect_flagged_chained_matches(cudaStream_t stream, const DeviceBuffer& off_src,
+                                      DeviceBuffer& flag, void* late_dst, const void* late_src,
+                                      int64_t late_bytes, const void* one_row,
+                                      const TokenRows& token_rows) {
+    ASSERT_EQ(cudaMemcpy(x.ptr, p1.a_bits.data(), p1.a_bits.size() * 2, cudaMemcpyHostToDevice),
+              cudaSuccess);
+    two_launches(stream);
+    x.poison();
+    ASSERT_EQ(cudaMemset(off.ptr, 0, off.bytes), cudaSuccess);  // stale: every group empty
+    ASSERT_EQ(cudaMemset(flag.ptr, 0, flag.bytes), cudaSuccess);
+    reset();
+    flagging_writer<<<1, 256, 0, stream>>>(
+        static_cast<int32_t*>(off.ptr), static_cast<const int32_t*>(off_src.ptr),
+        static_cast<int>(p1.offsets.size()), static_cast<uint32_t*>(flag.ptr),
+        static_cast<uint4*>(late_dst), static_cast<const uint4*>(late_src), late_bytes / 16,
+        20000);
+    Call c1{&fc1, x.ptr, w1.ptr, y2.ptr, tactic + "+act"};
+    c1.offsets_flag = static_cast<const uint32_t*>(flag.ptr);
+    c1.one_row = one_row;
+    c1.token_rows = token_rows;
+    const Call c2{&fc2, y2.ptr, w2.ptr, z2.ptr, tactic};
+    const Status s =
+        GroupedGemm::launch_chained(c1, c2, offsets(), static_cast<int*>(done.ptr), stream);
+    ASSERT_TRUE(s.ok()) << s.message();
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    EXPECT_EQ(first_difference(), "");
+    EXPECT_EQ(unwritten(), 0);
+  }
   // Elements of FC2's output rows (z2) still poisoned.
   int64_t unwritten() const {
     const auto got_z = to_host<uint16_t>(z2.ptr, z2.bytes / 2);
@@ -438,31 +471,99 @@ TEST_F(GemvPdlSanitizer, ChainedOneRowFromTheFlag) {
   for (const char* t : {"sm90.gemv.tma64", "sm90.gemv.tma64.s12"}) {
     SCOPED_TRACE(t);
     c.tactic = t;
-    ASSERT_EQ(cudaMemcpy(c.x.ptr, c.p1.a_bits.data(), c.p1.a_bits.size() * 2,
-                         cudaMemcpyHostToDevice),
-              cudaSuccess);
-    c.two_launches(stream);  // the reference, from the rows
-    c.x.poison();            // which the chained run must not read
-    ASSERT_EQ(cudaMemset(c.off.ptr, 0, c.off.bytes), cudaSuccess);  // stale: every group empty
-    ASSERT_EQ(cudaMemset(flag.ptr, 0, flag.bytes), cudaSuccess);
-    c.reset();
-    flagging_writer<<<1, 256, 0, stream>>>(
-        static_cast<int32_t*>(c.off.ptr), static_cast<const int32_t*>(off_src.ptr),
-        static_cast<int>(c.p1.offsets.size()), static_cast<uint32_t*>(flag.ptr),
-        static_cast<uint4*>(c.z2.ptr), static_cast<const uint4*>(junk.ptr),
-        static_cast<int64_t>(c.z2.bytes / 16), 20000);
-    GroupedGemm::GemmCall c1{&c.fc1, c.x.ptr, c.w1.ptr, c.y2.ptr, std::string(t) + "+act"};
-    c1.offsets_flag = static_cast<const uint32_t*>(flag.ptr);
-    c1.one_row = row.ptr;
-    const GroupedGemm::GemmCall c2{&c.fc2, c.y2.ptr, c.w2.ptr, c.z2.ptr, t};
-    const Status s =
-        GroupedGemm::launch_chained(c1, c2, c.offsets(), static_cast<int*>(c.done.ptr), stream);
-    ASSERT_TRUE(s.ok()) << s.message();
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    EXPECT_EQ(c.first_difference(), "");
-    EXPECT_EQ(c.unwritten(), 0);
+    // Late, junk over FC2's output: its stores must wait for the writer's end.
+    c.expect_flagged_chained_matches(stream, off_src, flag, c.z2.ptr, junk.ptr,
+                                     static_cast<int64_t>(c.z2.bytes), row.ptr, TokenRows{});
   }
   cudaStreamDestroy(stream);
+}
+
+// 2 to 8 tokens (GemmCall::token_rows, the permute's case with no gather): FC1 of the chained
+// kernel reads the tokens' own rows from the flag on and stores each token's product at its
+// slots' rows, which the writer publishes only late, after the flag (as the permute's end); the
+// gathered rows are poisoned. Equal bit for bit to two launches on the gathered rows, every row
+// written: T=8 with one expert in every token's first slot (8 rows), slots of other ranks' experts
+// (-1), experts with none.
+TEST_F(GemvPdlSanitizer, ChainedTokenRowsFromTheFlag) {
+  std::mt19937 rng(static_cast<unsigned>(base_seed() ^ 0x6e0e));
+  constexpr int kGroups = 6, kTopK = 3;
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  for (const int T : {2, 5, 8}) {
+    // Slots: expert 0 first, then distinct others or -1; rows by (expert, token, slot).
+    std::vector<int32_t> slot_expert(T * kTopK), slot_row(T * kTopK, -1);
+    for (int t = 0; t < T; ++t) {
+      std::vector<int32_t> pick = {1, 2, 3, 4, 5};
+      std::shuffle(pick.begin(), pick.end(), rng);
+      slot_expert[t * kTopK] = 0;
+      for (int s = 1; s < kTopK; ++s)
+        slot_expert[t * kTopK + s] = rng() % 4 == 0 ? -1 : pick[s];
+    }
+    std::vector<int> counts(kGroups, 0);
+    std::vector<int> row_token;
+    for (int g = 0; g < kGroups; ++g)
+      for (int t = 0; t < T; ++t)
+        for (int s = 0; s < kTopK; ++s)
+          if (slot_expert[t * kTopK + s] == g) {
+            slot_row[t * kTopK + s] = static_cast<int32_t>(row_token.size());
+            row_token.push_back(t);
+            ++counts[g];
+          }
+    ChainedCase c(256, 96, counts, rng);
+    std::vector<uint16_t> hidden(c.p1.a_bits.begin(), c.p1.a_bits.begin() + T * c.H);
+    for (std::size_t r = 0; r < row_token.size(); ++r)  // the gathered rows, for the reference
+      std::copy_n(hidden.begin() + row_token[r] * c.H, c.H, c.p1.a_bits.begin() + r * c.H);
+    // slot_expert then slot_row, each padded to 16 bytes: the writer copies 16-byte vectors.
+    const int pad = (T * kTopK + 3) / 4 * 4;
+    std::vector<int32_t> slots(2 * pad, -1);
+    std::copy(slot_expert.begin(), slot_expert.end(), slots.begin());
+    std::copy(slot_row.begin(), slot_row.end(), slots.begin() + pad);
+    const DeviceBuffer rows(to_device(hidden)), off_src(to_device(c.p1.offsets)),
+        slots_src(to_device(slots));
+    DeviceBuffer flag(4), slots_late(slots.size() * 4);
+    for (const char* t : {"sm90.gemv.tma64", "sm90.gemv.tma64.s12"}) {
+      SCOPED_TRACE(std::string(t) + " T=" + std::to_string(T));
+      c.tactic = t;
+      slots_late.poison();  // -1: a store that reads the slots early writes nothing
+      const auto* late = static_cast<const int32_t*>(slots_late.ptr);
+      c.expect_flagged_chained_matches(stream, off_src, flag, slots_late.ptr, slots_src.ptr,
+                                       static_cast<int64_t>(slots_late.bytes), nullptr,
+                                       TokenRows{rows.ptr, T, kTopK, late, late + pad});
+    }
+  }
+  cudaStreamDestroy(stream);
+}
+
+// Token rows are read only by the chained TMA GEMV's FC1, for 2 to 8 tokens: anything else is
+// refused before a kernel is enqueued.
+TEST_F(GemvPdl, TokenRowsRefusedOutsideTheirCase) {
+  std::mt19937 rng(static_cast<unsigned>(base_seed() ^ 0x6e0f));
+  ChainedCase c(256, 96, {2, 1}, rng);
+  DeviceBuffer slots(64), flag(4);
+  const auto* sl = static_cast<const int32_t*>(slots.ptr);
+  GroupedGemm::GemmCall c1{&c.fc1, c.x.ptr, c.w1.ptr, c.y2.ptr, "sm90.gemv.tma64+act"};
+  c1.offsets_flag = static_cast<const uint32_t*>(flag.ptr);
+  c1.token_rows = TokenRows{c.x.ptr, 2, 2, sl, sl + 4};
+  const GroupedGemm::GemmCall c2{&c.fc2, c.y2.ptr, c.w2.ptr, c.z2.ptr, "sm90.gemv.tma64"};
+  // Alone (not chained).
+  Status s = c.fc1.launch(c1, c.offsets(), nullptr);
+  EXPECT_EQ(s.code(), ErrorCode::kUnsupported) << s.message();
+  EXPECT_NE(s.message().find("only chained"), std::string::npos) << s.message();
+  // A token count outside 2..8, named.
+  for (const int count : {1, 9}) {
+    GroupedGemm::GemmCall bad = c1;
+    bad.token_rows.count = count;
+    s = GroupedGemm::launch_chained(bad, c2, c.offsets(), static_cast<int*>(c.done.ptr), nullptr);
+    EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << s.message();
+    EXPECT_NE(s.message().find("(" + std::to_string(count) + " tokens"), std::string::npos)
+        << s.message();
+  }
+  // On FC2.
+  GroupedGemm::GemmCall second = c2;
+  second.token_rows = c1.token_rows;
+  s = GroupedGemm::launch_chained(c1, second, c.offsets(), static_cast<int*>(c.done.ptr), nullptr);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << s.message();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
 // The standalone TMA GEMV with GemmCall::item_counter, where its blocks take several items

@@ -97,8 +97,10 @@ struct PermuteCase {
 
 // Runs one permutation and checks it. `ids` (kExternal) are the caller's; for routed methods
 // the host routes the logits. `dropped` marks caller slots the device must drop.
+// gather false: Inputs::gather off (the next GEMM reads the tokens' own rows), so the permuted
+// rows must stay as the workspace left them.
 void check_one(const PermuteCase& su, int64_t tokens, Path path, std::mt19937_64& rng,
-               const std::vector<int32_t>* ext_ids = nullptr) {
+               const std::vector<int32_t>* ext_ids = nullptr, bool gather = true) {
   const int k = su.top_k;
   const int64_t E = su.experts;
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -148,7 +150,9 @@ void check_one(const PermuteCase& su, int64_t tokens, Path path, std::mt19937_64
   const Expected x = expected_permutation(kept, tokens, k, c.first_expert, c.local_experts);
 
   const DeviceInputs d(hidden, logits, ids, weights);
-  ASSERT_TRUE(run(c, ws.b, tokens, d.in, nullptr, path).ok());
+  Inputs in = d.in;
+  in.gather = gather;
+  ASSERT_TRUE(run(c, ws.b, tokens, in, nullptr, path).ok());
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 
   const int L = c.local_experts;
@@ -175,10 +179,15 @@ void check_one(const PermuteCase& su, int64_t tokens, Path path, std::mt19937_64
   const auto permuted = to_host<uint16_t>(ws.b.permuted, rows * su.hidden);
   int64_t wrong_rows = 0;
   for (int64_t r = 0; r < rows; ++r)
-    wrong_rows += !std::equal(permuted.begin() + r * su.hidden,
-                              permuted.begin() + (r + 1) * su.hidden,
-                              hidden.begin() + x.row_token[r] * su.hidden);
-  EXPECT_EQ(wrong_rows, 0) << "gathered rows differing from their token's hidden row";
+    wrong_rows +=
+        gather ? !std::equal(permuted.begin() + r * su.hidden,
+                             permuted.begin() + (r + 1) * su.hidden,
+                             hidden.begin() + x.row_token[r] * su.hidden)
+               : std::any_of(permuted.begin() + r * su.hidden,
+                             permuted.begin() + (r + 1) * su.hidden,
+                             [](uint16_t v) { return v != 0xffff; });
+  EXPECT_EQ(wrong_rows, 0) << (gather ? "gathered rows differing from their token's hidden row"
+                                      : "rows written though nothing was to be gathered");
   const auto word = to_host<unsigned long long>(ws.b.error_word, 1)[0];
   if (first_bad < 0) {
     EXPECT_EQ(word, kNoError);
@@ -204,6 +213,33 @@ TEST_F(PermuteTest, RoutedTokensBothPaths) {
     SCOPED_TRACE("T" + std::to_string(tokens) + " multi block");
     check_one(su, tokens, Path::kMultiBlock, rng);
   }
+}
+
+// Without the gather (the chained decode GEMV reads the tokens' own rows): routing, offsets and
+// slots as with it, no row written, the offsets final at the flag; refused on the multi-block
+// path, which has no such run.
+TEST_F(PermuteTest, RunsWithoutTheGather) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0x9e38);
+  PermuteCase su;
+  su.params.method = RoutingMethod::kTopKSoftmax;
+  for (int64_t tokens : {1, 2, 5, 8, 64}) {
+    SCOPED_TRACE("T" + std::to_string(tokens));
+    check_one(su, tokens, Path::kAuto, rng, nullptr, false);
+  }
+  Config c;
+  ASSERT_TRUE(routing::make_device_routing(su.params, su.experts, su.top_k, nullptr, &c.routing)
+                  .ok());
+  c.local_experts = static_cast<int>(su.experts);
+  c.row_bytes = su.hidden * 2;
+  c.max_tokens = 100;
+  ASSERT_TRUE(prepare(c).ok());
+  EXPECT_EQ(offsets_final_for_next_kernel(c, 8, Path::kAuto, false), OffsetsFinal::kAtFlag);
+  Workspace ws(c);
+  Inputs in;
+  in.gather = false;
+  const Status s = run(c, ws.b, 65, in, nullptr, Path::kAuto);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("not 65 tokens"), std::string::npos) << s.message();
 }
 
 // DeepSeek-V3 group selection on both paths against the host. At up to 4 tokens and 8+ experts

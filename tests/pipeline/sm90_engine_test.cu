@@ -287,15 +287,21 @@ TEST_F(Sm90EngineTest, PresetShapesAcrossTokenCounts) {
 }
 
 // Decode where the permute's rows exceed its fused gather (a gather kernel follows it): FC1's
-// GEMV then reads the offsets before its PDL wait. 4 KB rows, up to one row per expert.
+// GEMV then reads the offsets before its PDL wait. 4 KB rows, up to one row per expert. From 2 to
+// 8 tokens the chained FC1 reads the tokens' own rows instead (Sm90Options::token_rows), and
+// nothing is gathered: both ways.
 TEST_F(Sm90EngineTest, DecodeGemvAfterTheGatherKernel) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x9004);
-  for (const char* name : {"qwen3-30b-a3b", "gpt-oss-120b"}) {
-    MoeSpec s = scaled_preset(name, 64, 2048, 256);
-    s.max_tokens = 64;
-    Layer l = make_layer(s, rng());
-    for (int64_t T : {1, 5, 8, 16}) check_forward(l, T, Ids::kRouted, rng);
-  }
+  for (const bool token_rows : {true, false})
+    for (const char* name : {"qwen3-30b-a3b", "gpt-oss-120b"}) {
+      SCOPED_TRACE(token_rows ? "token rows" : "gathered rows");
+      MoeSpec s = scaled_preset(name, 64, 2048, 256);
+      s.max_tokens = 64;
+      Sm90Options options;
+      options.token_rows = token_rows;
+      Layer l = make_layer(s, rng(), options);
+      for (int64_t T : {1, 2, 5, 8, 16}) check_forward(l, T, Ids::kRouted, rng);
+    }
 }
 
 // The forward has no atomics in its sums, so back-to-back forwards on the same inputs (as graph
@@ -415,7 +421,7 @@ TEST_F(Sm90EngineTest, SkewedRouting) {
                            ActivationKind::kSwiGLU);
     s.fc1_bias = s.fc2_bias = true;
     Layer l = make_layer(s, rng());
-    for (int64_t T : {1, 64, 4096}) check_forward(l, T, Ids::kSameForAll, rng);
+    for (int64_t T : {1, 8, 64, 4096}) check_forward(l, T, Ids::kSameForAll, rng);
   }
 }
 
