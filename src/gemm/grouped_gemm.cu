@@ -297,11 +297,12 @@ bool GroupedGemm::chains_one_token(int64_t experts) const {
 }
 
 bool GroupedGemm::token_rows_pay(const std::string& tactic) const {
-  // Forward A/B at 2, 4 and 8 tokens against the gathered rows (session 26, one H200, 2 rounds,
-  // chained kernel after the permute's end): qwen3 (FC1 6.3 MB per expert) 54.0 -> 53.0,
-  // 77.6 -> 76.25, 132.55 -> 131.8 us. Larger experts (the .s12 chained kernel) lost at 8
-  // tokens: deepseek 928.5 -> 935.9, gpt-oss 350.6 -> 357.4 (gpt-oss T=2 +1.7), with or without
-  // the start at the flag; mixtral's T=4 gained (443.6 -> 436.3), not separated by a rule yet.
+  // Forward A/B at 2, 4 and 8 tokens against the gathered rows (sessions 26-27, one H200 per
+  // call, 2 rounds, chained kernel after the permute's end): qwen3 (FC1 6.3 MB per expert)
+  // T=2 -1.0 to -1.55 us, T=4 -1.35 to -2.4, T=8 0 to -0.75. Larger experts (the .s12 chained
+  // kernel) lose at 8 tokens: deepseek +6.5 to +8, gpt-oss +2.4 to +7 (with one PDL wait per
+  // warp, and with or without the start at the flag); mixtral's T=4 gained 1.2 to 9 us, too
+  // unsteady for a rule yet.
   const GroupedShape& sh = state_->shape;
   const Slot* slot = state_->find(tactic);
   return slot != nullptr && slot->tactic->reads_token_rows() &&
