@@ -86,8 +86,7 @@ __device__ __forceinline__ void store_entry(const GemvParams& p, int row16, int 
 
 // FC1 "+act": with the blocked gate/up row order (activation_math.hpp) the 16 rows are 8 gates
 // and their ups, so entries i and i + 2 (i = 0, 1) are a gate and its up; one activation of
-// [rows, n / 2] each.
-// One gated entry, at output row `row`.
+// [rows, n / 2] each. store_gated_at: one gated entry, at output row `row`.
 template <bool kBF16>
 __device__ __forceinline__ void store_gated_at(const GemvParams& p, int g, int gate_row,
                                                int64_t row, float gate, float up) {

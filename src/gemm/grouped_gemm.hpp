@@ -141,8 +141,8 @@ class GroupedGemm {
     // shape's max_rows is its largest batch's). The decode GEMVs then launch a grid for at most
     // min(groups, rows_bound) live groups instead of max_rows'; others ignore it.
     int64_t rows_bound = 0;
-    // Or null rows: `a` is not gathered; FC1's chained TMA GEMV (launch_chained, at the offsets
-    // flag) reads the tokens' own rows instead (see TokenRows).
+    // Or null rows: `a` is not gathered; FC1's chained TMA GEMV (launch_chained only) reads the
+    // tokens' own rows instead (see TokenRows).
     TokenRows token_rows;
   };
   static constexpr int kMaxCallsPerWrite = 2;

@@ -281,8 +281,8 @@ struct RingProducer {
   }
 };
 
-// The chained kernel's token rows as a consumer warp stores them (kept out of RingConsumer, whose
-// other kernels' code changed with more members). `slots_ready`: the PDL wait before the first
+// The chained kernel's token rows as a consumer warp stores them (kept out of RingConsumer, which
+// the other kernels share). `slots_ready`: the PDL wait before the first
 // store is behind (once per warp: whether a wait per chunk costs is not measured; blocks take ~10
 // FC1 items at 8 tokens on deepseek and gpt-oss, where token rows lost 7 us in session 26), or
 // the kernel read the offsets after it.
@@ -544,7 +544,7 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
 // rows once the permute has ended (its PDL wait). `tokens` (kTokenRows) is an argument and a
 // kernel of its own, so that the other kernels' code stays as it was: as GemvParams fields, it
 // changed nvcc's code for every standalone GEMV (3704 -> 3256 SASS instructions) and made qwen3
-// T=1, which runs those, 0.65 us slower (session 27).
+// T=1, which runs those, 0.7 us slower (session 27).
 template <bool kBF16, int kRows, int kStages, int kBlocksPerSm, bool kTokenRows>
 __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
     chained_gemv_tma_kernel(const __grid_constant__ CUtensorMap w1,
@@ -566,8 +566,8 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
   const Walk fc1 = walk_of(p1, live), fc2 = walk_of(p2, live);
   const int items1 = int(fc1.items()), items = items1 + int(fc2.items());
   int* const next_item = done + p1.groups;
-  // FC1 reads the caller's rows (one row, or the tokens' own: kTokenRows || p1.one_row), only
-  // ever at the permute's flag. Written out where used: held in a variable, it changed nvcc's
+  // FC1 reads the caller's rows (one row, at the permute's flag, or the tokens' own: kTokenRows ||
+  // p1.one_row). Written out where used: held in a variable, it changed nvcc's
   // code for the kernel without token rows (3376 -> 3384 SASS instructions, reordered).
   if (warp == R::kConsumers) {
     producer_warp(lane, [&] {
