@@ -373,7 +373,8 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   // From two tokens up to the GEMV's 8 token columns, the chained FC1 reads the tokens' own rows
   // where that pays (GroupedGemm::token_rows_pay), and nothing is gathered. The chained kernel
   // then follows the permute's end, not its flag: starting at the flag was 0.25-0.6 us slower
-  // on qwen3 (session 26).
+  // on qwen3 with a PDL wait per FC1 chunk (session 26), and even with one per warp (session 27,
+  // 3 rounds): without a gather, the permute has little left to do after its flag.
   const bool token_rows = options_.token_rows && chain && T >= 2 &&
                           T <= gemm::GroupedGemm::kMaxTokenRows &&
                           fc1_->token_rows_pay(fc1_tactic);
