@@ -177,7 +177,8 @@ struct RingProducer {
   uint32_t* opened;
   bool waited;  // the PDL wait is behind us
   // The done counters may be read before the PDL wait: the permute clears them before the
-  // offsets flag the kernel acquired (chained at one row, which runs only at the flag).
+  // offsets flag the kernel acquired (chained on the caller's rows: one row, only at the flag;
+  // token rows, at the flag or, without it, after the PDL wait, where this is moot).
   bool counters_at_flag = false;
   int stage = 0, head = 0, count = 0;
   uint32_t phase = 0;

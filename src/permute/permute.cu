@@ -637,10 +637,10 @@ Status run(const Config& c, const Buffers& b, int64_t tokens, const Inputs& in,
     a.chunk_tokens = static_cast<int>((tokens + warps - 1) / warps);
     a.n_chunks = static_cast<int>((tokens + a.chunk_tokens - 1) / a.chunk_tokens);
     a.pre_scored = pre_scoring(c) && tokens <= kPreScoreMaxTokens;
-    const bool gather = in.gather && fused_gather(c, tokens);
-    pick_single(c.routing.per_lane, gather, a.pre_scored)<<<1, warps * 32, single_smem(c, warps),
-                                                           stream>>>(a);
-    if (!gather && in.gather) {
+    const bool fused = fused_gather(c, tokens);
+    pick_single(c.routing.per_lane, in.gather && fused,
+                a.pre_scored)<<<1, warps * 32, single_smem(c, warps), stream>>>(a);
+    if (in.gather && !fused) {
       const cudaError_t e = cudaGetLastError();
       if (e != cudaSuccess) return cuda_status(e, "launching the permute kernels");
       const int blocks = grid_for(tokens * a.row_vecs, 256, 4096);
