@@ -259,15 +259,16 @@ __global__ void __launch_bounds__(kMaxWarps * 32) single_block_kernel(Args a) {
   const int warps = blockDim.x >> 5;
   // Launched normally (it follows the caller's work); the next kernel reads nothing of ours
   // before its own wait (pipeline/pdl.cuh), except the offsets flag: cleared first, it may
-  // start then.
-  if (a.b.offsets_flag != nullptr) {
-    if (threadIdx.x == 0) {
-      *a.b.offsets_flag = 0;
-      __threadfence();
-    }
-    __syncthreads();
+  // start then. One thread clears it and alone lets the next kernel start (a block's first
+  // launch_dependents is the one that counts), so the fence's round trip holds up no routing:
+  // the last warp's, which routes no token up to 8 tokens (16 warps, one token each).
+  if (a.b.offsets_flag == nullptr) {
+    pipeline::pdl_launch_dependents();
+  } else if (threadIdx.x == blockDim.x - 32) {
+    *a.b.offsets_flag = 0;
+    __threadfence();
+    pipeline::pdl_launch_dependents();
   }
-  pipeline::pdl_launch_dependents();
   extern __shared__ int smem[];
   const int L = a.local_experts;
   const int k = a.r.top_k;
@@ -318,8 +319,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32) single_block_kernel(Args a) {
       a.b.offsets[L] = offset + count;
       if (a.b.expert_done != nullptr) a.b.expert_done[L] = a.b.expert_done[L + 1] = 0;
     }
-    if (a.b.offsets_flag != nullptr) __threadfence();  // the offsets before the flag
   }
+  // The offsets and cleared counters of every thread before the flag: the barrier orders them
+  // before thread 0's release, which is cumulative (the pattern of cooperative groups' grid
+  // sync), so one fence, not one per thread and then the release's.
   __syncthreads();
   if (a.b.offsets_flag != nullptr && threadIdx.x == 0)
     pipeline::store_release(a.b.offsets_flag, 1u);
