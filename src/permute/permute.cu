@@ -260,8 +260,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) single_block_kernel(Args a) {
   // Launched normally (it follows the caller's work); the next kernel reads nothing of ours
   // before its own wait (pipeline/pdl.cuh), except the offsets flag: cleared first, it may
   // start then. One thread clears it and alone lets the next kernel start (a block's first
-  // launch_dependents is the one that counts), so the fence's round trip holds up no routing:
-  // the last warp's, which routes no token up to 8 tokens (16 warps, one token each).
+  // launch_dependents is the one that counts), so that the other warps route during its fence:
+  // lane 0 of the last warp, which has no token to route below 16 tokens.
   if (a.b.offsets_flag == nullptr) {
     pipeline::pdl_launch_dependents();
   } else if (threadIdx.x == blockDim.x - 32) {

@@ -26,8 +26,9 @@ __device__ __forceinline__ void pdl_launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
-// A flag between kernels that run at once: the writer stores its data, __threadfence(), then
-// store_release(flag, 1); the reader's loads after load_acquire(flag) reads 1 see the data.
+// A flag between kernels that run at once: the writer stores its data, then store_release(flag,
+// 1), whose release also covers other threads' stores ordered before it by a barrier; the
+// reader's loads after load_acquire(flag) reads 1 see the data.
 __device__ __forceinline__ void store_release(uint32_t* flag, uint32_t v) {
   asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(flag), "r"(v) : "memory");
 }
