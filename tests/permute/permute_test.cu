@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -93,6 +94,9 @@ struct PermuteCase {
   int ep_size = 1, ep_rank = 0;
   int64_t hidden = 136;  // 272 bytes: not a multiple of 32 vectors per warp
   bool bias = false;     // DeepSeek-V3: a random correction bias (params.correction_bias)
+  // Logits on a grid of 0.5 with some -inf, -0 and NaN, so that many experts tie: the slots must
+  // still come in the host's order (equal values to the lower id, NaN as -inf, -0 as +0).
+  bool tied = false;
 };
 
 // Runs one permutation and checks it. `ids` (kExternal) are the caller's; for routed methods
@@ -129,7 +133,16 @@ void check_one(const PermuteCase& su, int64_t tokens, Path path, std::mt19937_64
     for (auto& w : weights) w = 0.5f + 0.5f * std::fabs(normal(rng));
   } else {
     logits.resize(static_cast<std::size_t>(tokens * E));
-    for (auto& l : logits) l = normal(rng);
+    for (auto& l : logits) {
+      l = normal(rng);
+      if (su.tied) {
+        l = std::round(l * 2.0f) / 2.0f;
+        const uint64_t u = rng() % 16;
+        if (u == 0) l = -INFINITY;
+        if (u == 1) l = -0.0f;
+        if (u == 2) l = NAN;
+      }
+    }
     ASSERT_TRUE(routing::route_host(su.params, tokens, E, k, logits.data(),
                                     su.bias ? bias.data() : nullptr, ids.data(), weights.data())
                     .ok());
@@ -213,6 +226,28 @@ TEST_F(PermuteTest, RoutedTokensBothPaths) {
     SCOPED_TRACE("T" + std::to_string(tokens) + " multi block");
     check_one(su, tokens, Path::kMultiBlock, rng);
   }
+}
+
+// Tied logits (PermuteCase::tied) on both paths: the warp's argmax rounds (routing_warp.cuh)
+// give the host's slots, for 1 to 4 experts per lane. Session 28 ran it against a bitonic top-k
+// in the single-block kernel (branch s28-bitonic, not kept).
+TEST_F(PermuteTest, TiedLogitsInTheHostsOrder) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0x71ed);
+  for (RoutingMethod m : {RoutingMethod::kTopKSoftmax, RoutingMethod::kSoftmaxTopK})
+    for (int64_t experts : {16, 64, 128})
+      for (int top_k : {2, 3, 8})
+        for (int64_t tokens : {1, 7, 64})
+          for (Path path : {Path::kSingleBlock, Path::kMultiBlock}) {
+            PermuteCase su;
+            su.params.method = m;
+            su.experts = experts;
+            su.top_k = top_k;
+            su.tied = true;
+            SCOPED_TRACE("method " + std::to_string(int(m)) + " E" + std::to_string(experts) +
+                         " k" + std::to_string(top_k) + " T" + std::to_string(tokens) +
+                         " path " + std::to_string(int(path)));
+            check_one(su, tokens, path, rng);
+          }
 }
 
 // Without the gather (the chained decode GEMV reads the tokens' own rows): routing, offsets and
