@@ -531,6 +531,29 @@ Status GroupedGemm::launch_chained(const GemmCall& first, const GemmCall& second
                                     done);
 }
 
+bool GroupedGemm::runs_sliced(const std::string& tactic) const {
+  const Slot* slot = state_->find(tactic);
+  return slot != nullptr && state_->act && slot->applies_activation &&
+         slot->tactic->runs_sliced();
+}
+
+Status GroupedGemm::launch_sliced(const GemmCall& fc1, const void* w2, float* partials,
+                                  int* next_item, const int32_t* row_offsets,
+                                  cudaStream_t stream) {
+  if (fc1.gemm == nullptr)
+    return Status(ErrorCode::kInvalidArgument, "launch_sliced: the call names no GEMM");
+  const Slot* slot = nullptr;
+  bool skip = false;
+  Status s = fc1.gemm->check_call(fc1, row_offsets, &slot, &skip);
+  if (!s.ok() || skip) return s;
+  if (w2 == nullptr || reinterpret_cast<std::uintptr_t>(w2) % 16 != 0)
+    return Status(ErrorCode::kInvalidArgument,
+                  "launch_sliced: FC2's weights are null or not 16-byte aligned");
+  if (!fc1.gemm->runs_sliced(fc1.tactic))
+    return Status(ErrorCode::kUnsupported, "tactic " + fc1.tactic + " does not run sliced");
+  return slot->tactic->run_sliced(run_args(fc1, row_offsets, stream), w2, partials, next_item);
+}
+
 Status GroupedGemm::run(const void* a, const void* b, void* d, const int32_t* row_offsets,
                         double rows_per_group_hint, cudaStream_t stream,
                         const std::string& tactic) {

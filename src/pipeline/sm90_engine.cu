@@ -8,6 +8,7 @@
 // on the first call (every kernel is loaded and configured here, at construction).
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -132,7 +133,13 @@ class Sm90Engine final : public Engine {
   void* fc1_out_ = nullptr;   // [P, fc1_rows]; only for non-gated kinds (gated: FC1 applies it)
   void* act_out_ = nullptr;   // [P, I]
   void* fc2_out_ = nullptr;   // [P, H], shares the gathered input's memory (dead after FC1)
-  std::size_t permuted_bytes_ = 0, act_out_bytes_ = 0, slot_count_ = 0;
+  float* partials_ = nullptr;  // [min(k, L)][FC1 slices][H]: the sliced kernel's, one token
+  std::size_t permuted_bytes_ = 0, act_out_bytes_ = 0, slot_count_ = 0, partials_bytes_ = 0;
+  std::string slice_tactic_;  // experiment: MOEKIT_EXP_SLICE_TACTIC
+  // One token through GroupedGemm::launch_sliced; false (nothing enqueued) where FC1's tactic
+  // cannot run sliced.
+  bool forward_sliced(const ForwardArgs& args, permute::Inputs in, double hint,
+                      cudaStream_t stream);
   std::unique_ptr<gemm::GroupedGemm> fc1_, fc2_;
 };
 
@@ -291,6 +298,13 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
     act_out_bytes_ = static_cast<std::size_t>(P * I * es);
     act_out_ = c.take<char>(static_cast<int64_t>(act_out_bytes_));
     fc2_out_ = b.permuted;
+    // The sliced kernel's partial sums at one token: FC1's 64-row boxes per expert, each a
+    // slice of 32 activations.
+    const int64_t slices = (lp_.fc1_rows + 63) / 64;
+    partials_bytes_ = gated && options_.slice_one_token
+                          ? static_cast<std::size_t>(std::min(k, L) * slices * H) * sizeof(float)
+                          : 0;
+    partials_ = partials_bytes_ ? c.take<float>(static_cast<int64_t>(partials_bytes_ / 4)) : nullptr;
     return b;
   };
   Carver sizing;
@@ -314,7 +328,32 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
   throw_if_error(permute::prepare(pcfg_));
   throw_if_error(activation::prepare_device(act_));
   throw_if_error(finalize::prepare(fin_));
+  if (const char* t = std::getenv("MOEKIT_EXP_SLICE_TACTIC")) slice_tactic_ = t;
   check_cuda(cudaDeviceSynchronize(), "finishing the engine's set-up");
+}
+
+bool Sm90Engine::forward_sliced(const ForwardArgs& args, permute::Inputs in, double hint,
+                                cudaStream_t stream) {
+  if (slice_tactic_ == "off") return false;
+  const std::string tactic = slice_tactic_.empty() ? fc1_->pick_tactic(hint) : slice_tactic_;
+  if (partials_ == nullptr || !fc1_->runs_sliced(tactic) || !permute::clears_expert_done(1) ||
+      permute::offsets_final_for_next_kernel(pcfg_, 1, permute::Path::kAuto, false) !=
+          permute::OffsetsFinal::kAtFlag)
+    return false;
+  // FC1 reads the caller's row from the permute's flag on: nothing is gathered.
+  in.gather = false;
+  throw_if_error(permute::run(pcfg_, pbuf_, 1, in, stream));
+  gemm::GroupedGemm::GemmCall fc1{fc1_.get(), pbuf_.permuted, w1_, act_out_, tactic};
+  fc1.offsets_flag = pbuf_.offsets_flag;
+  fc1.one_row = args.hidden.data;
+  fc1.rows_bound = std::min<int64_t>(lp_.top_k, lp_.num_experts);
+  throw_if_error(gemm::GroupedGemm::launch_sliced(fc1, w2_, partials_,
+                                                  pbuf_.expert_done + lp_.num_experts,
+                                                  pbuf_.offsets, stream));
+  throw_if_error(finalize::run_slices(fin_, 1, partials_, fc1_->slices(), pbuf_.slot_row,
+                                      pbuf_.topk_weights, pbuf_.slot_expert, args.output.data,
+                                      stream));
+  return true;
 }
 
 void Sm90Engine::forward(const ForwardArgs& args) {
@@ -345,9 +384,13 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   if (options_.poison_gathered_rows)
     check_cuda(cudaMemsetAsync(pbuf_.permuted, 0xff, permuted_bytes_, stream),
                "poisoning the gathered rows");
-  if (options_.poison_activations)
+  if (options_.poison_activations) {
     check_cuda(cudaMemsetAsync(act_out_, 0xff, act_out_bytes_, stream),
                "poisoning FC1's activated output");
+    if (partials_ != nullptr)
+      check_cuda(cudaMemsetAsync(partials_, 0xff, partials_bytes_, stream),
+                 "poisoning the sliced kernel's partial sums");
+  }
   if (options_.poison_slots) {
     for (void* p : {static_cast<void*>(pbuf_.slot_row), static_cast<void*>(pbuf_.topk_weights),
                     static_cast<void*>(pbuf_.slot_expert)})
@@ -363,6 +406,7 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   }
   // Rows per expert if routing were uniform: only a hint for the GEMM's tactic.
   const double hint = static_cast<double>(T) * k / static_cast<double>(lp_.num_experts_global);
+  if (T == 1 && options_.slice_one_token && forward_sliced(args, in, hint, stream)) return;
   const int64_t rows = T * std::min<int64_t>(k, lp_.num_experts);
   // Decode with the TMA GEMV on both: one kernel, FC2's weights streaming while FC1 ends
   // (its per-expert counters were cleared by the permute). From 8 tokens on it gained 0.5-5 us;
