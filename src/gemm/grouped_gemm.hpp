@@ -165,6 +165,9 @@ class GroupedGemm {
   static Status launch_sliced(const GemmCall& fc1, const void* w2, float* partials, int* next_item,
                               const int32_t* row_offsets, cudaStream_t stream);
   bool runs_sliced(const std::string& tactic) const;
+  // Whether one token's forward should take launch_sliced with FC1 on `tactic`: where it runs
+  // sliced and that is measured faster than two GEMV launches for this shape.
+  bool slicing_pays(const std::string& tactic) const;
   int64_t slices() const { return (shape().n + 63) / 64; }  // FC1's 64-row boxes per expert
 
   // Device bytes this object allocated (per-group arrays, CUTLASS workspaces, strides).

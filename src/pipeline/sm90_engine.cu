@@ -8,7 +8,6 @@
 // on the first call (every kernel is loaded and configured here, at construction).
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -112,7 +111,8 @@ class Sm90Engine final : public Engine {
              const Sm90Options& options);
   void forward(const ForwardArgs& args) override;
   std::size_t workspace_bytes() const override {
-    return workspace_bytes_ + fc1_->workspace_bytes() + fc2_->workspace_bytes();
+    return workspace_bytes_ + partials_bytes_ + fc1_->workspace_bytes() +
+           fc2_->workspace_bytes();
   }
   Status poll_errors() override;
 
@@ -122,7 +122,7 @@ class Sm90Engine final : public Engine {
   LocalProblem lp_;
   int device_;
   DType elem_;
-  DeviceMemory weight_memory_, workspace_;
+  DeviceMemory weight_memory_, workspace_, partials_memory_;
   std::size_t workspace_bytes_ = 0;
   const void* w1_ = nullptr;  // [L, fc1_rows, H]
   const void* w2_ = nullptr;  // [L, H, I]
@@ -133,11 +133,10 @@ class Sm90Engine final : public Engine {
   void* fc1_out_ = nullptr;   // [P, fc1_rows]; only for non-gated kinds (gated: FC1 applies it)
   void* act_out_ = nullptr;   // [P, I]
   void* fc2_out_ = nullptr;   // [P, H], shares the gathered input's memory (dead after FC1)
-  float* partials_ = nullptr;  // [min(k, L)][FC1 slices][H]: the sliced kernel's, one token
+  float* partials_ = nullptr;  // [min(k, L)][FC1 slices][H] where one token slices, or null
   std::size_t permuted_bytes_ = 0, act_out_bytes_ = 0, slot_count_ = 0, partials_bytes_ = 0;
-  std::string slice_tactic_;  // experiment: MOEKIT_EXP_SLICE_TACTIC
-  // One token through GroupedGemm::launch_sliced; false (nothing enqueued) where FC1's tactic
-  // cannot run sliced.
+  // One token through GroupedGemm::launch_sliced; false (nothing enqueued) where slicing does
+  // not pay for FC1's tactic (GroupedGemm::slicing_pays).
   bool forward_sliced(const ForwardArgs& args, permute::Inputs in, double hint,
                       cudaStream_t stream);
   std::unique_ptr<gemm::GroupedGemm> fc1_, fc2_;
@@ -298,13 +297,6 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
     act_out_bytes_ = static_cast<std::size_t>(P * I * es);
     act_out_ = c.take<char>(static_cast<int64_t>(act_out_bytes_));
     fc2_out_ = b.permuted;
-    // The sliced kernel's partial sums at one token: FC1's 64-row boxes per expert, each a
-    // slice of 32 activations.
-    const int64_t slices = (lp_.fc1_rows + 63) / 64;
-    partials_bytes_ = gated && options_.slice_one_token
-                          ? static_cast<std::size_t>(std::min(k, L) * slices * H) * sizeof(float)
-                          : 0;
-    partials_ = partials_bytes_ ? c.take<float>(static_cast<int64_t>(partials_bytes_ / 4)) : nullptr;
     return b;
   };
   Carver sizing;
@@ -324,19 +316,28 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
   fc2_ = std::make_unique<gemm::GroupedGemm>(
       gemm::GroupedShape{ge, static_cast<int>(L), H, I, P}, device_);
 
+  // One token's sliced forward, where it pays for the shape (GroupedGemm::slicing_pays, on the
+  // tactic forward() picks at one token): its fp32 partials, [min(k, L)][slices][H], in an
+  // allocation of their own, so that the workspace stays as it was for shapes that never slice.
+  if (gated && options_.slice_one_token &&
+      fc1_->slicing_pays(fc1_->pick_tactic(static_cast<double>(k) / static_cast<double>(E)))) {
+    partials_bytes_ =
+        static_cast<std::size_t>(std::min(k, L) * fc1_->slices() * H) * sizeof(float);
+    partials_memory_ = device_alloc(partials_bytes_, "the sliced kernel's partial sums");
+    partials_ = static_cast<float*>(partials_memory_.get());
+  }
+
   // Load every kernel forward() may launch, so its first call can be captured in a graph.
   throw_if_error(permute::prepare(pcfg_));
   throw_if_error(activation::prepare_device(act_));
   throw_if_error(finalize::prepare(fin_));
-  if (const char* t = std::getenv("MOEKIT_EXP_SLICE_TACTIC")) slice_tactic_ = t;
   check_cuda(cudaDeviceSynchronize(), "finishing the engine's set-up");
 }
 
 bool Sm90Engine::forward_sliced(const ForwardArgs& args, permute::Inputs in, double hint,
                                 cudaStream_t stream) {
-  if (slice_tactic_ == "off") return false;
-  const std::string tactic = slice_tactic_.empty() ? fc1_->pick_tactic(hint) : slice_tactic_;
-  if (partials_ == nullptr || !fc1_->runs_sliced(tactic) || !permute::clears_expert_done(1) ||
+  const std::string tactic = fc1_->pick_tactic(hint);
+  if (partials_ == nullptr || !fc1_->slicing_pays(tactic) || !permute::clears_expert_done(1) ||
       permute::offsets_final_for_next_kernel(pcfg_, 1, permute::Path::kAuto, false) !=
           permute::OffsetsFinal::kAtFlag)
     return false;

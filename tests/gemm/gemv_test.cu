@@ -562,6 +562,20 @@ TEST_F(GemvPdlSanitizer, SlicedOneRowFromTheFlag) {
   cudaStreamDestroy(stream);
 }
 
+// The engine's rule for one token (GroupedGemm::slicing_pays): sliced on tma64 where FC1's expert
+// matrix is small (qwen3's FC1, 6.3 MB), not on .s12 or gemv.n8, nor for gpt-oss's FC1 (33 MB).
+TEST_F(GemvPdl, SlicingPaysForSmallExpertsOnly) {
+  EpilogueActivation act;
+  GroupedGemm qwen3(GroupedShape{Elem::kBF16, 128, 1536, 2048, 8}, 0, act);
+  EXPECT_TRUE(qwen3.slicing_pays("sm90.gemv.tma64+act"));
+  EXPECT_FALSE(qwen3.slicing_pays("sm90.gemv.tma64.s12+act"));
+  EXPECT_FALSE(qwen3.slicing_pays("sm90.gemv.n8+act"));
+  EXPECT_FALSE(qwen3.slicing_pays("sm90.gemv.tma64"));
+  EXPECT_EQ(qwen3.pick_tactic(8.0 / 128), "sm90.gemv.tma64+act");
+  GroupedGemm gpt_oss(GroupedShape{Elem::kBF16, 128, 5760, 2880, 8}, 0, act);
+  EXPECT_FALSE(gpt_oss.slicing_pays("sm90.gemv.tma64+act"));
+}
+
 // 2 to 8 tokens (GemmCall::token_rows, the permute's case with no gather): FC1 of the chained
 // kernel reads the tokens' own rows from the flag on and stores each token's product at its
 // slots' rows, which the writer publishes only late, after the flag (as the permute's end); the
