@@ -838,28 +838,28 @@ class GemvTmaTactic final : public GemvTacticBase {
                   R::kThreads);
     if (!s.ok() || !kAct) return s;
     if constexpr (kRows == 64) {  // and the one-token sliced kernel
-      const void* sliced = reinterpret_cast<const void*>(kSliced);
-      cudaError_t err = cudaFuncSetAttribute(sliced, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(smem_));
-      if (err != cudaSuccess) return cuda_status(err, "cudaFuncSetAttribute", what_);
-      int per_sm = 0;
-      err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, sliced, R::kThreads, smem_);
-      if (err != cudaSuccess)
-        return cuda_status(err, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", what_);
-      sliced_slots_ = int64_t(std::max(per_sm, 1)) * ctx.sm_count;
+      s = slots_on_device(reinterpret_cast<const void*>(kSliced<>), ctx, sliced_slots_);
+      if (!s.ok()) return s;
     }
-    // FC1's tactic also launches the chained kernels: their shared memory and blocks per SM.
+    // FC1's tactic also launches the chained kernels.
     for (int t = 0; t < 2; ++t) {
-      const void* chained = reinterpret_cast<const void*>(kChained[t]);
-      cudaError_t err = cudaFuncSetAttribute(chained, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(smem_));
-      if (err != cudaSuccess) return cuda_status(err, "cudaFuncSetAttribute", what_);
-      int per_sm = 0;
-      err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chained, R::kThreads, smem_);
-      if (err != cudaSuccess)
-        return cuda_status(err, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", what_);
-      chained_slots_[t] = int64_t(std::max(per_sm, 1)) * ctx.sm_count;
+      s = slots_on_device(reinterpret_cast<const void*>(kChained[t]), ctx, chained_slots_[t]);
+      if (!s.ok()) return s;
     }
+    return {};
+  }
+
+  // Another kernel of this variant (chained, sliced), with its shared memory: how many of its
+  // blocks fit on the device at once.
+  Status slots_on_device(const void* kernel, const TacticContext& ctx, int64_t& slots) const {
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(smem_));
+    if (err != cudaSuccess) return cuda_status(err, "cudaFuncSetAttribute", what_);
+    int per_sm = 0;
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, R::kThreads, smem_);
+    if (err != cudaSuccess)
+      return cuda_status(err, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", what_);
+    slots = int64_t(std::max(per_sm, 1)) * ctx.sm_count;
     return {};
   }
 
@@ -904,7 +904,7 @@ class GemvTmaTactic final : public GemvTacticBase {
       const int grid =
           static_cast<int>(std::min<int64_t>(sliced_slots_, live_groups(a) * p_.row_tiles));
       const cudaError_t err =
-          pipeline::launch_pdl(kSliced, grid, R::kThreads, smem_, a.stream, *b1.weights,
+          pipeline::launch_pdl(kSliced<>, grid, R::kThreads, smem_, a.stream, *b1.weights,
                                *b1.acts, fc2_slices_.map_, b1.p, partials, next_item);
       if (err != cudaSuccess) return cuda_status(err, "sliced kernel launch", what_);
       return {};
@@ -953,7 +953,9 @@ class GemvTmaTactic final : public GemvTacticBase {
 
  private:
   static constexpr auto kernel = grouped_gemv_tma_kernel<kBF16, kAct, kRows, kStages, kBlocksPerSm>;
-  static constexpr auto kSliced = sliced_gemv_tma_kernel<kBF16, kStages, kBlocksPerSm>;
+  // A variable template, so that only the tma64 variants, which use it, instantiate the kernel.
+  template <int kS = kStages>
+  static constexpr auto kSliced = sliced_gemv_tma_kernel<kBF16, kS, kBlocksPerSm>;
   // [kTokenRows]
   static constexpr decltype(&chained_gemv_tma_kernel<kBF16, kRows, kStages, kBlocksPerSm, false>)
       kChained[2] = {chained_gemv_tma_kernel<kBF16, kRows, kStages, kBlocksPerSm, false>,

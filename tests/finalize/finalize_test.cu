@@ -23,6 +23,17 @@ using namespace devtest;  // NOLINT: the shared device-test helpers
 
 class FinalizeTest : public GpuTest {};
 
+// A finalize of `elem`, H and k, with the FC2 bias `bias` (device) or none, its kernels loaded.
+DeviceFinalize prepared(DType elem, int64_t H, int k, const float* bias) {
+  DeviceFinalize f;
+  f.elem = elem;
+  f.hidden = H;
+  f.top_k = k;
+  f.fc2_bias = bias;
+  EXPECT_TRUE(prepare(f).ok());
+  return f;
+}
+
 // Slots of `tokens` x k: every third one does not run here; token 0 has no local slot at all.
 // Rows in a random order; y and the bias random; `want` the host sum in slot order.
 struct Case {
@@ -96,12 +107,7 @@ TEST_F(FinalizeTest, MatchesHostSumInSlotOrder) {
             DeviceBuffer d_b = to_device(c.b);
             DeviceBuffer d_out(c.want.size() * 2);
             d_out.poison();
-            DeviceFinalize f;
-            f.elem = elem;
-            f.hidden = H;
-            f.top_k = k;
-            f.fc2_bias = bias ? d_b.as<float>() : nullptr;
-            ASSERT_TRUE(prepare(f).ok());
+            const DeviceFinalize f = prepared(elem, H, k, bias ? d_b.as<float>() : nullptr);
             ASSERT_TRUE(run(f, tokens, d_y.ptr, d_rows.as<int32_t>(), d_w.as<float>(),
                             d_e.as<int32_t>(), d_out.ptr, nullptr, settled)
                             .ok());
@@ -126,12 +132,7 @@ TEST_F(FinalizeTest, SettledSlotsStillWaitForFc2Output) {
   DeviceBuffer d_y(c.y.size() * 2), d_out(c.want.size() * 2);
   d_y.poison();  // stale until the slow writer runs
   d_out.poison();
-  DeviceFinalize f;
-  f.elem = DType::kBFloat16;
-  f.hidden = H;
-  f.top_k = k;
-  f.fc2_bias = d_b.as<float>();
-  ASSERT_TRUE(prepare(f).ok());
+  const DeviceFinalize f = prepared(DType::kBFloat16, H, k, d_b.as<float>());
   slow_y_writer<<<1, 256>>>(static_cast<uint4*>(d_y.ptr), static_cast<const uint4*>(d_src.ptr),
                             static_cast<int64_t>(c.y.size() / 8), 200000);
   ASSERT_TRUE(run(f, tokens, d_y.ptr, d_rows.as<int32_t>(), d_w.as<float>(), d_e.as<int32_t>(),
@@ -201,12 +202,7 @@ TEST_F(FinalizeTest, SlicesMatchHostSumInOrder) {
                                    cudaMemcpyHostToDevice),
                         cudaSuccess);
             d_out.poison();
-            DeviceFinalize f;
-            f.elem = elem;
-            f.hidden = H;
-            f.top_k = k;
-            f.fc2_bias = bias ? d_b.as<float>() : nullptr;
-            ASSERT_TRUE(prepare(f).ok());
+            const DeviceFinalize f = prepared(elem, H, k, bias ? d_b.as<float>() : nullptr);
             if (late)
               slow_y_writer<<<1, 256>>>(static_cast<uint4*>(d_parts.ptr),
                                         static_cast<const uint4*>(d_src.ptr),
