@@ -160,7 +160,8 @@ __global__ void __launch_bounds__(kQuads * kLanes) finalize_slices_kernel(SliceA
   if constexpr (kBias) {
     for (int j = 0; j < a.top_k; ++j) {
       if (s_row[j] < 0) continue;
-      const float4 b = __ldg(reinterpret_cast<const float4*>(a.bias + int64_t(s_expert[j]) * a.hidden + col));
+      const float4 b =
+          __ldg(reinterpret_cast<const float4*>(a.bias + int64_t(s_expert[j]) * a.hidden + col));
       sum[0] = fmaf(s_w[j], b.x, sum[0]);
       sum[1] = fmaf(s_w[j], b.y, sum[1]);
       sum[2] = fmaf(s_w[j], b.z, sum[2]);
