@@ -538,14 +538,10 @@ bool GroupedGemm::runs_sliced(const std::string& tactic) const {
 }
 
 bool GroupedGemm::slicing_pays(const std::string& tactic) const {
-  // Forward A/B at one token against two GEMV launches (session 29, one H200, 3 rounds): qwen3
-  // (FC1 6.3 MB per expert, tma64) 33.0 -> 32.1 us; on .s12 even. Larger experts lose, by ~0.15
-  // us per MB of FC2: gpt-oss (33 MB) 62.9 -> 72.7, deepseek (29 MB) 177.7 -> 211.5; mixtral
-  // (FC1 on swap-AB) forced +26 to +35. The suspect, not yet measured: each slice reads 64 bytes
-  // of every FC2 row (session 29's results).
-  const GroupedShape& sh = state_->shape;
-  return tactic == "sm90.gemv.tma64+act" && runs_sliced(tactic) &&
-         static_cast<double>(sh.n) * sh.k * kElemBytes <= kSmallExpertBytes;
+  // Forward A/B at one token against two GEMV launches (session 30, one H200, 3 rounds), slices
+  // of 64: qwen3 (FC1 6.3 MB per expert, tma64) 33.4 -> 30.2 us, gpt-oss (33 MB) 63.0 -> 60.2;
+  // on .s12 less (30.0, 62.2). PROVISIONAL: deepseek to be measured.
+  return tactic == "sm90.gemv.tma64+act" && runs_sliced(tactic);
 }
 
 Status GroupedGemm::launch_sliced(const GemmCall& fc1, const void* w2, float* partials,

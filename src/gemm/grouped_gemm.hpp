@@ -157,7 +157,7 @@ class GroupedGemm {
                                const int32_t* row_offsets, int* done, cudaStream_t stream);
 
   // One token's FC1 (`fc1`, this GEMM's shape [2I, H] with its activation; one_row and
-  // offsets_flag set) and FC2 (weights `w2`, [groups, H, I]) as one kernel, in slices of 32
+  // offsets_flag set) and FC2 (weights `w2`, [groups, H, I]) as one kernel, in slices of 64
   // activations, where the tactic can (runs_sliced); else kUnsupported with nothing enqueued.
   // Each slice's FC2 product goes to partials [rows][slices()][H] as fp32 (row: the expert's
   // row in row_offsets), which finalize::run_slices adds up. `next_item`: a counter, zero before
@@ -168,7 +168,7 @@ class GroupedGemm {
   // Whether one token's forward should take launch_sliced with FC1 on `tactic`: where it runs
   // sliced and that is measured faster than two GEMV launches for this shape.
   bool slicing_pays(const std::string& tactic) const;
-  int64_t slices() const { return (shape().n + 63) / 64; }  // FC1's 64-row boxes per expert
+  int64_t slices() const { return (shape().n + 127) / 128; }  // ceil(I / 64) per expert
 
   // Device bytes this object allocated (per-group arrays, CUTLASS workspaces, strides).
   std::size_t workspace_bytes() const;

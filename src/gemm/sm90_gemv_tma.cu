@@ -644,47 +644,45 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
 }
 
 // One token's FC1 (+ its gated activation) and FC2 in one pass, sliced along the intermediate
-// dimension: an item is one expert's 64-row FC1 box (32 activations, in the blocked gate/up
-// order) and then the 32 columns of FC2 that those activations multiply, [H, 32]. No block waits
-// for another's FC1, so the two GEMMs stream as one wave with no hand-off between them; each item
-// stores its product [H] as fp32 partial sums, partials[row][slice][H] (row: the expert's row of
-// the run), which the finalize adds in slice order (finalize::run_slices).
+// dimension: an item is two of one expert's 64-row FC1 boxes (64 activations, in the blocked
+// gate/up order) and then the 64 columns of FC2 that those activations multiply, [H, 64]. No
+// block waits for another's FC1, so the two GEMMs stream as one wave with no hand-off between
+// them; each item stores its product [H] as fp32 partial sums, partials[row][slice][H] (row: the
+// expert's row of the run), which the finalize adds in slice order (finalize::run_slices).
+// Slices of 64 read whole 128-byte lines of FC2's rows; slices of 32 (64-byte rows) lost up to
+// 10 us at one token on gpt-oss and deepseek (session 30's results).
 // FC1 reads the caller's row (GemvParams::one_row) from the permute's flag on. The partials are
 // this kernel's alone, so its stores wait for nothing; the producer warp waits for the permute
 // before the kernel lets the finalize start (which reads the permute's slots before its wait).
-constexpr int kSlice = 32;      // activations per item: one 64-row FC1 box's gates
-constexpr int kSliceRows = 128;  // FC2 rows per box: 128 x 32 k x 2 B = 8 KB, one stage
+constexpr int kSliceTiles = 2;              // FC1's 64-row boxes per slice
+constexpr int kSlice = 32 * kSliceTiles;    // activations per slice
+constexpr int kSliceRows = 64;              // FC2 rows per box: 64 x 64 k x 2 B = 8 KB, one stage
+constexpr int kSliceSteps = kSlice / 16;    // k16 steps per FC2 box
 
-// A consumer warp's part of one FC2 box of a slice: rows 32w..32w+31 (two m16 tiles) x the 32
-// activations (two k16 steps, B fragments `b` from the block's activations), stored for token
-// column 0 at out[h0 + row]. The box is 64-byte swizzled: 16-byte chunk c of row r lies at
-// c ^ ((r >> 1) & 3).
+// A consumer warp's part of one FC2 box of a slice: rows 16w..16w+15 (one m16 tile) x the 64
+// activations (four k16 steps, B fragments `b` from the block's activations), stored for token
+// column 0 at out[h0 + row]. The box is 128-byte swizzled: 16-byte chunk c of row r lies at
+// c ^ (r & 7).
 template <bool kBF16, class Consumer>
-__device__ __forceinline__ void slice_box(Consumer& cons, const uint32_t (&b)[2][2], float* out,
-                                          int h0, int hidden) {
+__device__ __forceinline__ void slice_box(Consumer& cons, const uint32_t (&b)[kSliceSteps][2],
+                                          float* out, int h0, int hidden) {
   FullBarrier::wait(&cons.sm.full[cons.stage], cons.phase);
   const uint32_t base = smem_addr(cons.sm.weights + cons.stage * Consumer::Ring::kStageBytes);
   const int lane = cons.lane;
-  float acc[2][4] = {};
+  const int r = cons.warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+  float acc[4] = {};
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt) {
-    const int r = cons.warp * 32 + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-#pragma unroll
-    for (int ks = 0; ks < 2; ++ks) {
-      const int ch = (ks * 2 + (lane >> 4)) ^ ((r >> 1) & 3);
-      uint32_t a0, a1, a2, a3;
-      ldmatrix_x4(base + r * 64 + ch * 16, a0, a1, a2, a3);
-      mma16816<kBF16>(acc[mt], a0, a1, a2, a3, b[ks][0], b[ks][1]);
-    }
+  for (int ks = 0; ks < kSliceSteps; ++ks) {
+    const int ch = (ks * 2 + (lane >> 4)) ^ (r & 7);
+    uint32_t a0, a1, a2, a3;
+    ldmatrix_x4(base + r * 2 * kSlice + ch * 16, a0, a1, a2, a3);
+    mma16816<kBF16>(acc, a0, a1, a2, a3, b[ks][0], b[ks][1]);
   }
   cons.release();
   if ((lane & 3) == 0) {  // token column 0: entries 0 (row l/4) and 2 (row l/4 + 8)
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt) {
-      const int h = h0 + cons.warp * 32 + mt * 16 + (lane >> 2);
-      if (h < hidden) out[h] = acc[mt][0];
-      if (h + 8 < hidden) out[h + 8] = acc[mt][2];
-    }
+    const int h = h0 + cons.warp * 16 + (lane >> 2);
+    if (h < hidden) out[h] = acc[0];
+    if (h + 8 < hidden) out[h + 8] = acc[2];
   }
 }
 
@@ -707,10 +705,15 @@ __global__ void __launch_bounds__(Ring<64, kStages>::kThreads, kBlocksPerSm)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (threadIdx.x == 0) ItemRing<kStages>::init(s_item_full, s_item_empty, R::kConsumers);
   const int live = ring_prologue<R, kStages>(sm, p1, s_warp_live);
-  const int slices = p1.row_tiles;  // FC1's 64-row boxes per expert: ceil(I / 32)
+  const int slices = (p1.row_tiles + kSliceTiles - 1) / kSliceTiles;  // ceil(I / kSlice)
   const int items = live * slices, hidden = p1.k;
   const int k_boxes = (hidden + kBoxK - 1) / kBoxK;
   const int fc2_boxes = (hidden + kSliceRows - 1) / kSliceRows;
+  // FC1's boxes in a slice: the last one's of an intermediate not a multiple of 64 may be one,
+  // the box past the expert's not loaded (its activations are zeros).
+  const auto slice_tiles = [&](int slice) {
+    return min(kSliceTiles, p1.row_tiles - slice * kSliceTiles);
+  };
   if (warp == R::kConsumers) {
     if (lane == 0) {
       cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&w1));
@@ -732,16 +735,17 @@ __global__ void __launch_bounds__(Ring<64, kStages>::kThreads, kBlocksPerSm)
         const int item = ring.take_and_publish(next_item, items);
         if (item < 0) break;
         const int g = sm.active[item / slices], slice = item % slices;
-        for (int kb = 0; kb < k_boxes; ++kb) {
-          const int s = next_stage(R::kStageBytes + kActBytes);
-          cute::SM90_TMA_LOAD_2D::copy(&w1, &sm.full[s],
-                                       uint64_t(cute::TMA::CacheHintSm90::EVICT_FIRST),
-                                       sm.weights + s * R::kStageBytes, kb * kBoxK,
-                                       g * p1.n + slice * 64);
-          cute::SM90_TMA_LOAD_2D::copy(&a1, &sm.full[s],
-                                       uint64_t(cute::TMA::CacheHintSm90::EVICT_LAST),
-                                       sm.acts + s * kActBytes, kb * kBoxK, 0);
-        }
+        for (int t = 0; t < slice_tiles(slice); ++t)
+          for (int kb = 0; kb < k_boxes; ++kb) {
+            const int s = next_stage(R::kStageBytes + kActBytes);
+            cute::SM90_TMA_LOAD_2D::copy(&w1, &sm.full[s],
+                                         uint64_t(cute::TMA::CacheHintSm90::EVICT_FIRST),
+                                         sm.weights + s * R::kStageBytes, kb * kBoxK,
+                                         g * p1.n + (slice * kSliceTiles + t) * 64);
+            cute::SM90_TMA_LOAD_2D::copy(&a1, &sm.full[s],
+                                         uint64_t(cute::TMA::CacheHintSm90::EVICT_LAST),
+                                         sm.acts + s * kActBytes, kb * kBoxK, 0);
+          }
         for (int b = 0; b < fc2_boxes; ++b) {
           const int s = next_stage(R::kStageBytes);
           cute::SM90_TMA_LOAD_2D::copy(&w2, &sm.full[s],
@@ -760,21 +764,25 @@ __global__ void __launch_bounds__(Ring<64, kStages>::kThreads, kBlocksPerSm)
     const int item = ring.read(lane);
     if (item < 0) break;
     const int g = sm.active[item / slices], slice = item % slices;
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    cons.accumulate(k_boxes, acc);
-    // Entries i and i + 2 are gate and up of gate row l / 4 for token column 2(l % 4) + i
-    // (store_gated); gate rows past the expert's (a local intermediate not a multiple of 32)
-    // give zeros, as FC2's columns past it read.
-    const int gate_row = slice * 64 + warp * 16 + (lane >> 2);
+    const int tiles = slice_tiles(slice);
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
-      s_act[n][(lane & 3) * 2 + i][warp * 8 + (lane >> 2)] = to_elem<kBF16>(
-          gate_row < p1.n ? gated_value(p1, g, gate_row, acc[i], acc[i + 2]) : 0.0f);
+    for (int t = 0; t < kSliceTiles; ++t) {
+      float acc[4] = {0.f, 0.f, 0.f, 0.f};
+      if (t < tiles) cons.accumulate(k_boxes, acc);
+      // Entries i and i + 2 are gate and up of gate row l / 4 for token column 2(l % 4) + i
+      // (store_gated); gate rows past the expert's (a local intermediate not a multiple of the
+      // slice) give zeros, as FC2's columns past it read.
+      const int gate_row = (slice * kSliceTiles + t) * 64 + warp * 16 + (lane >> 2);
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+        s_act[n][(lane & 3) * 2 + i][t * 32 + warp * 8 + (lane >> 2)] = to_elem<kBF16>(
+            gate_row < p1.n ? gated_value(p1, g, gate_row, acc[i], acc[i + 2]) : 0.0f);
+    }
     asm volatile("bar.sync 1, %0;" ::"n"(R::kConsumers * 32) : "memory");
-    // B fragments of the two k16 steps: token column l / 4, k 2(l % 4) + {0, 1} and + 8.
-    uint32_t b[2][2];
+    // B fragments of the k16 steps: token column l / 4, k 2(l % 4) + {0, 1} and + 8.
+    uint32_t b[kSliceSteps][2];
 #pragma unroll
-    for (int ks = 0; ks < 2; ++ks)
+    for (int ks = 0; ks < kSliceSteps; ++ks)
 #pragma unroll
       for (int j = 0; j < 2; ++j)
         b[ks][j] = *reinterpret_cast<const uint32_t*>(
@@ -896,13 +904,14 @@ class GemvTmaTactic final : public GemvTacticBase {
       if (grid_ == 0) return {};
       Bound b1;
       Status s = bind(a, b1);
-      // FC2 as [groups x k rows, n / 2]: boxes of 128 rows x 32 columns (64 bytes).
+      // FC2 as [groups x k rows, n / 2]: boxes of 64 rows x 64 columns (128 bytes).
       if (s.ok())
         s = fc2_slices_.map(w2, p_.n / 2, int64_t(p_.groups) * p_.k, kSlice, kSliceRows,
-                            CU_TENSOR_MAP_SWIZZLE_64B, "FC2 weights", *this);
+                            CU_TENSOR_MAP_SWIZZLE_128B, "FC2 weights", *this);
       if (!s.ok()) return s;
+      const int64_t slices = (p_.row_tiles + kSliceTiles - 1) / kSliceTiles;
       const int grid =
-          static_cast<int>(std::min<int64_t>(sliced_slots_, live_groups(a) * p_.row_tiles));
+          static_cast<int>(std::min<int64_t>(sliced_slots_, live_groups(a) * slices));
       const cudaError_t err =
           pipeline::launch_pdl(kSliced<>, grid, R::kThreads, smem_, a.stream, *b1.weights,
                                *b1.acts, fc2_slices_.map_, b1.p, partials, next_item);
