@@ -539,8 +539,9 @@ bool GroupedGemm::runs_sliced(const std::string& tactic) const {
 
 bool GroupedGemm::slicing_pays(const std::string& tactic) const {
   // Forward A/B at one token against two GEMV launches (session 30, one H200, 3 rounds), slices
-  // of 64: qwen3 (FC1 6.3 MB per expert, tma64) 33.4 -> 30.2 us, gpt-oss (33 MB) 63.0 -> 60.2;
-  // on .s12 less (30.0, 62.2). PROVISIONAL: deepseek to be measured.
+  // of 64: qwen3 (FC1 6.3 MB per expert) 32.8 -> 30.0 us, gpt-oss (33 MB) 61.6 -> 59.0. Sliced on
+  // .s12: gpt-oss 62.2 against 60.2 on tma64. Deepseek's FC1 runs on .s12 (3.8 items per SM) and
+  // mixtral's on swap-AB; forced onto slices of 32 they lost 34 and 26-35 us; not measured on 64.
   return tactic == "sm90.gemv.tma64+act" && runs_sliced(tactic);
 }
 

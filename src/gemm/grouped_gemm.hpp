@@ -166,7 +166,7 @@ class GroupedGemm {
                               const int32_t* row_offsets, cudaStream_t stream);
   bool runs_sliced(const std::string& tactic) const;
   // Whether one token's forward should take launch_sliced with FC1 on `tactic`: where it runs
-  // sliced and that is measured faster than two GEMV launches for this shape.
+  // sliced and that is measured faster than two GEMV launches (tma64 with its activation).
   bool slicing_pays(const std::string& tactic) const;
   int64_t slices() const { return (shape().n + 127) / 128; }  // ceil(I / 64) per expert
 

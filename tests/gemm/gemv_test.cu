@@ -563,9 +563,10 @@ TEST_F(GemvPdlSanitizer, SlicedOneRowFromTheFlag) {
   cudaStreamDestroy(stream);
 }
 
-// The engine's rule for one token (GroupedGemm::slicing_pays): sliced on tma64 where FC1's expert
-// matrix is small (qwen3's FC1, 6.3 MB), not on .s12 or gemv.n8, nor for gpt-oss's FC1 (33 MB).
-TEST_F(GemvPdl, SlicingPaysForSmallExpertsOnly) {
+// The engine's rule for one token (GroupedGemm::slicing_pays, on the tactic picked at one
+// token): sliced where FC1 runs on tma64 with its activation (qwen3's and gpt-oss's FC1), not on
+// .s12 (deepseek's FC1: 3.8 items per SM), gemv.n8 or without the activation.
+TEST_F(GemvPdl, SlicingPaysOnTma64Only) {
   EpilogueActivation act;
   GroupedGemm qwen3(GroupedShape{Elem::kBF16, 128, 1536, 2048, 8}, 0, act);
   EXPECT_TRUE(qwen3.slicing_pays("sm90.gemv.tma64+act"));
@@ -574,7 +575,10 @@ TEST_F(GemvPdl, SlicingPaysForSmallExpertsOnly) {
   EXPECT_FALSE(qwen3.slicing_pays("sm90.gemv.tma64"));
   EXPECT_EQ(qwen3.pick_tactic(8.0 / 128), "sm90.gemv.tma64+act");
   GroupedGemm gpt_oss(GroupedShape{Elem::kBF16, 128, 5760, 2880, 8}, 0, act);
+  EXPECT_EQ(gpt_oss.pick_tactic(4.0 / 128), "sm90.gemv.tma64+act");
   EXPECT_TRUE(gpt_oss.slicing_pays("sm90.gemv.tma64+act"));
+  GroupedGemm deepseek(GroupedShape{Elem::kBF16, 256, 4096, 7168, 8}, 0, act);
+  EXPECT_EQ(deepseek.pick_tactic(8.0 / 256), "sm90.gemv.tma64.s12+act");
 }
 
 // 2 to 8 tokens (GemmCall::token_rows, the permute's case with no gather): FC1 of the chained
