@@ -1,6 +1,7 @@
 // Finalize kernel (finalize.hpp): one thread per 8 output columns of one token; the slots are
 // summed in slot order, so the result does not depend on scheduling.
 #include <algorithm>
+#include <climits>
 #include <string>
 
 #include "finalize/finalize.hpp"
@@ -97,6 +98,90 @@ __global__ void __launch_bounds__(256) finalize_kernel(Args a) {
   }
 }
 
+// run_slices: a block sums kQuads x 4 columns of one token over its slots' partials, kLanes
+// threads per column quad, each over every kLanes-th (slot, slice) pair in order; the lanes'
+// sums then add in lane order, so the result does not depend on scheduling. 64 lanes: about
+// 180 blocks for an H of 2880, so the few MB of partials load from the L2 on most SMs.
+constexpr int kQuads = 4, kLanes = 64, kMaxSliceSlots = 32;
+
+struct SliceArgs {
+  const float* partials;  // [rows][slices][hidden]
+  const int32_t* slot_row;
+  const float* weights;
+  const int32_t* slot_expert;
+  const float* bias;
+  void* out;
+  int64_t hidden, slices;
+  int top_k;
+};
+
+template <class T, bool kBias>
+__global__ void __launch_bounds__(kQuads * kLanes) finalize_slices_kernel(SliceArgs a) {
+  __shared__ int32_t s_row[kMaxSliceSlots], s_expert[kMaxSliceSlots];
+  __shared__ float s_w[kMaxSliceSlots];
+  __shared__ float4 s_sum[kLanes][kQuads];
+  const int64_t t = blockIdx.y;
+  const int quad = threadIdx.x % kQuads, lane = threadIdx.x / kQuads;
+  const int64_t col = (int64_t(blockIdx.x) * kQuads + quad) * 4;
+  if (threadIdx.x < a.top_k) {  // settled slots: before the wait (run_slices' contract)
+    const int64_t i = t * a.top_k + threadIdx.x;
+    s_row[threadIdx.x] = __ldg(a.slot_row + i);
+    s_w[threadIdx.x] = __ldg(a.weights + i);
+    s_expert[threadIdx.x] = kBias ? __ldg(a.slot_expert + i) : -1;
+  }
+  pipeline::pdl_wait();  // the partials come from the kernel before
+  pipeline::pdl_launch_dependents();
+  __syncthreads();
+  float4 acc = {0.f, 0.f, 0.f, 0.f};
+  if (col < a.hidden) {
+    const int n = a.top_k * static_cast<int>(a.slices);
+#pragma unroll 4
+    for (int p = lane; p < n; p += kLanes) {
+      const int q = p / static_cast<int>(a.slices), s = p - q * static_cast<int>(a.slices);
+      const int32_t row = s_row[q];
+      if (row < 0) continue;
+      const float4 v = __ldcg(reinterpret_cast<const float4*>(
+          a.partials + (int64_t(row) * a.slices + s) * a.hidden + col));
+      const float w = s_w[q];
+      acc.x = fmaf(w, v.x, acc.x);
+      acc.y = fmaf(w, v.y, acc.y);
+      acc.z = fmaf(w, v.z, acc.z);
+      acc.w = fmaf(w, v.w, acc.w);
+    }
+  }
+  s_sum[lane][quad] = acc;
+  __syncthreads();
+  if (lane != 0 || col >= a.hidden) return;
+  float sum[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  for (int l = 0; l < kLanes; ++l) {
+    const float4 v = s_sum[l][quad];
+    sum[0] += v.x, sum[1] += v.y, sum[2] += v.z, sum[3] += v.w;
+  }
+  if constexpr (kBias) {
+    for (int j = 0; j < a.top_k; ++j) {
+      if (s_row[j] < 0) continue;
+      const float4 b =
+          __ldg(reinterpret_cast<const float4*>(a.bias + int64_t(s_expert[j]) * a.hidden + col));
+      sum[0] = fmaf(s_w[j], b.x, sum[0]);
+      sum[1] = fmaf(s_w[j], b.y, sum[1]);
+      sum[2] = fmaf(s_w[j], b.z, sum[2]);
+      sum[3] = fmaf(s_w[j], b.w, sum[3]);
+    }
+  }
+  const uint4 packed = pipeline::pack8<T>(sum);  // the first 8 bytes hold the four values
+  *reinterpret_cast<uint2*>(static_cast<T*>(a.out) + t * a.hidden + col) =
+      make_uint2(packed.x, packed.y);
+}
+
+using SliceKernelFn = void (*)(SliceArgs);
+
+SliceKernelFn pick_slices(DType elem, bool bias) {
+  if (elem == DType::kFloat16)
+    return bias ? finalize_slices_kernel<__half, true> : finalize_slices_kernel<__half, false>;
+  return bias ? finalize_slices_kernel<__nv_bfloat16, true>
+              : finalize_slices_kernel<__nv_bfloat16, false>;
+}
+
 using KernelFn = void (*)(Args);
 
 KernelFn pick(DType elem, bool bias) {
@@ -123,10 +208,12 @@ Status prepare(const DeviceFinalize& f) {
   Status s = check(f);
   if (!s.ok()) return s;
   cudaFuncAttributes attr;
-  const cudaError_t e = cudaFuncGetAttributes(&attr, pick(f.elem, f.fc2_bias != nullptr));
+  cudaError_t e = cudaFuncGetAttributes(&attr, pick(f.elem, f.fc2_bias != nullptr));
+  if (e == cudaSuccess)
+    e = cudaFuncGetAttributes(&attr, pick_slices(f.elem, f.fc2_bias != nullptr));
   if (e != cudaSuccess)
     return Status(ErrorCode::kCuda,
-                  std::string("loading the finalize kernel failed: ") + cudaGetErrorString(e));
+                  std::string("loading the finalize kernels failed: ") + cudaGetErrorString(e));
   return {};
 }
 
@@ -155,6 +242,34 @@ Status run(const DeviceFinalize& f, int64_t tokens, const void* y, const int32_t
   if (e != cudaSuccess)
     return Status(ErrorCode::kCuda,
                   std::string("launching the finalize kernel failed: ") + cudaGetErrorString(e));
+  return {};
+}
+
+Status run_slices(const DeviceFinalize& f, int64_t tokens, const float* partials, int64_t slices,
+                  const int32_t* slot_row, const float* weights, const int32_t* slot_expert,
+                  void* out, cudaStream_t stream) {
+  Status s = check(f);
+  if (!s.ok()) return s;
+  if (f.top_k > kMaxSliceSlots)
+    return Status(ErrorCode::kUnsupported, "top_k " + std::to_string(f.top_k) +
+                                               " exceeds the sliced finalize's " +
+                                               std::to_string(kMaxSliceSlots));
+  if (slices < 1 || slices * f.top_k > INT32_MAX)
+    return Status(ErrorCode::kInvalidArgument, "slices " + std::to_string(slices) +
+                                                   " is outside [1, 2^31 / top_k)");
+  if (tokens <= 0) return {};
+  if (tokens > 65535)
+    return Status(ErrorCode::kUnsupported, "the sliced finalize runs at most 65535 tokens, not " +
+                                               std::to_string(tokens));
+  SliceArgs a{partials, slot_row, weights, slot_expert, f.fc2_bias, out, f.hidden, slices,
+              f.top_k};
+  const dim3 grid(static_cast<unsigned>((f.hidden / 4 + kQuads - 1) / kQuads),
+                  static_cast<unsigned>(tokens));
+  const cudaError_t e = pipeline::launch_pdl(pick_slices(f.elem, a.bias != nullptr), grid,
+                                             kQuads * kLanes, 0, stream, a);
+  if (e != cudaSuccess)
+    return Status(ErrorCode::kCuda, std::string("launching the sliced finalize kernel failed: ") +
+                                        cudaGetErrorString(e));
   return {};
 }
 

@@ -31,4 +31,12 @@ Status run(const DeviceFinalize& f, int64_t tokens, const void* y, const int32_t
            const float* weights, const int32_t* slot_expert, void* out, cudaStream_t stream,
            bool slots_ready = false);
 
+// The same sum where FC2 left fp32 partial sums per slice of the intermediate (one token's
+// sliced kernel, gemm::GroupedGemm::launch_sliced): Y[row, :] is the sum of partials
+// [row][s][:] over s < slices, in order. Slots whose row is -1 add nothing. The slot arrays
+// are final before the previous kernel lets this one start; they are read before the PDL wait.
+Status run_slices(const DeviceFinalize& f, int64_t tokens, const float* partials, int64_t slices,
+                  const int32_t* slot_row, const float* weights, const int32_t* slot_expert,
+                  void* out, cudaStream_t stream);
+
 }  // namespace moekit::finalize

@@ -86,16 +86,21 @@ __device__ __forceinline__ void store_entry(const GemvParams& p, int row16, int 
 
 // FC1 "+act": with the blocked gate/up row order (activation_math.hpp) the 16 rows are 8 gates
 // and their ups, so entries i and i + 2 (i = 0, 1) are a gate and its up; one activation of
-// [rows, n / 2] each. store_gated_at: one gated entry, at output row `row`.
-template <bool kBF16>
-__device__ __forceinline__ void store_gated_at(const GemvParams& p, int g, int gate_row,
-                                               int64_t row, float gate, float up) {
+// [rows, n / 2] each. store_gated_at: one gated entry, at output row `row`;
+// gated_value: the activation of gate row `gate_row` of group g (its bias added), unrounded.
+__device__ __forceinline__ float gated_value(const GemvParams& p, int g, int gate_row, float gate,
+                                             float up) {
   if (p.bias != nullptr) {
     gate += p.bias[int64_t(g) * p.n + gate_row];
     up += p.bias[int64_t(g) * p.n + gate_row + 8];
   }
+  return activation::apply_gated(p.act, gate, up);
+}
+template <bool kBF16>
+__device__ __forceinline__ void store_gated_at(const GemvParams& p, int g, int gate_row,
+                                               int64_t row, float gate, float up) {
   p.d[row * (p.n / 2) + (gate_row >> 4) * 8 + (gate_row & 7)] =
-      to_elem<kBF16>(activation::apply_gated(p.act, gate, up));
+      to_elem<kBF16>(gated_value(p, g, gate_row, gate, up));
 }
 template <bool kBF16>
 __device__ __forceinline__ void store_gated(const GemvParams& p, int g, int row16, int c0, int m0,

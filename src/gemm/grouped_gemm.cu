@@ -531,6 +531,37 @@ Status GroupedGemm::launch_chained(const GemmCall& first, const GemmCall& second
                                     done);
 }
 
+bool GroupedGemm::runs_sliced(const std::string& tactic) const {
+  const Slot* slot = state_->find(tactic);
+  return slot != nullptr && state_->act && slot->applies_activation &&
+         slot->tactic->runs_sliced();
+}
+
+bool GroupedGemm::slicing_pays(const std::string& tactic) const {
+  // Forward A/B at one token against two GEMV launches (session 30, one H200, 3 rounds), slices
+  // of 64: qwen3 (FC1 6.3 MB per expert) 32.8 -> 30.0 us, gpt-oss (33 MB) 61.6 -> 59.0. Sliced on
+  // .s12: gpt-oss 62.2 against 60.2 on tma64. Deepseek's FC1 runs on .s12 (3.8 items per SM) and
+  // mixtral's on swap-AB; forced onto slices of 32 they lost 34 and 26-35 us; not measured on 64.
+  return tactic == "sm90.gemv.tma64+act" && runs_sliced(tactic);
+}
+
+Status GroupedGemm::launch_sliced(const GemmCall& fc1, const void* w2, float* partials,
+                                  int* next_item, const int32_t* row_offsets,
+                                  cudaStream_t stream) {
+  if (fc1.gemm == nullptr)
+    return Status(ErrorCode::kInvalidArgument, "launch_sliced: the call names no GEMM");
+  const Slot* slot = nullptr;
+  bool skip = false;
+  Status s = fc1.gemm->check_call(fc1, row_offsets, &slot, &skip);
+  if (!s.ok() || skip) return s;
+  if (w2 == nullptr || reinterpret_cast<std::uintptr_t>(w2) % 16 != 0)
+    return Status(ErrorCode::kInvalidArgument,
+                  "launch_sliced: FC2's weights are null or not 16-byte aligned");
+  if (!fc1.gemm->runs_sliced(fc1.tactic))
+    return Status(ErrorCode::kUnsupported, "tactic " + fc1.tactic + " does not run sliced");
+  return slot->tactic->run_sliced(run_args(fc1, row_offsets, stream), w2, partials, next_item);
+}
+
 Status GroupedGemm::run(const void* a, const void* b, void* d, const int32_t* row_offsets,
                         double rows_per_group_hint, cudaStream_t stream,
                         const std::string& tactic) {

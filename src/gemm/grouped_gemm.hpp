@@ -156,6 +156,20 @@ class GroupedGemm {
   static Status launch_chained(const GemmCall& first, const GemmCall& second,
                                const int32_t* row_offsets, int* done, cudaStream_t stream);
 
+  // One token's FC1 (`fc1`, this GEMM's shape [2I, H] with its activation; one_row and
+  // offsets_flag set) and FC2 (weights `w2`, [groups, H, I]) as one kernel, in slices of 64
+  // activations, where the tactic can (runs_sliced); else kUnsupported with nothing enqueued.
+  // Each slice's FC2 product goes to partials [rows][slices()][H] as fp32 (row: the expert's
+  // row in row_offsets), which finalize::run_slices adds up. `next_item`: a counter, zero before
+  // the launch. No write_problems() call is needed.
+  static Status launch_sliced(const GemmCall& fc1, const void* w2, float* partials, int* next_item,
+                              const int32_t* row_offsets, cudaStream_t stream);
+  bool runs_sliced(const std::string& tactic) const;
+  // Whether one token's forward should take launch_sliced with FC1 on `tactic`: where it runs
+  // sliced and that is measured faster than two GEMV launches (tma64 with its activation).
+  bool slicing_pays(const std::string& tactic) const;
+  int64_t slices() const { return (shape().n + 127) / 128; }  // ceil(I / 64) per expert
+
   // Device bytes this object allocated (per-group arrays, CUTLASS workspaces, strides).
   std::size_t workspace_bytes() const;
 

@@ -296,6 +296,7 @@ struct TokenRowsStore {
 // ring, then its stores (kAct: FC1's gated activation).
 template <bool kBF16, class R, int kStages>
 struct RingConsumer {
+  using Ring = R;
   const R sm;
   int stage = 0;
   uint32_t phase = 0;
@@ -317,12 +318,8 @@ struct RingConsumer {
   }
   __device__ void rows(bool one_row) { b_row = one_row ? 0 : lane & 7; }
 
-  // Token rows past the chunk's mg (the next expert's, or zeros past the tensor) give columns
-  // of the product that are not stored. kTokenRows: FC1 on `tokens` (the chained kernel only).
-  template <bool kAct, bool kTokenRows = false>
-  __device__ void chunk(const GemvParams& p, int k_boxes, int g, int row16, int c0, int m0,
-                        int mg, TokenRowsStore* tokens = nullptr) {
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  // The k sum of this warp's 16 rows of k_boxes boxes from the ring (x 8 token rows).
+  __device__ __forceinline__ void accumulate(int k_boxes, float (&acc)[4]) {
     for (int kb = 0; kb < k_boxes; ++kb) {
       FullBarrier::wait(&sm.full[stage], phase);
       const uint32_t a_base = smem_addr(sm.weights + stage * R::kStageBytes) + a_row * 128;
@@ -339,16 +336,29 @@ struct RingConsumer {
         ldmatrix_x4(a_base + ch * 16, a0, a1, a2, a3);
         mma16816<kBF16>(acc, a0, a1, a2, a3, b[s][0], b[s][1]);
       }
-      // The stage's next TMA write (async proxy) must follow these ldmatrix reads (generic
-      // proxy): the barrier's release alone does not order the two proxies (session 11).
-      cutlass::arch::fence_view_async_shared();
-      __syncwarp();
-      if (lane == 0) EmptyBarrier::arrive(&sm.empty[stage]);
-      if (++stage == kStages) {
-        stage = 0;
-        phase ^= 1;
-      }
+      release();
     }
+  }
+  // Hands the current stage back to the producer and moves to the next.
+  __device__ __forceinline__ void release() {
+    // The stage's next TMA write (async proxy) must follow these ldmatrix reads (generic
+    // proxy): the barrier's release alone does not order the two proxies (session 11).
+    cutlass::arch::fence_view_async_shared();
+    __syncwarp();
+    if (lane == 0) EmptyBarrier::arrive(&sm.empty[stage]);
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+
+  // Token rows past the chunk's mg (the next expert's, or zeros past the tensor) give columns
+  // of the product that are not stored. kTokenRows: FC1 on `tokens` (the chained kernel only).
+  template <bool kAct, bool kTokenRows = false>
+  __device__ void chunk(const GemvParams& p, int k_boxes, int g, int row16, int c0, int m0,
+                        int mg, TokenRowsStore* tokens = nullptr) {
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    accumulate(k_boxes, acc);
     if constexpr (kAct && kTokenRows) {
       if (!tokens->slots_ready) {  // the slots: from the permute, the kernel before
         pipeline::pdl_wait();
@@ -633,6 +643,156 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
   }
 }
 
+// One token's FC1 (+ its gated activation) and FC2 in one pass, sliced along the intermediate
+// dimension: an item is two of one expert's 64-row FC1 boxes (64 activations, in the blocked
+// gate/up order) and then the 64 columns of FC2 that those activations multiply, [H, 64]. No
+// block waits for another's FC1, so the two GEMMs stream as one wave with no hand-off between
+// them; each item stores its product [H] as fp32 partial sums, partials[row][slice][H] (row: the
+// expert's row of the run), which the finalize adds in slice order (finalize::run_slices).
+// Slices of 64 read whole 128-byte lines of FC2's rows; slices of 32 (64-byte rows) lost up to
+// 10 us at one token on gpt-oss and deepseek (session 30's results).
+// FC1 reads the caller's row (GemvParams::one_row) from the permute's flag on. The partials are
+// this kernel's alone, so its stores wait for nothing; the producer warp waits for the permute
+// before the kernel lets the finalize start (which reads the permute's slots before its wait).
+constexpr int kSliceTiles = 2;              // FC1's 64-row boxes per slice
+constexpr int kSlice = 32 * kSliceTiles;    // activations per slice
+constexpr int kSliceRows = 64;              // FC2 rows per box: 64 x 64 k x 2 B = 8 KB, one stage
+constexpr int kSliceSteps = kSlice / 16;    // k16 steps per FC2 box
+
+// A consumer warp's part of one FC2 box of a slice: rows 16w..16w+15 (one m16 tile) x the 64
+// activations (four k16 steps, B fragments `b` from the block's activations), stored for token
+// column 0 at out[h0 + row]. The box is 128-byte swizzled: 16-byte chunk c of row r lies at
+// c ^ (r & 7).
+template <bool kBF16, class Consumer>
+__device__ __forceinline__ void slice_box(Consumer& cons, const uint32_t (&b)[kSliceSteps][2],
+                                          float* out, int h0, int hidden) {
+  FullBarrier::wait(&cons.sm.full[cons.stage], cons.phase);
+  const uint32_t base = smem_addr(cons.sm.weights + cons.stage * Consumer::Ring::kStageBytes);
+  const int lane = cons.lane;
+  const int r = cons.warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+  float acc[4] = {};
+#pragma unroll
+  for (int ks = 0; ks < kSliceSteps; ++ks) {
+    const int ch = (ks * 2 + (lane >> 4)) ^ (r & 7);
+    uint32_t a0, a1, a2, a3;
+    ldmatrix_x4(base + r * 2 * kSlice + ch * 16, a0, a1, a2, a3);
+    mma16816<kBF16>(acc, a0, a1, a2, a3, b[ks][0], b[ks][1]);
+  }
+  cons.release();
+  if ((lane & 3) == 0) {  // token column 0: entries 0 (row l/4) and 2 (row l/4 + 8)
+    const int h = h0 + cons.warp * 16 + (lane >> 2);
+    if (h < hidden) out[h] = acc[0];
+    if (h + 8 < hidden) out[h + 8] = acc[2];
+  }
+}
+
+template <bool kBF16, int kStages, int kBlocksPerSm>
+__global__ void __launch_bounds__(Ring<64, kStages>::kThreads, kBlocksPerSm)
+    sliced_gemv_tma_kernel(const __grid_constant__ CUtensorMap w1,
+                           const __grid_constant__ CUtensorMap a1,
+                           const __grid_constant__ CUtensorMap w2, GemvParams p1, float* partials,
+                           int* next_item) {
+  using R = Ring<64, kStages>;
+  extern __shared__ uint8_t smem_raw[];
+  __shared__ int s_warp_live[R::kWarps];
+  __shared__ uint64_t s_item_full[kStages], s_item_empty[kStages];
+  __shared__ int s_items[kStages];
+  // Two items' activations, [token column][slice]: a warp writes item n's while the others may
+  // still read item n - 1's B fragments (never n - 2's: each passed item n - 1's barrier).
+  __shared__ __align__(16) uint16_t s_act[2][kTokens][kSlice];
+  const R sm(smem_raw);
+  ItemRing<kStages> ring{s_item_full, s_item_empty, s_items};
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (threadIdx.x == 0) ItemRing<kStages>::init(s_item_full, s_item_empty, R::kConsumers);
+  const int live = ring_prologue<R, kStages>(sm, p1, s_warp_live);
+  const int slices = (p1.row_tiles + kSliceTiles - 1) / kSliceTiles;  // ceil(I / kSlice)
+  const int items = live * slices, hidden = p1.k;
+  const int k_boxes = (hidden + kBoxK - 1) / kBoxK;
+  const int fc2_boxes = (hidden + kSliceRows - 1) / kSliceRows;
+  // FC1's boxes in a slice: the last one's of an intermediate not a multiple of 64 may be one,
+  // the box past the expert's not loaded (its activations are zeros).
+  const auto slice_tiles = [&](int slice) {
+    return min(kSliceTiles, p1.row_tiles - slice * kSliceTiles);
+  };
+  if (warp == R::kConsumers) {
+    if (lane == 0) {
+      cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&w1));
+      cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&a1));
+      cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&w2));
+      int stage = 0;
+      uint32_t phase = 0;
+      const auto next_stage = [&](int bytes) {
+        EmptyBarrier::wait(&sm.empty[stage], phase ^ 1);
+        FullBarrier::arrive_and_expect_tx(&sm.full[stage], bytes);
+        const int s = stage;
+        if (++stage == kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+        return s;
+      };
+      for (;;) {
+        const int item = ring.take_and_publish(next_item, items);
+        if (item < 0) break;
+        const int g = sm.active[item / slices], slice = item % slices;
+        for (int t = 0; t < slice_tiles(slice); ++t)
+          for (int kb = 0; kb < k_boxes; ++kb) {
+            const int s = next_stage(R::kStageBytes + kActBytes);
+            cute::SM90_TMA_LOAD_2D::copy(&w1, &sm.full[s],
+                                         uint64_t(cute::TMA::CacheHintSm90::EVICT_FIRST),
+                                         sm.weights + s * R::kStageBytes, kb * kBoxK,
+                                         g * p1.n + (slice * kSliceTiles + t) * 64);
+            cute::SM90_TMA_LOAD_2D::copy(&a1, &sm.full[s],
+                                         uint64_t(cute::TMA::CacheHintSm90::EVICT_LAST),
+                                         sm.acts + s * kActBytes, kb * kBoxK, 0);
+          }
+        for (int b = 0; b < fc2_boxes; ++b) {
+          const int s = next_stage(R::kStageBytes);
+          cute::SM90_TMA_LOAD_2D::copy(&w2, &sm.full[s],
+                                       uint64_t(cute::TMA::CacheHintSm90::EVICT_FIRST),
+                                       sm.weights + s * R::kStageBytes, slice * kSlice,
+                                       g * hidden + b * kSliceRows);
+        }
+      }
+    }
+    pipeline::pdl_wait();  // the finalize starts after the permute (its slots)
+    pipeline::pdl_launch_dependents();
+    return;
+  }
+  RingConsumer<kBF16, R, kStages> cons(sm, warp, lane, true);
+  for (int n = 0;; n ^= 1) {
+    const int item = ring.read(lane);
+    if (item < 0) break;
+    const int g = sm.active[item / slices], slice = item % slices;
+    const int tiles = slice_tiles(slice);
+#pragma unroll
+    for (int t = 0; t < kSliceTiles; ++t) {
+      float acc[4] = {0.f, 0.f, 0.f, 0.f};
+      if (t < tiles) cons.accumulate(k_boxes, acc);
+      // Entries i and i + 2 are gate and up of gate row l / 4 for token column 2(l % 4) + i
+      // (store_gated); gate rows past the expert's (a local intermediate not a multiple of the
+      // slice) give zeros, as FC2's columns past it read.
+      const int gate_row = (slice * kSliceTiles + t) * 64 + warp * 16 + (lane >> 2);
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+        s_act[n][(lane & 3) * 2 + i][t * 32 + warp * 8 + (lane >> 2)] = to_elem<kBF16>(
+            gate_row < p1.n ? gated_value(p1, g, gate_row, acc[i], acc[i + 2]) : 0.0f);
+    }
+    asm volatile("bar.sync 1, %0;" ::"n"(R::kConsumers * 32) : "memory");
+    // B fragments of the k16 steps: token column l / 4, k 2(l % 4) + {0, 1} and + 8.
+    uint32_t b[kSliceSteps][2];
+#pragma unroll
+    for (int ks = 0; ks < kSliceSteps; ++ks)
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+        b[ks][j] = *reinterpret_cast<const uint32_t*>(
+            &s_act[n][lane >> 2][ks * 16 + j * 8 + (lane & 3) * 2]);
+    float* out = partials + (int64_t(p1.row_offsets[g]) * slices + slice) * hidden;
+    for (int bx = 0; bx < fc2_boxes; ++bx)
+      slice_box<kBF16>(cons, b, out, bx * kSliceRows, hidden);
+  }
+}
+
 PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder(Status& status) {
   static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
   static cudaError_t err = cudaSuccess;
@@ -685,18 +845,29 @@ class GemvTmaTactic final : public GemvTacticBase {
     s = size_grid(reinterpret_cast<const void*>(kernel), ctx, R::smem_bytes(ctx.shape.groups),
                   R::kThreads);
     if (!s.ok() || !kAct) return s;
-    // FC1's tactic also launches the chained kernels: their shared memory and blocks per SM.
-    for (int t = 0; t < 2; ++t) {
-      const void* chained = reinterpret_cast<const void*>(kChained[t]);
-      cudaError_t err = cudaFuncSetAttribute(chained, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(smem_));
-      if (err != cudaSuccess) return cuda_status(err, "cudaFuncSetAttribute", what_);
-      int per_sm = 0;
-      err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chained, R::kThreads, smem_);
-      if (err != cudaSuccess)
-        return cuda_status(err, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", what_);
-      chained_slots_[t] = int64_t(std::max(per_sm, 1)) * ctx.sm_count;
+    if constexpr (kRows == 64) {  // and the one-token sliced kernel
+      s = slots_on_device(reinterpret_cast<const void*>(kSliced<>), ctx, sliced_slots_);
+      if (!s.ok()) return s;
     }
+    // FC1's tactic also launches the chained kernels.
+    for (int t = 0; t < 2; ++t) {
+      s = slots_on_device(reinterpret_cast<const void*>(kChained[t]), ctx, chained_slots_[t]);
+      if (!s.ok()) return s;
+    }
+    return {};
+  }
+
+  // Another kernel of this variant (chained, sliced), with its shared memory: how many of its
+  // blocks fit on the device at once.
+  Status slots_on_device(const void* kernel, const TacticContext& ctx, int64_t& slots) const {
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(smem_));
+    if (err != cudaSuccess) return cuda_status(err, "cudaFuncSetAttribute", what_);
+    int per_sm = 0;
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, R::kThreads, smem_);
+    if (err != cudaSuccess)
+      return cuda_status(err, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", what_);
+    slots = int64_t(std::max(per_sm, 1)) * ctx.sm_count;
     return {};
   }
 
@@ -719,6 +890,38 @@ class GemvTmaTactic final : public GemvTacticBase {
   }
 
   bool reads_token_rows() const override { return kAct; }
+  bool runs_sliced() const override { return kAct && kRows == 64; }
+
+  // FC1 (this, "+act", reading the caller's row from the permute's flag on) and FC2 (`w2`,
+  // [groups, k, n / 2]) of one token in slices of the intermediate (sliced_gemv_tma_kernel).
+  Status run_sliced(const RunArgs& a, const void* w2, float* partials, int* next_item) override {
+    if constexpr (kAct && kRows == 64) {
+      if (a.one_row == nullptr || a.offsets_flag == nullptr || partials == nullptr ||
+          next_item == nullptr)
+        return Status(ErrorCode::kInvalidArgument,
+                      what_ + ": the sliced kernel reads one row from the permute's flag and "
+                              "needs partials and an item counter");
+      if (grid_ == 0) return {};
+      Bound b1;
+      Status s = bind(a, b1);
+      // FC2 as [groups x k rows, n / 2]: boxes of 64 rows x 64 columns (128 bytes).
+      if (s.ok())
+        s = fc2_slices_.map(w2, p_.n / 2, int64_t(p_.groups) * p_.k, kSlice, kSliceRows,
+                            CU_TENSOR_MAP_SWIZZLE_128B, "FC2 weights", *this);
+      if (!s.ok()) return s;
+      const int64_t slices = (p_.row_tiles + kSliceTiles - 1) / kSliceTiles;
+      const int grid =
+          static_cast<int>(std::min<int64_t>(sliced_slots_, live_groups(a) * slices));
+      const cudaError_t err =
+          pipeline::launch_pdl(kSliced<>, grid, R::kThreads, smem_, a.stream, *b1.weights,
+                               *b1.acts, fc2_slices_.map_, b1.p, partials, next_item);
+      if (err != cudaSuccess) return cuda_status(err, "sliced kernel launch", what_);
+      return {};
+    } else {
+      (void)a, (void)w2, (void)partials, (void)next_item;
+      return Status(ErrorCode::kUnsupported, what_ + ": runs sliced only as FC1 (+act) of tma64");
+    }
+  }
 
   Status run(const RunArgs& a) override {
     if (grid_ == 0) return {};  // max_rows == 0: nothing can ever be computed
@@ -759,6 +962,9 @@ class GemvTmaTactic final : public GemvTacticBase {
 
  private:
   static constexpr auto kernel = grouped_gemv_tma_kernel<kBF16, kAct, kRows, kStages, kBlocksPerSm>;
+  // A variable template, so that only the tma64 variants, which use it, instantiate the kernel.
+  template <int kS = kStages>
+  static constexpr auto kSliced = sliced_gemv_tma_kernel<kBF16, kS, kBlocksPerSm>;
   // [kTokenRows]
   static constexpr decltype(&chained_gemv_tma_kernel<kBF16, kRows, kStages, kBlocksPerSm, false>)
       kChained[2] = {chained_gemv_tma_kernel<kBF16, kRows, kStages, kBlocksPerSm, false>,
@@ -773,19 +979,23 @@ class GemvTmaTactic final : public GemvTacticBase {
     int64_t rows_ = 0;
     Status map(const void* base, int64_t rows, int box_rows, const char* name,
                const GemvTmaTactic& t) {
+      return map(base, t.p_.k, rows, kBoxK, box_rows, CU_TENSOR_MAP_SWIZZLE_128B, name, t);
+    }
+    // A [rows, cols] tensor in boxes of box_rows x box_cols.
+    Status map(const void* base, int64_t cols, int64_t rows, int box_cols, int box_rows,
+               CUtensorMapSwizzle swizzle, const char* name, const GemvTmaTactic& t) {
       if (base == base_ && rows == rows_) return {};
       if (reinterpret_cast<uintptr_t>(base) % 16 != 0)
         return Status(ErrorCode::kInvalidArgument,
                       t.what_ + ": " + name + " not 16-byte aligned");
-      const cuuint64_t dims[2] = {cuuint64_t(t.p_.k), cuuint64_t(rows)};
-      const cuuint64_t pitch[1] = {cuuint64_t(t.p_.k) * 2};
-      const cuuint32_t box[2] = {kBoxK, cuuint32_t(box_rows)};
+      const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
+      const cuuint64_t pitch[1] = {cuuint64_t(cols) * 2};
+      const cuuint32_t box[2] = {cuuint32_t(box_cols), cuuint32_t(box_rows)};
       const cuuint32_t unit[2] = {1, 1};
       const CUresult r = t.encode_(
           &map_, kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
           const_cast<void*>(base), dims, pitch, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
-          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+          swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
       if (r != CUDA_SUCCESS)
         return Status(ErrorCode::kCuda, t.what_ + ": cuTensorMapEncodeTiled failed for the " +
                                             name + " (CUresult " + std::to_string(r) + ")");
@@ -797,8 +1007,10 @@ class GemvTmaTactic final : public GemvTacticBase {
 
   PFN_cuTensorMapEncodeTiled_v12000 encode_ = nullptr;
   int64_t max_rows_ = 0, chained_slots_[2] = {0, 0};  // [kTokenRows]
-  // one_row_: RunArgs::one_row, [1, k]; token_rows_: RunArgs::token_rows, [count, k]
-  TensorMap weights_, acts_, one_row_, token_rows_;
+  int64_t sliced_slots_ = 0;
+  // one_row_: RunArgs::one_row, [1, k]; token_rows_: RunArgs::token_rows, [count, k];
+  // fc2_slices_: run_sliced's FC2 weights
+  TensorMap weights_, acts_, one_row_, token_rows_, fc2_slices_;
 };
 
 template <bool kBF16, int kRows, int kStages, int kBlocksPerSm, int kDefaultStages = kStages>

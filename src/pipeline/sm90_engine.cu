@@ -111,7 +111,8 @@ class Sm90Engine final : public Engine {
              const Sm90Options& options);
   void forward(const ForwardArgs& args) override;
   std::size_t workspace_bytes() const override {
-    return workspace_bytes_ + fc1_->workspace_bytes() + fc2_->workspace_bytes();
+    return workspace_bytes_ + partials_bytes_ + fc1_->workspace_bytes() +
+           fc2_->workspace_bytes();
   }
   Status poll_errors() override;
 
@@ -121,7 +122,7 @@ class Sm90Engine final : public Engine {
   LocalProblem lp_;
   int device_;
   DType elem_;
-  DeviceMemory weight_memory_, workspace_;
+  DeviceMemory weight_memory_, workspace_, partials_memory_;
   std::size_t workspace_bytes_ = 0;
   const void* w1_ = nullptr;  // [L, fc1_rows, H]
   const void* w2_ = nullptr;  // [L, H, I]
@@ -132,7 +133,12 @@ class Sm90Engine final : public Engine {
   void* fc1_out_ = nullptr;   // [P, fc1_rows]; only for non-gated kinds (gated: FC1 applies it)
   void* act_out_ = nullptr;   // [P, I]
   void* fc2_out_ = nullptr;   // [P, H], shares the gathered input's memory (dead after FC1)
-  std::size_t permuted_bytes_ = 0, act_out_bytes_ = 0, slot_count_ = 0;
+  float* partials_ = nullptr;  // [min(k, L)][FC1 slices][H] where one token slices, or null
+  std::size_t permuted_bytes_ = 0, act_out_bytes_ = 0, slot_count_ = 0, partials_bytes_ = 0;
+  // One token through GroupedGemm::launch_sliced; false (nothing enqueued) where slicing does
+  // not pay for FC1's tactic (GroupedGemm::slicing_pays).
+  bool forward_sliced(const ForwardArgs& args, permute::Inputs in, double hint,
+                      cudaStream_t stream);
   std::unique_ptr<gemm::GroupedGemm> fc1_, fc2_;
 };
 
@@ -310,11 +316,45 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
   fc2_ = std::make_unique<gemm::GroupedGemm>(
       gemm::GroupedShape{ge, static_cast<int>(L), H, I, P}, device_);
 
+  // One token's sliced forward, where it pays for the shape (GroupedGemm::slicing_pays, on the
+  // tactic forward() picks at one token): its fp32 partials, [min(k, L)][slices][H], in an
+  // allocation of their own, so that the workspace stays as it was for shapes that never slice.
+  if (gated && options_.slice_one_token &&
+      fc1_->slicing_pays(fc1_->pick_tactic(static_cast<double>(k) / static_cast<double>(E)))) {
+    partials_bytes_ =
+        static_cast<std::size_t>(std::min(k, L) * fc1_->slices() * H) * sizeof(float);
+    partials_memory_ = device_alloc(partials_bytes_, "the sliced kernel's partial sums");
+    partials_ = static_cast<float*>(partials_memory_.get());
+  }
+
   // Load every kernel forward() may launch, so its first call can be captured in a graph.
   throw_if_error(permute::prepare(pcfg_));
   throw_if_error(activation::prepare_device(act_));
   throw_if_error(finalize::prepare(fin_));
   check_cuda(cudaDeviceSynchronize(), "finishing the engine's set-up");
+}
+
+bool Sm90Engine::forward_sliced(const ForwardArgs& args, permute::Inputs in, double hint,
+                                cudaStream_t stream) {
+  const std::string tactic = fc1_->pick_tactic(hint);
+  if (partials_ == nullptr || !fc1_->slicing_pays(tactic) || !permute::clears_expert_done(1) ||
+      permute::offsets_final_for_next_kernel(pcfg_, 1, permute::Path::kAuto, false) !=
+          permute::OffsetsFinal::kAtFlag)
+    return false;
+  // FC1 reads the caller's row from the permute's flag on: nothing is gathered.
+  in.gather = false;
+  throw_if_error(permute::run(pcfg_, pbuf_, 1, in, stream));
+  gemm::GroupedGemm::GemmCall fc1{fc1_.get(), pbuf_.permuted, w1_, act_out_, tactic};
+  fc1.offsets_flag = pbuf_.offsets_flag;
+  fc1.one_row = args.hidden.data;
+  fc1.rows_bound = std::min<int64_t>(lp_.top_k, lp_.num_experts);
+  throw_if_error(gemm::GroupedGemm::launch_sliced(fc1, w2_, partials_,
+                                                  pbuf_.expert_done + lp_.num_experts,
+                                                  pbuf_.offsets, stream));
+  throw_if_error(finalize::run_slices(fin_, 1, partials_, fc1_->slices(), pbuf_.slot_row,
+                                      pbuf_.topk_weights, pbuf_.slot_expert, args.output.data,
+                                      stream));
+  return true;
 }
 
 void Sm90Engine::forward(const ForwardArgs& args) {
@@ -345,9 +385,13 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   if (options_.poison_gathered_rows)
     check_cuda(cudaMemsetAsync(pbuf_.permuted, 0xff, permuted_bytes_, stream),
                "poisoning the gathered rows");
-  if (options_.poison_activations)
+  if (options_.poison_activations) {
     check_cuda(cudaMemsetAsync(act_out_, 0xff, act_out_bytes_, stream),
                "poisoning FC1's activated output");
+    if (partials_ != nullptr)
+      check_cuda(cudaMemsetAsync(partials_, 0xff, partials_bytes_, stream),
+                 "poisoning the sliced kernel's partial sums");
+  }
   if (options_.poison_slots) {
     for (void* p : {static_cast<void*>(pbuf_.slot_row), static_cast<void*>(pbuf_.topk_weights),
                     static_cast<void*>(pbuf_.slot_expert)})
@@ -363,6 +407,7 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   }
   // Rows per expert if routing were uniform: only a hint for the GEMM's tactic.
   const double hint = static_cast<double>(T) * k / static_cast<double>(lp_.num_experts_global);
+  if (T == 1 && options_.slice_one_token && forward_sliced(args, in, hint, stream)) return;
   const int64_t rows = T * std::min<int64_t>(k, lp_.num_experts);
   // Decode with the TMA GEMV on both: one kernel, FC2's weights streaming while FC1 ends
   // (its per-expert counters were cleared by the permute). From 8 tokens on it gained 0.5-5 us;

@@ -1,7 +1,8 @@
 // Finalize against the host sum over slots in slot order (fp32 fma, one rounding): bit-exact,
 // bf16 and fp16, with and without the FC2 bias, slots that do not run here (row -1), tokens
 // with no local slot (zeros), output poisoned before the run; and under programmatic dependent
-// launch, settled slots read early while FC2's output is still being written.
+// launch, settled slots read early while FC2's output is still being written. The same for the
+// sum over slices of fp32 partials (run_slices, one token's sliced kernel).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,6 +22,17 @@ namespace {
 using namespace devtest;  // NOLINT: the shared device-test helpers
 
 class FinalizeTest : public GpuTest {};
+
+// A finalize of `elem`, H and k, with the FC2 bias `bias` (device) or none, its kernels loaded.
+DeviceFinalize prepared(DType elem, int64_t H, int k, const float* bias) {
+  DeviceFinalize f;
+  f.elem = elem;
+  f.hidden = H;
+  f.top_k = k;
+  f.fc2_bias = bias;
+  EXPECT_TRUE(prepare(f).ok());
+  return f;
+}
 
 // Slots of `tokens` x k: every third one does not run here; token 0 has no local slot at all.
 // Rows in a random order; y and the bias random; `want` the host sum in slot order.
@@ -95,12 +107,7 @@ TEST_F(FinalizeTest, MatchesHostSumInSlotOrder) {
             DeviceBuffer d_b = to_device(c.b);
             DeviceBuffer d_out(c.want.size() * 2);
             d_out.poison();
-            DeviceFinalize f;
-            f.elem = elem;
-            f.hidden = H;
-            f.top_k = k;
-            f.fc2_bias = bias ? d_b.as<float>() : nullptr;
-            ASSERT_TRUE(prepare(f).ok());
+            const DeviceFinalize f = prepared(elem, H, k, bias ? d_b.as<float>() : nullptr);
             ASSERT_TRUE(run(f, tokens, d_y.ptr, d_rows.as<int32_t>(), d_w.as<float>(),
                             d_e.as<int32_t>(), d_out.ptr, nullptr, settled)
                             .ok());
@@ -125,12 +132,7 @@ TEST_F(FinalizeTest, SettledSlotsStillWaitForFc2Output) {
   DeviceBuffer d_y(c.y.size() * 2), d_out(c.want.size() * 2);
   d_y.poison();  // stale until the slow writer runs
   d_out.poison();
-  DeviceFinalize f;
-  f.elem = DType::kBFloat16;
-  f.hidden = H;
-  f.top_k = k;
-  f.fc2_bias = d_b.as<float>();
-  ASSERT_TRUE(prepare(f).ok());
+  const DeviceFinalize f = prepared(DType::kBFloat16, H, k, d_b.as<float>());
   slow_y_writer<<<1, 256>>>(static_cast<uint4*>(d_y.ptr), static_cast<const uint4*>(d_src.ptr),
                             static_cast<int64_t>(c.y.size() / 8), 200000);
   ASSERT_TRUE(run(f, tokens, d_y.ptr, d_rows.as<int32_t>(), d_w.as<float>(), d_e.as<int32_t>(),
@@ -138,6 +140,80 @@ TEST_F(FinalizeTest, SettledSlotsStillWaitForFc2Output) {
                   .ok());
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   expect_exact(c, d_out, H);
+}
+
+// run_slices: each slot's row is the sum of `slices` fp32 partial rows. The host sum follows the
+// kernel's order: lane l (of kLanes = 64) sums pairs (slot, slice) l, l + 64, ... by fmaf of the
+// slot's weight; the lanes add in order; then the weighted biases in slot order; one rounding.
+std::vector<uint16_t> host_slices(DType elem, const Case& c, const std::vector<float>& parts,
+                                  int64_t slices, int k, int64_t tokens, int64_t H, bool bias) {
+  constexpr int kLanes = 64;
+  std::vector<uint16_t> want(static_cast<std::size_t>(tokens * H));
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t h = 0; h < H; ++h) {
+      float sum = 0.0f;
+      for (int l = 0; l < kLanes; ++l) {
+        float acc = 0.0f;
+        for (int64_t p = l; p < k * slices; p += kLanes) {
+          const int64_t q = p / slices, s = p % slices;
+          const int32_t r = c.slot_row[t * k + q];
+          if (r >= 0) acc = std::fmaf(c.w[t * k + q], parts[(r * slices + s) * H + h], acc);
+        }
+        sum += acc;
+      }
+      for (int q = 0; bias && q < k; ++q)
+        if (c.slot_row[t * k + q] >= 0)
+          sum = std::fmaf(c.w[t * k + q], c.b[c.slot_expert[t * k + q] * H + h], sum);
+      want[t * H + h] = to_bits(elem, sum);
+    }
+  return want;
+}
+
+// Bit-exact against host_slices, outputs poisoned first; the last case as the dependent of a
+// kernel that writes the partials late (settled slots are read before the wait, the partials
+// after it). H 264: the last block's column quads are partial.
+TEST_F(FinalizeTest, SlicesMatchHostSumInOrder) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0xf1a3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t H = 264;
+  for (DType elem : {DType::kBFloat16, DType::kFloat16})
+    for (bool bias : {false, true})
+      for (int k : {1, 4, 8})
+        for (int64_t slices : {1, 9, 90})
+          for (int64_t tokens : {1, 3}) {
+            const bool late = elem == DType::kBFloat16 && bias && k == 8 && slices == 90;
+            SCOPED_TRACE(std::string(to_string(elem)) + (bias ? " bias" : "") + " k" +
+                         std::to_string(k) + " slices " + std::to_string(slices) + " T" +
+                         std::to_string(tokens) + (late ? " late partials" : ""));
+            Case c = make_case(elem, bias, k, tokens, H, rng);
+            const int64_t rows = int64_t(c.y.size()) / H;
+            std::vector<float> parts(static_cast<std::size_t>(rows * slices * H));
+            for (auto& v : parts) v = normal(rng);
+            const std::vector<uint16_t> want =
+                host_slices(elem, c, parts, slices, k, tokens, H, bias);
+            DeviceBuffer d_src = to_device(parts), d_rows = to_device(c.slot_row);
+            DeviceBuffer d_w = to_device(c.w), d_e = to_device(c.slot_expert);
+            DeviceBuffer d_b = to_device(c.b), d_out(want.size() * 2);
+            DeviceBuffer d_parts(parts.size() * 4);
+            if (late)
+              d_parts.poison();
+            else
+              ASSERT_EQ(cudaMemcpy(d_parts.ptr, parts.data(), d_parts.bytes,
+                                   cudaMemcpyHostToDevice),
+                        cudaSuccess);
+            d_out.poison();
+            const DeviceFinalize f = prepared(elem, H, k, bias ? d_b.as<float>() : nullptr);
+            if (late)
+              slow_y_writer<<<1, 256>>>(static_cast<uint4*>(d_parts.ptr),
+                                        static_cast<const uint4*>(d_src.ptr),
+                                        static_cast<int64_t>(d_parts.bytes / 16), 200000);
+            ASSERT_TRUE(run_slices(f, tokens, d_parts.as<float>(), slices, d_rows.as<int32_t>(),
+                                   d_w.as<float>(), d_e.as<int32_t>(), d_out.ptr, nullptr)
+                            .ok());
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+            c.want = want;
+            expect_exact(c, d_out, H);
+          }
 }
 
 TEST(FinalizeLimits, RefusesWhatItCannotRun) {
@@ -149,6 +225,16 @@ TEST(FinalizeLimits, RefusesWhatItCannotRun) {
   f.elem = DType::kBFloat16;
   f.hidden = 60;
   EXPECT_EQ(prepare(f).code(), ErrorCode::kUnsupported);
+  // The sliced finalize: at most 32 slots, at least one slice (nothing is launched).
+  f.hidden = 64;
+  f.top_k = 33;
+  const Status many = run_slices(f, 1, nullptr, 4, nullptr, nullptr, nullptr, nullptr, nullptr);
+  EXPECT_EQ(many.code(), ErrorCode::kUnsupported);
+  EXPECT_NE(many.message().find("33"), std::string::npos) << many.message();
+  f.top_k = 2;
+  const Status none = run_slices(f, 1, nullptr, 0, nullptr, nullptr, nullptr, nullptr, nullptr);
+  EXPECT_EQ(none.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(none.message().find("slices 0"), std::string::npos) << none.message();
 }
 
 }  // namespace

@@ -478,6 +478,109 @@ TEST_F(GemvPdlSanitizer, ChainedOneRowFromTheFlag) {
   cudaStreamDestroy(stream);
 }
 
+// One token's FC1 and FC2 in slices of the intermediate (GroupedGemm::launch_sliced), as the
+// dependent of flagging_writer (stale offsets until the flag), with the gathered rows poisoned
+// (it reads the caller's row) and its partials poisoned first. The slices' partials of each row,
+// added up, against FC2's output by two launches (rounded to bf16 there: within 1e-2, not bit for
+// bit); every partial of the run's rows written, the rows past them untouched. I 96: the last
+// slice has one FC1 box (the next is not loaded); H 264 and I 104: the last FC2 box and the last
+// FC1 box are partial (gate rows past the expert's give zeros); I 128: whole slices.
+TEST_F(GemvPdlSanitizer, SlicedOneRowFromTheFlag) {
+  std::mt19937 rng(static_cast<unsigned>(base_seed() ^ 0x6e10));
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  for (const auto& [h, i] : {std::pair<int64_t, int64_t>{256, 96}, {264, 104}, {136, 128}}) {
+    ChainedCase c(h, i, {1, 0, 1, 1, 0, 1}, rng);
+    for (int64_t r = 1; r < c.p1.rows; ++r)  // one token's slots: equal rows
+      std::copy_n(c.p1.a_bits.begin(), c.H, c.p1.a_bits.begin() + r * c.H);
+    const DeviceBuffer row(to_device(std::vector<uint16_t>(c.p1.a_bits.begin(),
+                                                           c.p1.a_bits.begin() + c.H))),
+        off_src(to_device(c.p1.offsets));
+    DeviceBuffer flag(4);
+    const int64_t slices = c.fc1.slices(), rows = c.p1.rows;
+    ASSERT_EQ(slices, (i + 63) / 64);
+    DeviceBuffer partials(static_cast<std::size_t>((rows + 1) * slices * h) * 4);
+    for (const char* t : {"sm90.gemv.tma64", "sm90.gemv.tma64.s12"}) {
+      SCOPED_TRACE(std::string(t) + " H " + std::to_string(h) + " I " + std::to_string(i));
+      c.tactic = t;
+      ASSERT_EQ(cudaMemcpy(c.x.ptr, c.p1.a_bits.data(), c.p1.a_bits.size() * 2,
+                           cudaMemcpyHostToDevice),
+                cudaSuccess);
+      c.two_launches(stream);
+      c.x.poison();
+      partials.poison();
+      ASSERT_EQ(cudaMemset(c.off.ptr, 0, c.off.bytes), cudaSuccess);  // stale: every group empty
+      ASSERT_EQ(cudaMemset(flag.ptr, 0, flag.bytes), cudaSuccess);
+      c.reset();
+      flagging_writer<<<1, 256, 0, stream>>>(
+          static_cast<int32_t*>(c.off.ptr), static_cast<const int32_t*>(off_src.ptr),
+          static_cast<int>(c.p1.offsets.size()), static_cast<uint32_t*>(flag.ptr), nullptr,
+          nullptr, 0, 20000);
+      GroupedGemm::GemmCall c1{&c.fc1, c.x.ptr, c.w1.ptr, c.y2.ptr, c.tactic + "+act"};
+      c1.offsets_flag = static_cast<const uint32_t*>(flag.ptr);
+      c1.one_row = row.ptr;
+      const Status s = GroupedGemm::launch_sliced(c1, c.w2.ptr, partials.as<float>(),
+                                                  static_cast<int*>(c.done.ptr) + c.G,
+                                                  c.offsets(), stream);
+      ASSERT_TRUE(s.ok()) << s.message();
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      const auto parts = to_host<float>(partials.ptr, partials.bytes / 4);
+      const auto z1 = to_host<uint16_t>(c.z1.ptr, static_cast<std::size_t>(rows * h));
+      double diff = 0, norm = 0;
+      int64_t nan = 0;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t col = 0; col < h; ++col) {
+          double sum = 0;
+          for (int64_t sl = 0; sl < slices; ++sl) {
+            const float v = parts[(r * slices + sl) * h + col];
+            nan += std::isnan(v);
+            sum += v;
+          }
+          const double want = value(z1[r * h + col]);
+          diff += (sum - want) * (sum - want);
+          norm += want * want;
+        }
+      EXPECT_EQ(nan, 0) << "partials not written";
+      EXPECT_LT(std::sqrt(diff / norm), 1e-2);
+      const int64_t past = std::count_if(parts.begin() + rows * slices * h, parts.end(),
+                                         [](float v) { return !std::isnan(v); });
+      EXPECT_EQ(past, 0) << "partials written past row " << rows;
+    }
+  }
+  // Only FC1's tma64 variants with their activation run sliced, and only on one row at the flag.
+  ChainedCase c(256, 96, {1, 0, 1}, rng);
+  DeviceBuffer partials(static_cast<std::size_t>(3 * c.fc1.slices() * 256) * 4);
+  GroupedGemm::GemmCall c1{&c.fc1, c.x.ptr, c.w1.ptr, c.y2.ptr, "sm90.gemv.n8+act"};
+  Status s = GroupedGemm::launch_sliced(c1, c.w2.ptr, partials.as<float>(),
+                                        static_cast<int*>(c.done.ptr) + c.G, c.offsets(), stream);
+  EXPECT_EQ(s.code(), ErrorCode::kUnsupported) << s.message();
+  EXPECT_NE(s.message().find("sm90.gemv.n8+act"), std::string::npos) << s.message();
+  c1.tactic = "sm90.gemv.tma64+act";
+  s = GroupedGemm::launch_sliced(c1, c.w2.ptr, partials.as<float>(),
+                                 static_cast<int*>(c.done.ptr) + c.G, c.offsets(), stream);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << s.message();
+  EXPECT_NE(s.message().find("one row"), std::string::npos) << s.message();
+  cudaStreamDestroy(stream);
+}
+
+// The engine's rule for one token (GroupedGemm::slicing_pays, on the tactic picked at one
+// token): sliced where FC1 runs on tma64 with its activation (qwen3's and gpt-oss's FC1), not on
+// .s12 (deepseek's FC1: 3.8 items per SM), gemv.n8 or without the activation.
+TEST_F(GemvPdl, SlicingPaysOnTma64Only) {
+  EpilogueActivation act;
+  GroupedGemm qwen3(GroupedShape{Elem::kBF16, 128, 1536, 2048, 8}, 0, act);
+  EXPECT_TRUE(qwen3.slicing_pays("sm90.gemv.tma64+act"));
+  EXPECT_FALSE(qwen3.slicing_pays("sm90.gemv.tma64.s12+act"));
+  EXPECT_FALSE(qwen3.slicing_pays("sm90.gemv.n8+act"));
+  EXPECT_FALSE(qwen3.slicing_pays("sm90.gemv.tma64"));
+  EXPECT_EQ(qwen3.pick_tactic(8.0 / 128), "sm90.gemv.tma64+act");
+  GroupedGemm gpt_oss(GroupedShape{Elem::kBF16, 128, 5760, 2880, 8}, 0, act);
+  EXPECT_EQ(gpt_oss.pick_tactic(4.0 / 128), "sm90.gemv.tma64+act");
+  EXPECT_TRUE(gpt_oss.slicing_pays("sm90.gemv.tma64+act"));
+  GroupedGemm deepseek(GroupedShape{Elem::kBF16, 256, 4096, 7168, 8}, 0, act);
+  EXPECT_EQ(deepseek.pick_tactic(8.0 / 256), "sm90.gemv.tma64.s12+act");
+}
+
 // 2 to 8 tokens (GemmCall::token_rows, the permute's case with no gather): FC1 of the chained
 // kernel reads the tokens' own rows from the flag on and stores each token's product at its
 // slots' rows, which the writer publishes only late, after the flag (as the permute's end); the

@@ -394,6 +394,28 @@ TEST_F(Sm90EngineTest, BackToBackDecodeForwardsAreBitwiseEqual) {
       }
 }
 
+// One token with FC1 and FC2 sliced along the intermediate (Sm90Options::slice_one_token) and
+// without: H 264 and I 104 (the last FC2 box and the last slice partial), biases and the clamped
+// SwiGLU, caller ids; and two presets' shapes.
+TEST_F(Sm90EngineTest, OneTokenSlicedOrNot) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0x900a);
+  MoeSpec odd = small_spec(16, 4, 264, 104, RoutingMethod::kTopKSoftmax,
+                           ActivationKind::kSwiGLUClamped);
+  odd.fc1_bias = odd.fc2_bias = true;
+  MoeSpec external = odd;
+  external.routing.method = RoutingMethod::kExternal;
+  const MoeSpec specs[] = {odd, external, scaled_preset("gpt-oss-120b", 32, 576, 288),
+                           scaled_preset("deepseek-v3", 64, 512, 128)};
+  for (const bool sliced : {true, false})
+    for (const MoeSpec& s : specs) {
+      SCOPED_TRACE(sliced ? "sliced" : "not sliced");
+      Sm90Options options;
+      options.slice_one_token = sliced;
+      Layer l = make_layer(s, rng(), options);
+      for (int rep = 0; rep < 3; ++rep) check_forward(l, 1, ids_for(s), rng);
+    }
+}
+
 TEST_F(Sm90EngineTest, EveryRoutingMethodTimesActivation) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x9002);
   const RoutingMethod methods[] = {RoutingMethod::kSoftmaxTopK, RoutingMethod::kTopKSoftmax,
@@ -410,7 +432,7 @@ TEST_F(Sm90EngineTest, EveryRoutingMethodTimesActivation) {
       s.fc2_bias = n % 3 == 2;
       s.max_tokens = 200;
       Layer l = make_layer(s, rng());
-      for (int64_t T : {7, 130}) check_forward(l, T, ids_for(s), rng);
+      for (int64_t T : {1, 7, 130}) check_forward(l, T, ids_for(s), rng);
     }
 }
 
@@ -430,7 +452,7 @@ TEST_F(Sm90EngineTest, TensorParallelRanks) {
   MoeSpec s = scaled_preset("gpt-oss-120b", 16, 256, 256);  // biases: only rank 0 adds FC2's
   s.tp_size = 2;
   const uint64_t seed = rng();
-  for (int64_t T : {7, 513}) {
+  for (int64_t T : {1, 7, 513}) {
     // Same inputs on both ranks; the sum of the ranks is the unsharded layer.
     MoeSpec full = s;
     full.tp_size = 1;
@@ -649,6 +671,7 @@ TEST_F(Sm90EngineSanitizer, SmallCase) {
   // Decode on many experts: both GEMMs take the GEMV.
   MoeSpec d = small_spec(64, 2, 256, 128, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU);
   d.max_tokens = 4;
+  d.fc1_bias = d.fc2_bias = true;  // at one token: the sliced kernel and its finalize
   Layer dl = make_layer(d, rng());
   check_forward(dl, 1, Ids::kRouted, rng);
   check_forward(dl, 3, Ids::kRouted, rng);
