@@ -537,12 +537,14 @@ bool GroupedGemm::runs_sliced(const std::string& tactic) const {
          slot->tactic->runs_sliced();
 }
 
-bool GroupedGemm::slicing_pays(const std::string& tactic) const {
-  // Forward A/B at one token against two GEMV launches (session 30, one H200, 3 rounds), slices
-  // of 64: qwen3 (FC1 6.3 MB per expert) 32.8 -> 30.0 us, gpt-oss (33 MB) 61.6 -> 59.0. Sliced on
-  // .s12: gpt-oss 62.2 against 60.2 on tma64. Deepseek's FC1 runs on .s12 (3.8 items per SM) and
-  // mixtral's on swap-AB; forced onto slices of 32 they lost 34 and 26-35 us; not measured on 64.
-  return tactic == "sm90.gemv.tma64+act" && runs_sliced(tactic);
+std::string GroupedGemm::sliced_tactic() const {
+  // Forward A/B at one token, slices of 64 on tma64 against what pick_tactic() runs there
+  // (session 30, one H200 per call, 2-3 rounds): qwen3 (tma64, FC1 6.3 MB per expert) 32.8 ->
+  // 30.0 us, gpt-oss (tma64, 33 MB) 61.6 -> 59.0, mixtral (swap-AB, 235 MB) 183.2 -> 175.4,
+  // deepseek (.s12, 59 MB) 177.8 -> 177.8. Sliced on .s12 instead: gpt-oss 62.2, mixtral 180.5,
+  // deepseek 178.6.
+  const std::string tactic = "sm90.gemv.tma64+act";
+  return runs_sliced(tactic) ? tactic : std::string();
 }
 
 Status GroupedGemm::launch_sliced(const GemmCall& fc1, const void* w2, float* partials,

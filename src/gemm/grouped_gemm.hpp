@@ -165,9 +165,9 @@ class GroupedGemm {
   static Status launch_sliced(const GemmCall& fc1, const void* w2, float* partials, int* next_item,
                               const int32_t* row_offsets, cudaStream_t stream);
   bool runs_sliced(const std::string& tactic) const;
-  // Whether one token's forward should take launch_sliced with FC1 on `tactic`: where it runs
-  // sliced and that is measured faster than two GEMV launches (tma64 with its activation).
-  bool slicing_pays(const std::string& tactic) const;
+  // The tactic one token's forward slices FC1 on (launch_sliced), measured faster than its
+  // other paths; empty where none runs sliced (no activation, or a build without it).
+  std::string sliced_tactic() const;
   int64_t slices() const { return (shape().n + 127) / 128; }  // ceil(I / 64) per expert
 
   // Device bytes this object allocated (per-group arrays, CUTLASS workspaces, strides).

@@ -135,10 +135,10 @@ class Sm90Engine final : public Engine {
   void* fc2_out_ = nullptr;   // [P, H], shares the gathered input's memory (dead after FC1)
   float* partials_ = nullptr;  // [min(k, L)][FC1 slices][H] where one token slices, or null
   std::size_t permuted_bytes_ = 0, act_out_bytes_ = 0, slot_count_ = 0, partials_bytes_ = 0;
-  // One token through GroupedGemm::launch_sliced; false (nothing enqueued) where slicing does
-  // not pay for FC1's tactic (GroupedGemm::slicing_pays).
-  bool forward_sliced(const ForwardArgs& args, permute::Inputs in, double hint,
-                      cudaStream_t stream);
+  std::string slice_tactic_;  // FC1's for one token's sliced forward, or empty
+  // One token through GroupedGemm::launch_sliced; false (nothing enqueued) where it does not
+  // slice (no sliced tactic, or a permute that cannot hand over at its flag).
+  bool forward_sliced(const ForwardArgs& args, permute::Inputs in, cudaStream_t stream);
   std::unique_ptr<gemm::GroupedGemm> fc1_, fc2_;
 };
 
@@ -316,11 +316,11 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
   fc2_ = std::make_unique<gemm::GroupedGemm>(
       gemm::GroupedShape{ge, static_cast<int>(L), H, I, P}, device_);
 
-  // One token's sliced forward, where it pays for the shape (GroupedGemm::slicing_pays, on the
-  // tactic forward() picks at one token): its fp32 partials, [min(k, L)][slices][H], in an
-  // allocation of their own, so that the workspace stays as it was for shapes that never slice.
-  if (gated && options_.slice_one_token &&
-      fc1_->slicing_pays(fc1_->pick_tactic(static_cast<double>(k) / static_cast<double>(E)))) {
+  // One token's sliced forward (GroupedGemm::sliced_tactic): its fp32 partials,
+  // [min(k, L)][slices][H], in an allocation of their own, so that the workspace stays as it is
+  // for layers that never slice.
+  if (gated && options_.slice_one_token) slice_tactic_ = fc1_->sliced_tactic();
+  if (!slice_tactic_.empty()) {
     partials_bytes_ =
         static_cast<std::size_t>(std::min(k, L) * fc1_->slices() * H) * sizeof(float);
     partials_memory_ = device_alloc(partials_bytes_, "the sliced kernel's partial sums");
@@ -334,17 +334,16 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
   check_cuda(cudaDeviceSynchronize(), "finishing the engine's set-up");
 }
 
-bool Sm90Engine::forward_sliced(const ForwardArgs& args, permute::Inputs in, double hint,
+bool Sm90Engine::forward_sliced(const ForwardArgs& args, permute::Inputs in,
                                 cudaStream_t stream) {
-  const std::string tactic = fc1_->pick_tactic(hint);
-  if (partials_ == nullptr || !fc1_->slicing_pays(tactic) || !permute::clears_expert_done(1) ||
+  if (slice_tactic_.empty() || !permute::clears_expert_done(1) ||
       permute::offsets_final_for_next_kernel(pcfg_, 1, permute::Path::kAuto, false) !=
           permute::OffsetsFinal::kAtFlag)
     return false;
   // FC1 reads the caller's row from the permute's flag on: nothing is gathered.
   in.gather = false;
   throw_if_error(permute::run(pcfg_, pbuf_, 1, in, stream));
-  gemm::GroupedGemm::GemmCall fc1{fc1_.get(), pbuf_.permuted, w1_, act_out_, tactic};
+  gemm::GroupedGemm::GemmCall fc1{fc1_.get(), pbuf_.permuted, w1_, act_out_, slice_tactic_};
   fc1.offsets_flag = pbuf_.offsets_flag;
   fc1.one_row = args.hidden.data;
   fc1.rows_bound = std::min<int64_t>(lp_.top_k, lp_.num_experts);
@@ -407,7 +406,7 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   }
   // Rows per expert if routing were uniform: only a hint for the GEMM's tactic.
   const double hint = static_cast<double>(T) * k / static_cast<double>(lp_.num_experts_global);
-  if (T == 1 && options_.slice_one_token && forward_sliced(args, in, hint, stream)) return;
+  if (T == 1 && forward_sliced(args, in, stream)) return;
   const int64_t rows = T * std::min<int64_t>(k, lp_.num_experts);
   // Decode with the TMA GEMV on both: one kernel, FC2's weights streaming while FC1 ends
   // (its per-expert counters were cleared by the permute). From 8 tokens on it gained 0.5-5 us;

@@ -25,9 +25,9 @@ struct Sm90Options {
   // (gemm::TokenRows) and the permute gathers none, where GroupedGemm::token_rows_pay; off: FC1
   // reads the gathered rows.
   bool token_rows = true;
-  // At one token, FC1 and FC2 in one kernel in slices of the intermediate, each slice's FC2
-  // product added up by the finalize (GroupedGemm::launch_sliced), where that pays for the shape
-  // (GroupedGemm::slicing_pays: FC1 on tma64); off: the two GEMMs as above.
+  // At one token with a gated activation, FC1 and FC2 in one kernel in slices of the
+  // intermediate, each slice's FC2 product added up by the finalize (GroupedGemm::launch_sliced,
+  // on GroupedGemm::sliced_tactic); off: the two GEMMs as above.
   bool slice_one_token = true;
   // Test hooks: fill the gathered rows (which FC2's output shares) or FC1's activated output
   // (and the sliced kernel's partial sums) with NaN before each forward, so that a read of an

@@ -563,22 +563,21 @@ TEST_F(GemvPdlSanitizer, SlicedOneRowFromTheFlag) {
   cudaStreamDestroy(stream);
 }
 
-// The engine's rule for one token (GroupedGemm::slicing_pays, on the tactic picked at one
-// token): sliced where FC1 runs on tma64 with its activation (qwen3's and gpt-oss's FC1), not on
-// .s12 (deepseek's FC1: 3.8 items per SM), gemv.n8 or without the activation.
-TEST_F(GemvPdl, SlicingPaysOnTma64Only) {
+// The engine's tactic for one token's sliced forward (GroupedGemm::sliced_tactic): tma64 with
+// FC1's activation for every shape, whatever pick_tactic() runs there otherwise (mixtral's FC1:
+// swap-AB); none for a GEMM without an activation. Only tma64's "+act" kernels run sliced.
+TEST_F(GemvPdl, SlicedTacticIsTma64WithTheActivation) {
   EpilogueActivation act;
   GroupedGemm qwen3(GroupedShape{Elem::kBF16, 128, 1536, 2048, 8}, 0, act);
-  EXPECT_TRUE(qwen3.slicing_pays("sm90.gemv.tma64+act"));
-  EXPECT_FALSE(qwen3.slicing_pays("sm90.gemv.tma64.s12+act"));
-  EXPECT_FALSE(qwen3.slicing_pays("sm90.gemv.n8+act"));
-  EXPECT_FALSE(qwen3.slicing_pays("sm90.gemv.tma64"));
-  EXPECT_EQ(qwen3.pick_tactic(8.0 / 128), "sm90.gemv.tma64+act");
-  GroupedGemm gpt_oss(GroupedShape{Elem::kBF16, 128, 5760, 2880, 8}, 0, act);
-  EXPECT_EQ(gpt_oss.pick_tactic(4.0 / 128), "sm90.gemv.tma64+act");
-  EXPECT_TRUE(gpt_oss.slicing_pays("sm90.gemv.tma64+act"));
-  GroupedGemm deepseek(GroupedShape{Elem::kBF16, 256, 4096, 7168, 8}, 0, act);
-  EXPECT_EQ(deepseek.pick_tactic(8.0 / 256), "sm90.gemv.tma64.s12+act");
+  EXPECT_EQ(qwen3.sliced_tactic(), "sm90.gemv.tma64+act");
+  EXPECT_TRUE(qwen3.runs_sliced("sm90.gemv.tma64.s12+act"));
+  EXPECT_FALSE(qwen3.runs_sliced("sm90.gemv.n8+act"));
+  EXPECT_FALSE(qwen3.runs_sliced("sm90.gemv.tma64"));
+  GroupedGemm mixtral(GroupedShape{Elem::kBF16, 8, 28672, 4096, 8}, 0, act);
+  EXPECT_NE(mixtral.pick_tactic(2.0 / 8), "sm90.gemv.tma64+act");
+  EXPECT_EQ(mixtral.sliced_tactic(), "sm90.gemv.tma64+act");
+  GroupedGemm fc2(GroupedShape{Elem::kBF16, 128, 2048, 768, 8}, 0);
+  EXPECT_EQ(fc2.sliced_tactic(), "");
 }
 
 // 2 to 8 tokens (GemmCall::token_rows, the permute's case with no gather): FC1 of the chained

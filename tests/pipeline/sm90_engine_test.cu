@@ -396,7 +396,7 @@ TEST_F(Sm90EngineTest, BackToBackDecodeForwardsAreBitwiseEqual) {
 
 // One token with FC1 and FC2 sliced along the intermediate (Sm90Options::slice_one_token) and
 // without: H 264 and I 104 (the last FC2 box and the last slice partial), biases and the clamped
-// SwiGLU, caller ids; and two presets' shapes.
+// SwiGLU, caller ids; and three presets' shapes (mixtral's: two of eight experts, fp16).
 TEST_F(Sm90EngineTest, OneTokenSlicedOrNot) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x900a);
   MoeSpec odd = small_spec(16, 4, 264, 104, RoutingMethod::kTopKSoftmax,
@@ -405,7 +405,8 @@ TEST_F(Sm90EngineTest, OneTokenSlicedOrNot) {
   MoeSpec external = odd;
   external.routing.method = RoutingMethod::kExternal;
   const MoeSpec specs[] = {odd, external, scaled_preset("gpt-oss-120b", 32, 576, 288),
-                           scaled_preset("deepseek-v3", 64, 512, 128)};
+                           scaled_preset("deepseek-v3", 64, 512, 128),
+                           scaled_preset("mixtral-8x7b", 8, 512, 1024, DType::kFloat16)};
   for (const bool sliced : {true, false})
     for (const MoeSpec& s : specs) {
       SCOPED_TRACE(sliced ? "sliced" : "not sliced");
