@@ -219,6 +219,9 @@ __device__ Slot route_token(const DeviceRouting& r, const Logits<kPerLane>& logi
   if (method == static_cast<int>(RoutingMethod::kSoftmaxTopK) ||
       method == static_cast<int>(RoutingMethod::kTopKSoftmax)) {
     const float mx = __shfl_sync(kFull, my_x, 0);  // the first pick holds the largest logit
+    // The slot's own term, computed once for the sum over the k slots and for its weight (a
+    // double exp is a long dependent chain on the one-token critical path).
+    const double ex = mine ? exp(static_cast<double>(my_x) - mx) : 0.0;
     double denom = 0.0;
     if (method == static_cast<int>(RoutingMethod::kSoftmaxTopK)) {  // over all experts
       double part = 0.0;
@@ -228,17 +231,18 @@ __device__ Slot route_token(const DeviceRouting& r, const Logits<kPerLane>& logi
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) part += __shfl_xor_sync(kFull, part, o);
       denom = part;
-    } else {  // over the k selected
-      const double ex = mine ? exp(static_cast<double>(my_x) - mx) : 0.0;
+    } else {  // over the k selected; unrolled, so that the shuffles issue ahead of the adds
+#pragma unroll 8
       for (int i = 0; i < r.top_k; ++i) denom += __shfl_sync(kFull, ex, i);
     }
     // Every logit -inf (or NaN): zeros, not NaN.
-    w = mx == -INFINITY ? 0.0 : exp(static_cast<double>(my_x) - mx) / denom * r.scale;
+    w = mx == -INFINITY ? 0.0 : ex / denom * r.scale;
   } else if (deepseek) {
     const float s = !mine ? 0.0f : pre.sigmoid != nullptr ? pre.sigmoid[slot.id] : sigmoid_f(my_x);
     double denom = 1.0;
     if (r.renormalize) {
       double sum = 0.0;
+#pragma unroll 8
       for (int i = 0; i < r.top_k; ++i) sum += __shfl_sync(kFull, s, i);
       denom = sum + 1e-20;
     }
