@@ -649,8 +649,8 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
 // block waits for another's FC1, so the two GEMMs stream as one wave with no hand-off between
 // them; each item stores its product [H] as fp32 partial sums, partials[row][slice][H] (row: the
 // expert's row of the run), which the finalize adds in slice order (finalize::run_slices).
-// Slices of 64 read whole 128-byte lines of FC2's rows; slices of 32 (64-byte rows) lost up to
-// 10 us at one token on gpt-oss and deepseek (session 30's results).
+// Slices of 64 read whole 128-byte lines of FC2's rows; slices of 32 (64-byte rows) were 12 us
+// slower at one token on gpt-oss, 128 10 us slower on qwen3 (session 30's results).
 // FC1 reads the caller's row (GemvParams::one_row) from the permute's flag on. The partials are
 // this kernel's alone, so its stores wait for nothing; the producer warp waits for the permute
 // before the kernel lets the finalize start (which reads the permute's slots before its wait).
