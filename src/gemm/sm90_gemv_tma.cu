@@ -658,6 +658,10 @@ constexpr int kSliceTiles = 2;              // FC1's 64-row boxes per slice
 constexpr int kSlice = 32 * kSliceTiles;    // activations per slice
 constexpr int kSliceRows = 64;              // FC2 rows per box: 64 x 64 k x 2 B = 8 KB, one stage
 constexpr int kSliceSteps = kSlice / 16;    // k16 steps per FC2 box
+// Slices per expert from FC1's 64-row boxes per expert: ceil(I / kSlice).
+__host__ __device__ constexpr int slices_of(int row_tiles) {
+  return (row_tiles + kSliceTiles - 1) / kSliceTiles;
+}
 
 // A consumer warp's part of one FC2 box of a slice: rows 16w..16w+15 (one m16 tile) x the 64
 // activations (four k16 steps, B fragments `b` from the block's activations), stored for token
@@ -705,7 +709,7 @@ __global__ void __launch_bounds__(Ring<64, kStages>::kThreads, kBlocksPerSm)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (threadIdx.x == 0) ItemRing<kStages>::init(s_item_full, s_item_empty, R::kConsumers);
   const int live = ring_prologue<R, kStages>(sm, p1, s_warp_live);
-  const int slices = (p1.row_tiles + kSliceTiles - 1) / kSliceTiles;  // ceil(I / kSlice)
+  const int slices = slices_of(p1.row_tiles);
   const int items = live * slices, hidden = p1.k;
   const int k_boxes = (hidden + kBoxK - 1) / kBoxK;
   const int fc2_boxes = (hidden + kSliceRows - 1) / kSliceRows;
@@ -909,9 +913,8 @@ class GemvTmaTactic final : public GemvTacticBase {
         s = fc2_slices_.map(w2, p_.n / 2, int64_t(p_.groups) * p_.k, kSlice, kSliceRows,
                             CU_TENSOR_MAP_SWIZZLE_128B, "FC2 weights", *this);
       if (!s.ok()) return s;
-      const int64_t slices = (p_.row_tiles + kSliceTiles - 1) / kSliceTiles;
-      const int grid =
-          static_cast<int>(std::min<int64_t>(sliced_slots_, live_groups(a) * slices));
+      const int grid = static_cast<int>(
+          std::min<int64_t>(sliced_slots_, live_groups(a) * slices_of(p_.row_tiles)));
       const cudaError_t err =
           pipeline::launch_pdl(kSliced<>, grid, R::kThreads, smem_, a.stream, *b1.weights,
                                *b1.acts, fc2_slices_.map_, b1.p, partials, next_item);
@@ -951,11 +954,11 @@ class GemvTmaTactic final : public GemvTacticBase {
     if (s.ok()) s = second->bind(next_args, b2);
     if (!s.ok()) return s;
     const int tokens = first.token_rows.rows != nullptr ? 1 : 0;
-    const int grid = static_cast<int>(
-        std::min<int64_t>(chained_slots_[tokens], live_groups(a) * (b1.p.row_tiles + b2.p.row_tiles)));
+    const int grid = static_cast<int>(std::min<int64_t>(
+        chained_slots_[tokens], live_groups(a) * (b1.p.row_tiles + b2.p.row_tiles)));
     const cudaError_t err =
-        pipeline::launch_pdl(kChained[tokens], grid, R::kThreads, smem_, a.stream, *b1.weights, *b1.acts,
-                             *b2.weights, *b2.acts, b1.p, b2.p, done, first.token_rows);
+        pipeline::launch_pdl(kChained[tokens], grid, R::kThreads, smem_, a.stream, *b1.weights,
+                             *b1.acts, *b2.weights, *b2.acts, b1.p, b2.p, done, first.token_rows);
     if (err != cudaSuccess) return cuda_status(err, "chained kernel launch", what_);
     return {};
   }
