@@ -407,14 +407,19 @@ TEST_F(Sm90EngineTest, OneTokenSlicedOrNot) {
   const MoeSpec specs[] = {odd, external, scaled_preset("gpt-oss-120b", 32, 576, 288),
                            scaled_preset("deepseek-v3", 64, 512, 128),
                            scaled_preset("mixtral-8x7b", 8, 512, 1024, DType::kFloat16)};
-  for (const bool sliced : {true, false})
-    for (const MoeSpec& s : specs) {
+  for (const MoeSpec& s : specs) {
+    std::size_t workspace[2] = {0, 0};  // [sliced]
+    for (const bool sliced : {true, false}) {
       SCOPED_TRACE(sliced ? "sliced" : "not sliced");
       Sm90Options options;
       options.slice_one_token = sliced;
       Layer l = make_layer(s, rng(), options);
+      workspace[sliced] = l.engine->workspace_bytes();
       for (int rep = 0; rep < 3; ++rep) check_forward(l, 1, ids_for(s), rng);
     }
+    // Every shape here slices (its partial sums are allocated): the sliced run is not the other.
+    EXPECT_GT(workspace[1], workspace[0]);
+  }
 }
 
 TEST_F(Sm90EngineTest, EveryRoutingMethodTimesActivation) {
