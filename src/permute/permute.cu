@@ -127,12 +127,17 @@ __device__ void route_and_rank(const Args& a, int64_t t0, int64_t t1, int* hist,
   const int k = a.r.top_k;
   // Each token's logits load while the token before it is routed: a warp's tokens are one
   // dependent chain, and a load at the top of each would add a memory round trip per token.
+  // With score_tokens()'s scores (`pre`) route_token reads no logits, so none are loaded: at one
+  // token on deepseek that load was ~970 cycles of the chain (s29-times, session 30).
   const bool routed = a.r.method != static_cast<int>(RoutingMethod::kExternal);
+  const bool load = routed && pre == nullptr;
   routing::warp::Logits<kPerLane> next;
-  if (routed && t0 < t1) next.load(a.r, a.logits + t0 * a.r.experts, lane);
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) next.v[j] = -INFINITY;
+  if (load && t0 < t1) next.load(a.r, a.logits + t0 * a.r.experts, lane);
   for (int64_t t = t0; t < t1; ++t) {
     const routing::warp::Logits<kPerLane> logits = next;
-    if (routed && t + 1 < t1) next.load(a.r, a.logits + (t + 1) * a.r.experts, lane);
+    if (load && t + 1 < t1) next.load(a.r, a.logits + (t + 1) * a.r.experts, lane);
     const int32_t le = route_slots<kPerLane>(a, t, logits, scores, lane, pre);
     int32_t rank = 0;
     if (le >= 0) {
