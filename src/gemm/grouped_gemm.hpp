@@ -168,7 +168,10 @@ class GroupedGemm {
   // The tactic one token's forward slices FC1 on (launch_sliced), measured faster than its
   // other paths; empty where none runs sliced (no activation, or a build without it).
   std::string sliced_tactic() const;
-  int64_t slices() const { return (shape().n + 127) / 128; }  // ceil(I / 64) per expert
+  // Activations per slice (the sliced kernel's width: sm90_gemv_tma.cu), and slices per
+  // expert, ceil(I / kSliceActivations), which sizes the partials.
+  static constexpr int kSliceActivations = 64;
+  int64_t slices() const { return (shape().n / 2 + kSliceActivations - 1) / kSliceActivations; }
 
   // Device bytes this object allocated (per-group arrays, CUTLASS workspaces, strides).
   std::size_t workspace_bytes() const;

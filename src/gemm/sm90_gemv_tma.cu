@@ -654,8 +654,8 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
 // FC1 reads the caller's row (GemvParams::one_row) from the permute's flag on. The partials are
 // this kernel's alone, so its stores wait for nothing; the producer warp waits for the permute
 // before the kernel lets the finalize start (which reads the permute's slots before its wait).
-constexpr int kSliceTiles = 2;              // FC1's 64-row boxes per slice
-constexpr int kSlice = 32 * kSliceTiles;    // activations per slice
+constexpr int kSlice = GroupedGemm::kSliceActivations;  // activations per slice
+constexpr int kSliceTiles = kSlice / 32;    // FC1's 64-row boxes (32 activations each) per slice
 constexpr int kSliceRows = 64;              // FC2 rows per box: 64 x 64 k x 2 B = 8 KB, one stage
 constexpr int kSliceSteps = kSlice / 16;    // k16 steps per FC2 box
 // Slices per expert from FC1's 64-row boxes per expert: ceil(I / kSlice).
