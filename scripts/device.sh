@@ -182,16 +182,18 @@ if want ncu-source; then
   python3 scripts/ncu_top_stalls.py "$OUT/ncu-source.csv" 30 >>"$summary" 2>&1
 fi
 
-# Step "ncu-forward": one kernel of one forward (`moekit run`) under ncu, its first launch whose
-# name matches MOEKIT_NCU_KERNEL (default "device_kernel": FC1's CUTLASS kernel at prefill), for
-# MOEKIT_BENCH_PRESETS' first preset at MOEKIT_NCU_TOKENS' first count (default 16384): speed of
-# light, memory workload and warp states, then the warp-stall samples by SASS line (the 30 lines
-# with the most). For kernels the sweep cannot run alone (session 32's gathering FC1).
+# Step "ncu-forward": one kernel of one forward (`moekit run`) under ncu: its first launch whose
+# demangled name matches MOEKIT_NCU_KERNEL (default "device_kernel": FC1's CUTLASS kernel at
+# prefill), for MOEKIT_BENCH_PRESETS' first preset at MOEKIT_NCU_TOKENS' first count (default
+# 16384). Speed of light, memory workload and warp states, then the warp-stall samples by SASS
+# line (the 30 lines with the most). For kernels the sweep cannot run alone (session 32's
+# gathering FC1).
 if want ncu-forward; then
   preset=$(echo "${MOEKIT_BENCH_PRESETS:-qwen3-30b-a3b}" | cut -d, -f1)
   t=$(echo "${MOEKIT_NCU_TOKENS:-16384}" | cut -d, -f1)
   ncu_forward() {
-    ncu --clock-control none -k "regex:${MOEKIT_NCU_KERNEL:-device_kernel}" --launch-count 1 "$@" \
+    ncu --clock-control none --kernel-name-base demangled -k "regex:${MOEKIT_NCU_KERNEL:-device_kernel}" \
+      --launch-count 1 "$@" \
       $bin/tools/moekit run --preset "$preset" --weights-format bf16 --tokens "$t" --seed $((1 + t))
   }
   { echo "== ncu-forward $preset T=$t kernel ${MOEKIT_NCU_KERNEL:-device_kernel}"
