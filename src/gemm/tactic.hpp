@@ -75,9 +75,10 @@ class Tactic {
   }
   // One token's FC1 (this tactic, with its activation, reading RunArgs::one_row from the
   // permute's flag on) and FC2 (weights `w2`, [groups, k, n / 2]) as one kernel in slices of the
-  // intermediate, each slice's FC2 product stored as fp32 partials[row][slice][k] (slices =
-  // ceil(n / 128)) for finalize::run_slices. `next_item`: a counter, zero before the kernel.
-  // Otherwise kUnsupported, and nothing is enqueued.
+  // intermediate, each slice's FC2 product stored as fp32 partials[row][slice][k] (slices:
+  // GroupedGemm::slices(), the one place the slice width lives) for finalize::run_slices.
+  // `next_item`: a counter, zero before the kernel. Otherwise kUnsupported, and nothing is
+  // enqueued.
   virtual Status run_sliced(const RunArgs& args, const void* w2, float* partials, int* next_item) {
     (void)args, (void)w2, (void)partials, (void)next_item;
     return Status(ErrorCode::kUnsupported, "the tactic does not run sliced");
