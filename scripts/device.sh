@@ -185,9 +185,9 @@ fi
 # Step "ncu-forward": one kernel of one forward (`moekit run`) under ncu: its first launch whose
 # demangled name matches MOEKIT_NCU_KERNEL (default "device_kernel": FC1's CUTLASS kernel at
 # prefill), for MOEKIT_BENCH_PRESETS' first preset at MOEKIT_NCU_TOKENS' first count (default
-# 16384). Speed of light, memory workload and warp states, then the warp-stall samples by SASS
-# line (the 30 lines with the most). For kernels the sweep cannot run alone (session 32's
-# gathering FC1).
+# 16384). Speed of light, pipe utilization, memory workload and warp states, then the
+# warp-stall samples by SASS line (the 30 lines with the most). For kernels the sweep cannot run
+# alone (session 32's gathering FC1).
 if want ncu-forward; then
   preset=$(echo "${MOEKIT_BENCH_PRESETS:-qwen3-30b-a3b}" | cut -d, -f1)
   t=$(echo "${MOEKIT_NCU_TOKENS:-16384}" | cut -d, -f1)
@@ -197,8 +197,9 @@ if want ncu-forward; then
       $bin/tools/moekit run --preset "$preset" --weights-format bf16 --tokens "$t" --seed $((1 + t))
   }
   { echo "== ncu-forward $preset T=$t kernel ${MOEKIT_NCU_KERNEL:-device_kernel}"
-    ncu_forward --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
-      2>&1 | grep -v '^==PROF=='; } >"$OUT/ncu-forward.txt" 2>&1
+    ncu_forward --section SpeedOfLight --section ComputeWorkloadAnalysis \
+      --section MemoryWorkloadAnalysis --section WarpStateStats 2>&1 | grep -v '^==PROF=='
+  } >"$OUT/ncu-forward.txt" 2>&1
   tail -80 "$OUT/ncu-forward.txt" >>"$summary"
   ncu_forward --section SourceCounters --section WarpStateStats --page source --print-source sass \
     --csv >"$OUT/ncu-forward-source.csv" 2>"$OUT/ncu-forward-source.err"
