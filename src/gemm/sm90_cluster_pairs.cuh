@@ -169,6 +169,26 @@ struct Sm90PairMainloop : Base {
     return out;
   }
 
+  // Issues the weight tile's loads of one k block into a stage: this block's half (multicast to
+  // both blocks in a pair) and, in a single, the other half too. gB: (BLK_N, BLK_K, k).
+  template <class TensorB, class TensorMapB>
+  CUTLASS_DEVICE static auto weight_loads(Params const& p, TensorB const& gB, TensorMapB const& map,
+                                          bool single, uint32_t rank, TensorStorage& smem) {
+    using namespace cute;
+    Tensor sB = make_tensor(make_smem_ptr(smem.smem_B.data()), SmemLayoutB{});
+    auto tma_b_own = p.tma_load_b.get_slice(rank);
+    auto tma_b_other = p.tma_load_b.get_slice(rank ^ 1u);
+    Tensor tBgB = tma_b_own.partition_S(gB);
+    Tensor tBsB = tma_b_own.partition_D(sB);
+    Tensor tBgB2 = tma_b_other.partition_S(gB);
+    Tensor tBsB2 = tma_b_other.partition_D(sB);
+    const uint16_t mask = single ? uint16_t(1u << rank) : uint16_t(3);
+    return [=, &p](uint64_t* bar, auto k, int stage) {
+      copy(p.tma_load_b.with(map, *bar, mask), tBgB(_, _, _, k), tBsB(_, _, _, stage));
+      if (single) copy(p.tma_load_b.with(map, *bar, mask), tBgB2(_, _, _, k), tBsB2(_, _, _, stage));
+    };
+  }
+
   template <class TensorA, class TensorB, class TensorMapA, class TensorMapB, class KTileIterator,
             class BlockCoord>
   CUTLASS_DEVICE void load(Params const& p, MainloopPipeline pipeline, PipelineState write,
@@ -183,38 +203,153 @@ struct Sm90PairMainloop : Base {
     __syncwarp();
     if (!elect_one_sync()) return;
     Tensor sA = make_tensor(make_smem_ptr(smem.smem_A.data()), SmemLayoutA{});
-    Tensor sB = make_tensor(make_smem_ptr(smem.smem_B.data()), SmemLayoutB{});
     auto [m_coord, n_coord, k_coord, l_coord] = blk;
     Tensor gA = get<0>(in)(_, _, m_coord, _, l_coord);
-    Tensor gB = get<1>(in)(_, _, n_coord, _, l_coord);
     const PairUnits<kTileM, kTileN> pu(get<2>(in), get<3>(in));
-    const bool single = pu.single(int(m_coord));
     auto tma_a = p.tma_load_a.get_slice(0);
     Tensor tAgA = tma_a.partition_S(gA);
     Tensor tAsA = tma_a.partition_D(sA);
-    // Weight halves: this block's (multicast to both in a pair) and the other one's (loaded
-    // here only in a single).
-    auto tma_b_own = p.tma_load_b.get_slice(rank);
-    auto tma_b_other = p.tma_load_b.get_slice(rank ^ 1u);
-    Tensor tBgB = tma_b_own.partition_S(gB);
-    Tensor tBsB = tma_b_own.partition_D(sB);
-    Tensor tBgB2 = tma_b_other.partition_S(gB);
-    Tensor tBsB2 = tma_b_other.partition_D(sB);
-    const uint16_t mask_b = single ? uint16_t(1u << rank) : uint16_t(3);
+    auto load_weights = weight_loads(p, get<1>(in)(_, _, n_coord, _, l_coord), get<1>(maps),
+                                     pu.single(int(m_coord)), rank, smem);
     for (; k_tiles > 0; --k_tiles) {
       pipeline.producer_acquire(write);
       auto* bar = pipeline.producer_get_barrier(write);
       const int stage = write.index();
       copy(p.tma_load_a.with(get<0>(maps), *bar, uint16_t(0)), tAgA(_, _, _, *k_tile),
            tAsA(_, _, _, stage));
-      copy(p.tma_load_b.with(get<1>(maps), *bar, mask_b), tBgB(_, _, _, *k_tile),
-           tBsB(_, _, _, stage));
-      if (single)
-        copy(p.tma_load_b.with(get<1>(maps), *bar, mask_b), tBgB2(_, _, _, *k_tile),
-             tBsB2(_, _, _, stage));
+      load_weights(bar, *k_tile, stage);
       ++k_tile;
       ++write;
     }
+  }
+};
+
+// The pairs' main loop with A's rows gathered from the caller's matrix by index, instead of read
+// from a matrix the permute gathered first (its scatter pass wrote and FC1 read back T x k rows:
+// qwen3 ~170 us, deepseek ~600 of their T=16384 forwards, session 23). Row r of group g's A is
+// row row_src[g][r] of the matrix at ptr_A[g] (both written per run by the problem kernel).
+// The load warp's 32 lanes copy A's 128 rows of each k block with cp.async, 16 bytes each, into
+// the 128-byte swizzled layout TMA would have written, and arrive on the stage's barrier when
+// their copies land (cp.async.mbarrier.arrive, as CUTLASS's cp.async GMMA main loops do); the
+// weights stay on TMA and multicast. One-row TMA boxes were measured too slow for this (session
+// 18: ~60 cycles a box, 4.3 GB/s per SM).
+template <class Base>
+struct Sm90PairGatherMainloop : Sm90PairMainloop<Base> {
+  using Pair = Sm90PairMainloop<Base>;
+  using typename Pair::MainloopPipeline;
+  using typename Pair::PipelineState;
+  using typename Pair::TensorStorage;
+  using Element = typename Base::ElementA;
+  static constexpr int kTileM = Pair::kTileM;
+  static constexpr int kTileK = cute::size<2>(typename Base::TileShape{});
+  static_assert(kTileK * sizeof(Element) == 128 && kTileM % 32 == 0,
+                "one 128-byte swizzle row per tile row and k block");
+  static_assert(cute::is_same_v<typename Base::SmemLayoutAtomA,
+                                cute::GMMA::Layout_K_SW128_Atom<typename Base::TiledMma::ValTypeA>>,
+                "A's stages in the K-major 128-byte swizzle that gather_rows writes");
+  static constexpr uint32_t kStageBytesA = kTileM * kTileK * sizeof(Element);
+  static constexpr int kRowsPerLane = kTileM / 32;
+
+  struct Arguments : Base::Arguments {
+    const int32_t* const* row_src = nullptr;  // [groups] device: each group's source rows
+  };
+  struct Params : Base::Params {
+    const int32_t* const* row_src = nullptr;
+  };
+
+  template <class ProblemShape>
+  static Params to_underlying_arguments(ProblemShape shapes, Arguments const& args, void* ws) {
+    Params p;
+    static_cast<typename Base::Params&>(p) = Base::to_underlying_arguments(shapes, args, ws);
+    // The stage's barrier counts the weights' bytes only: A's copies arrive on it themselves.
+    p.tma_transaction_bytes = Base::TmaTransactionBytes - kStageBytesA;
+    p.row_src = args.row_src;
+    return p;
+  }
+
+  // (A, B, M, N, K, the group's source rows, its matrix)
+  template <class ProblemShape_MNKL>
+  CUTLASS_DEVICE auto load_init(ProblemShape_MNKL const& shape, Params const& p) const {
+    auto ab = Base::load_init(shape, p);
+    return cute::make_tuple(cute::get<0>(ab), cute::get<1>(ab), int(cute::get<0>(shape)),
+                            int(cute::get<1>(shape)), int(cute::get<2>(shape)),
+                            static_cast<const int32_t*>(nullptr),
+                            static_cast<const char*>(nullptr));
+  }
+
+  template <class InputTensors, class ProblemShape_MNKL>
+  CUTLASS_DEVICE InputTensors tensors_perform_update(InputTensors const& in, Params const& p,
+                                                     ProblemShape_MNKL shape, int32_t group) {
+    InputTensors out = in;
+    cute::get<2>(out) = static_cast<int>(cute::get<0>(shape));
+    cute::get<3>(out) = static_cast<int>(cute::get<1>(shape));
+    cute::get<4>(out) = static_cast<int>(cute::get<2>(shape));
+    cute::get<5>(out) = p.row_src[group];
+    cute::get<6>(out) = reinterpret_cast<const char*>(p.ptr_A[group]);
+    return out;
+  }
+
+  template <class TensorA, class TensorB, class TensorMapA, class TensorMapB, class KTileIterator,
+            class BlockCoord>
+  CUTLASS_DEVICE void load(
+      Params const& p, MainloopPipeline pipeline, PipelineState write,
+      cute::tuple<TensorA, TensorB, int, int, int, const int32_t*, const char*> const& in,
+      cute::tuple<TensorMapA, TensorMapB> const& maps, BlockCoord const& blk,
+      KTileIterator k_tile, int k_tiles, int, uint32_t rank, TensorStorage& smem) {
+    using namespace cute;
+    __syncwarp();  // as Pair::load: the tensormap's reads before the next group's update
+    const int lane = int(threadIdx.x % 32);
+    auto [m_coord, n_coord, k_coord, l_coord] = blk;
+    const int m = get<2>(in), k = get<4>(in);
+    const PairUnits<kTileM, Pair::kTileN> pu(m, get<3>(in));
+    auto load_weights = Pair::weight_loads(p, get<1>(in)(_, _, n_coord, _, l_coord), get<1>(maps),
+                                           pu.single(int(m_coord)), rank, smem);
+    // Lane l holds the source rows of tile rows l + 32 j (-1 past the group's rows: zeros, as
+    // TMA fills them); each copy takes its row from its holder by a shuffle.
+    const int live = m - int(m_coord) * kTileM;
+    const int32_t* rows = get<5>(in) + int64_t(m_coord) * kTileM;
+    int32_t src[kRowsPerLane];
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < kRowsPerLane; ++j)
+      src[j] = lane + 32 * j < live ? rows[lane + 32 * j] : -1;
+    const char* x = get<6>(in);
+    const int64_t row_bytes = int64_t(k) * int64_t(sizeof(Element));
+    // A copy instruction covers four 128-byte row pieces: lane = 8 x (row % 4) + chunk.
+    const int chunk = lane % 8, sub = lane / 8;
+    const uint32_t smem_a = cast_smem_ptr_to_uint(smem.smem_A.data());
+    const bool leader = elect_one_sync();
+    for (; k_tiles > 0; --k_tiles) {
+      pipeline.producer_acquire(write);  // all lanes wait; the leader expects the weights
+      auto* bar = pipeline.producer_get_barrier(write);
+      const int stage = write.index();
+      const int col = int(*k_tile) * kTileK + chunk * 8;  // k % 8 == 0: a chunk is in or out
+      const char* col_ptr = x + int64_t(col) * int64_t(sizeof(Element));
+      const uint32_t dst = smem_a + uint32_t(stage) * kStageBytesA;
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kTileM / 4; ++i) {
+        const int r = 4 * i + sub;
+        const int32_t s = __shfl_sync(0xffffffffu, src[i / 8], r % 32);
+        const bool ok = s >= 0 && col < k;
+        // The 128-byte swizzle: 16-byte chunk c of row r at chunk c ^ (r % 8).
+        cp_async_zfill(dst + uint32_t(r) * 128u + uint32_t((chunk ^ (r & 7)) << 4),
+                       ok ? col_ptr + int64_t(s) * row_bytes : x, ok);
+      }
+      // Each lane's copies arrive on the stage's barrier when they land; the weights' TMA goes
+      // after every lane's arrival is registered, so the stage cannot complete without A.
+      cutlass::arch::cpasync_barrier_arrive(bar);
+      __syncwarp();
+      if (leader) load_weights(bar, *k_tile, stage);
+      ++k_tile;
+      ++write;
+    }
+  }
+
+ private:
+  // 16 bytes from global to shared memory through the L2 only; zeros where !full.
+  CUTLASS_DEVICE static void cp_async_zfill(uint32_t dst, const void* src, bool full) {
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(full ? 16 : 0)
+                 : "memory");
   }
 };
 
