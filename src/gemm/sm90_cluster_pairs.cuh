@@ -228,27 +228,38 @@ struct Sm90PairMainloop : Base {
 // from a matrix the permute gathered first (its scatter pass wrote and FC1 read back T x k rows:
 // qwen3 ~170 us, deepseek ~600 of their T=16384 forwards, session 23). Row r of group g's A is
 // row row_src[g][r] of the matrix at ptr_A[g] (both written per run by the problem kernel).
-// The load warp's 32 lanes copy A's 128 rows of each k block with cp.async, 16 bytes each, into
-// the 128-byte swizzled layout TMA would have written, and arrive on the stage's barrier when
-// their copies land (cp.async.mbarrier.arrive, as CUTLASS's cp.async GMMA main loops do); the
-// weights stay on TMA and multicast. One-row TMA boxes were measured too slow for this (session
-// 18: ~60 cycles a box, 4.3 GB/s per SM).
+// Two warps of the producer warp group copy A's 128 rows of each k block with cp.async (16 bytes
+// a lane) into the 128-byte swizzled layout TMA would have written: the load warp rows 0-63, the
+// kernel's auxiliary load warp (HasAuxiliaryLoad) rows 64-127. Each lane's copies arrive on the
+// stage's barrier as they land (cp.async.mbarrier.arrive.noinc: one of the stage's expected
+// arrivals each), beside the load warp leader's arrival for the weights, which stay on TMA and
+// multicast. One-row TMA boxes were measured too slow for this (session 18: ~60 cycles a box,
+// 4.3 GB/s per SM); one warp copying all 128 rows doubled FC1's time (session 32).
+template <class Policy>
+struct GatherPolicy : Policy {};
+
 template <class Base>
 struct Sm90PairGatherMainloop : Sm90PairMainloop<Base> {
   using Pair = Sm90PairMainloop<Base>;
   using typename Pair::MainloopPipeline;
   using typename Pair::PipelineState;
   using typename Pair::TensorStorage;
+  using DispatchPolicy = GatherPolicy<typename Base::DispatchPolicy>;
   using Element = typename Base::ElementA;
   static constexpr int kTileM = Pair::kTileM;
   static constexpr int kTileK = cute::size<2>(typename Base::TileShape{});
-  static_assert(kTileK * sizeof(Element) == 128 && kTileM % 32 == 0,
+  static constexpr int kCopyWarps = 2;
+  static constexpr int kRowsPerWarp = kTileM / kCopyWarps;
+  static constexpr int kRowsPerLane = kRowsPerWarp / 32;
+  static_assert(kTileK * sizeof(Element) == 128 && kRowsPerWarp % 32 == 0,
                 "one 128-byte swizzle row per tile row and k block");
   static_assert(cute::is_same_v<typename Base::SmemLayoutAtomA,
                                 cute::GMMA::Layout_K_SW128_Atom<typename Base::TiledMma::ValTypeA>>,
-                "A's stages in the K-major 128-byte swizzle that gather_rows writes");
+                "A's stages in the K-major 128-byte swizzle that RowCopier writes");
   static constexpr uint32_t kStageBytesA = kTileM * kTileK * sizeof(Element);
-  static constexpr int kRowsPerLane = kTileM / 32;
+  // A stage completes with the load warp leader's arrival (expecting the weights' bytes) and
+  // one asynchronous arrival per copying lane.
+  static constexpr int NumProducerThreadEvents = 1 + 32 * kCopyWarps;
 
   struct Arguments : Base::Arguments {
     const int32_t* const* row_src = nullptr;  // [groups] device: each group's source rows
@@ -261,8 +272,7 @@ struct Sm90PairGatherMainloop : Sm90PairMainloop<Base> {
   static Params to_underlying_arguments(ProblemShape shapes, Arguments const& args, void* ws) {
     Params p;
     static_cast<typename Base::Params&>(p) = Base::to_underlying_arguments(shapes, args, ws);
-    // The stage's barrier counts the weights' bytes only: A's copies arrive on it themselves.
-    p.tma_transaction_bytes = Base::TmaTransactionBytes - kStageBytesA;
+    p.tma_transaction_bytes = Base::TmaTransactionBytes - kStageBytesA;  // the weights only
     p.row_src = args.row_src;
     return p;
   }
@@ -289,6 +299,50 @@ struct Sm90PairGatherMainloop : Sm90PairMainloop<Base> {
     return out;
   }
 
+  // One warp's rows of a tile's A (kRowsPerWarp from `first`), stage by stage.
+  struct RowCopier {
+    int32_t src[kRowsPerLane];  // lane l: the source rows of tile rows first + l + 32 j; -1 past
+    const char* x;              // the group's rows (zeros then, as TMA fills them)
+    int64_t row_bytes;
+    int k, chunk, sub, first;
+    uint32_t smem_a;
+
+    template <class InputTensors>
+    CUTLASS_DEVICE RowCopier(InputTensors const& in, int m_coord, int warp, TensorStorage& smem) {
+      const int lane = int(threadIdx.x % 32);
+      first = warp * kRowsPerWarp;
+      const int live = cute::get<2>(in) - m_coord * kTileM - first;
+      const int32_t* rows = cute::get<5>(in) + int64_t(m_coord) * kTileM + first;
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kRowsPerLane; ++j)
+        src[j] = lane + 32 * j < live ? rows[lane + 32 * j] : -1;
+      x = cute::get<6>(in);
+      k = cute::get<4>(in);
+      row_bytes = int64_t(k) * int64_t(sizeof(Element));
+      chunk = lane % 8;  // a copy instruction covers four 128-byte row pieces
+      sub = lane / 8;
+      smem_a = cute::cast_smem_ptr_to_uint(smem.smem_A.data());
+    }
+
+    // Copies k block `kt` of the rows into `stage`; each lane then arrives on `bar` once its
+    // copies land.
+    CUTLASS_DEVICE void stage(int kt, int stage, uint64_t* bar) const {
+      const int col = kt * kTileK + chunk * 8;  // k % 8 == 0: a chunk is wholly in or out
+      const char* col_ptr = x + int64_t(col) * int64_t(sizeof(Element));
+      const uint32_t dst = smem_a + uint32_t(stage) * kStageBytesA;
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kRowsPerWarp / 4; ++i) {
+        const int r = first + 4 * i + sub;
+        const int32_t s = __shfl_sync(0xffffffffu, src[i / 8], (4 * i + sub) % 32);
+        const bool ok = s >= 0 && col < k;
+        // The 128-byte swizzle: 16-byte chunk c of row r at chunk c ^ (r % 8).
+        cp_async_zfill(dst + uint32_t(r) * 128u + uint32_t((chunk ^ (r & 7)) << 4),
+                       ok ? col_ptr + int64_t(s) * row_bytes : x, ok);
+      }
+      cutlass::arch::cpasync_barrier_arrive_noinc(bar);
+    }
+  };
+
   template <class TensorA, class TensorB, class TensorMapA, class TensorMapB, class KTileIterator,
             class BlockCoord>
   CUTLASS_DEVICE void load(
@@ -298,47 +352,33 @@ struct Sm90PairGatherMainloop : Sm90PairMainloop<Base> {
       KTileIterator k_tile, int k_tiles, int, uint32_t rank, TensorStorage& smem) {
     using namespace cute;
     __syncwarp();  // as Pair::load: the tensormap's reads before the next group's update
-    const int lane = int(threadIdx.x % 32);
     auto [m_coord, n_coord, k_coord, l_coord] = blk;
-    const int m = get<2>(in), k = get<4>(in);
-    const PairUnits<kTileM, Pair::kTileN> pu(m, get<3>(in));
+    const PairUnits<kTileM, Pair::kTileN> pu(get<2>(in), get<3>(in));
     auto load_weights = Pair::weight_loads(p, get<1>(in)(_, _, n_coord, _, l_coord), get<1>(maps),
                                            pu.single(int(m_coord)), rank, smem);
-    // Lane l holds the source rows of tile rows l + 32 j (-1 past the group's rows: zeros, as
-    // TMA fills them); each copy takes its row from its holder by a shuffle.
-    const int live = m - int(m_coord) * kTileM;
-    const int32_t* rows = get<5>(in) + int64_t(m_coord) * kTileM;
-    int32_t src[kRowsPerLane];
-    CUTLASS_PRAGMA_UNROLL
-    for (int j = 0; j < kRowsPerLane; ++j)
-      src[j] = lane + 32 * j < live ? rows[lane + 32 * j] : -1;
-    const char* x = get<6>(in);
-    const int64_t row_bytes = int64_t(k) * int64_t(sizeof(Element));
-    // A copy instruction covers four 128-byte row pieces: lane = 8 x (row % 4) + chunk.
-    const int chunk = lane % 8, sub = lane / 8;
-    const uint32_t smem_a = cast_smem_ptr_to_uint(smem.smem_A.data());
+    const RowCopier rows(in, int(m_coord), 0, smem);
     const bool leader = elect_one_sync();
     for (; k_tiles > 0; --k_tiles) {
-      pipeline.producer_acquire(write);  // all lanes wait; the leader expects the weights
+      pipeline.producer_acquire(write);  // every lane waits; the leader expects the weights
       auto* bar = pipeline.producer_get_barrier(write);
-      const int stage = write.index();
-      const int col = int(*k_tile) * kTileK + chunk * 8;  // k % 8 == 0: a chunk is in or out
-      const char* col_ptr = x + int64_t(col) * int64_t(sizeof(Element));
-      const uint32_t dst = smem_a + uint32_t(stage) * kStageBytesA;
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < kTileM / 4; ++i) {
-        const int r = 4 * i + sub;
-        const int32_t s = __shfl_sync(0xffffffffu, src[i / 8], r % 32);
-        const bool ok = s >= 0 && col < k;
-        // The 128-byte swizzle: 16-byte chunk c of row r at chunk c ^ (r % 8).
-        cp_async_zfill(dst + uint32_t(r) * 128u + uint32_t((chunk ^ (r & 7)) << 4),
-                       ok ? col_ptr + int64_t(s) * row_bytes : x, ok);
-      }
-      // Each lane's copies arrive on the stage's barrier when they land; the weights' TMA goes
-      // after every lane's arrival is registered, so the stage cannot complete without A.
-      cutlass::arch::cpasync_barrier_arrive(bar);
-      __syncwarp();
-      if (leader) load_weights(bar, *k_tile, stage);
+      rows.stage(int(*k_tile), write.index(), bar);
+      if (leader) load_weights(bar, *k_tile, write.index());
+      ++k_tile;
+      ++write;
+    }
+  }
+
+  // The auxiliary load warp: the tile's other rows, in the same stages.
+  template <class TensorA, class TensorB, class KTileIterator, class BlockCoord>
+  CUTLASS_DEVICE void load_auxiliary(
+      Params const&, MainloopPipeline pipeline, PipelineState write,
+      cute::tuple<TensorA, TensorB, int, int, int, const int32_t*, const char*> const& in,
+      BlockCoord const& blk, KTileIterator k_tile, int k_tiles, int, uint32_t,
+      TensorStorage& smem) {
+    const RowCopier rows(in, int(cute::get<0>(blk)), 1, smem);
+    for (; k_tiles > 0; --k_tiles) {
+      pipeline.producer_acquire(write);  // waits only: this warp holds no leader
+      rows.stage(int(*k_tile), write.index(), pipeline.producer_get_barrier(write));
       ++k_tile;
       ++write;
     }
@@ -362,3 +402,9 @@ struct PairOrder {
 using PairGroupProblemShape = OrderedGroupProblemShape<PairOrder>;
 
 }  // namespace moekit::gemm::detail
+
+// The gathering pairs run the kernel's auxiliary load warp (Sm90PairGatherMainloop).
+namespace cutlass::gemm::kernel::detail {
+template <class Policy>
+struct HasAuxiliaryLoad<moekit::gemm::detail::GatherPolicy<Policy>> : cute::true_type {};
+}  // namespace cutlass::gemm::kernel::detail

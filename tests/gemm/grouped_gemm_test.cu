@@ -722,7 +722,20 @@ TEST(GroupedGemmShape, EveryTacticHasAnActivationKernel) {
       EXPECT_EQ(act->kind, e.kind) << act->name;
       EXPECT_NE(act->make, nullptr);
     }
-    EXPECT_EQ(2 * stores, static_cast<int>(all.size()));
+    // The gathering kernels serve FC1 only: a "+act" kernel each, of a tile built as above.
+    int gathering = 0;
+    for (const auto& e : all) {
+      if (e.kind != detail::TacticKind::kCutlassGather) continue;
+      ++gathering;
+      EXPECT_TRUE(e.applies_activation) << e.name;
+      const std::size_t at = e.name.find(".gather+act");
+      ASSERT_NE(at, std::string::npos) << e.name;
+      const std::string plain = e.name.substr(0, at) + "+act";
+      EXPECT_TRUE(std::any_of(all.begin(), all.end(),
+                              [&](const detail::TacticEntry& x) { return x.name == plain; }))
+          << e.name;
+    }
+    EXPECT_EQ(2 * stores + gathering, static_cast<int>(all.size()));
     EXPECT_EQ(stores, static_cast<int>(tactic_names(elem).size()));
   }
 }
