@@ -460,6 +460,11 @@ Status GroupedGemm::check_call(const GemmCall& c, const int32_t* row_offsets,
     return Status(ErrorCode::kInvalidArgument, shape_text(st.shape) + ": rows_bound " +
                                                    std::to_string(c.rows_bound) + " is negative");
   const bool gathers = slot->kind == TacticKind::kCutlassGather;
+  // The gathering main loop keeps each source row's offset in 16-byte units in 32 bits.
+  if (gathers && st.shape.max_rows * st.shape.k * kElemBytes / 16 >= int64_t(UINT32_MAX))
+    return Status(ErrorCode::kUnsupported,
+                  shape_text(st.shape) + ": tactic " + c.tactic +
+                      " addresses its rows in 16-byte units below 2^32; max_rows x k is larger");
   if (gathers != (c.row_source != nullptr))
     return Status(ErrorCode::kInvalidArgument,
                   shape_text(st.shape) + ": tactic " + c.tactic +

@@ -234,7 +234,8 @@ struct Sm90PairMainloop : Base {
 // stage's barrier as they land (cp.async.mbarrier.arrive.noinc: one of the stage's expected
 // arrivals each), beside the load warp leader's arrival for the weights, which stay on TMA and
 // multicast. One-row TMA boxes were measured too slow for this (session 18: ~60 cycles a box,
-// 4.3 GB/s per SM); one warp copying all 128 rows doubled FC1's time (session 32).
+// 4.3 GB/s per SM); one warp copying all 128 rows, a shuffle per copy, doubled FC1's time
+// (session 32).
 template <class Policy>
 struct GatherPolicy : Policy {};
 
@@ -299,28 +300,45 @@ struct Sm90PairGatherMainloop : Sm90PairMainloop<Base> {
     return out;
   }
 
-  // One warp's rows of a tile's A (kRowsPerWarp from `first`), stage by stage.
+  // One warp's rows of a tile's A (kRowsPerWarp from `first`), stage by stage. A copy
+  // instruction covers four 128-byte row pieces (lane = 8 x row + 16-byte chunk); each lane's
+  // source rows are found once per tile, so that a copy is one address multiply-add and the
+  // copy itself (session 32: a shuffle per copy held a warp to one copy per ~32 cycles).
   struct RowCopier {
-    int32_t src[kRowsPerLane];  // lane l: the source rows of tile rows first + l + 32 j; -1 past
-    const char* x;              // the group's rows (zeros then, as TMA fills them)
-    int64_t row_bytes;
-    int k, chunk, sub, first;
+    static constexpr int kCopies = kRowsPerWarp / 4;  // per lane and stage
+    uint32_t rows16[kCopies];  // source row x row bytes / 16; ~0u past the group's rows
+    const char* x;
+    uint32_t dst_even, dst_odd;  // this lane's byte offset in a stage for even and odd copies
+    int k, chunk;
     uint32_t smem_a;
 
     template <class InputTensors>
     CUTLASS_DEVICE RowCopier(InputTensors const& in, int m_coord, int warp, TensorStorage& smem) {
       const int lane = int(threadIdx.x % 32);
-      first = warp * kRowsPerWarp;
+      const int first = warp * kRowsPerWarp;
       const int live = cute::get<2>(in) - m_coord * kTileM - first;
       const int32_t* rows = cute::get<5>(in) + int64_t(m_coord) * kTileM + first;
+      k = cute::get<4>(in);
+      const uint32_t row16 = uint32_t(k) * uint32_t(sizeof(Element)) / 16u;
+      chunk = lane % 8;
+      const int sub = lane / 8;
+      // Lane l loads the sources of rows l + 32 j; copy i's row, 4 i + sub, comes from its
+      // holder by a shuffle.
+      int32_t held[kRowsPerLane];
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kRowsPerLane; ++j)
-        src[j] = lane + 32 * j < live ? rows[lane + 32 * j] : -1;
+        held[j] = lane + 32 * j < live ? rows[lane + 32 * j] : -1;
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kCopies; ++i) {
+        const int32_t s = __shfl_sync(0xffffffffu, held[i / 8], (4 * i + sub) % 32);
+        rows16[i] = s >= 0 ? uint32_t(s) * row16 : ~0u;
+      }
       x = cute::get<6>(in);
-      k = cute::get<4>(in);
-      row_bytes = int64_t(k) * int64_t(sizeof(Element));
-      chunk = lane % 8;  // a copy instruction covers four 128-byte row pieces
-      sub = lane / 8;
+      // The 128-byte swizzle: 16-byte chunk c of row r at chunk c ^ (r % 8); copy i's row is
+      // first + 4 i + sub, so r % 8 is sub (even i) or 4 + sub (odd i).
+      const uint32_t row0 = uint32_t(first + sub) * 128u;
+      dst_even = row0 + uint32_t((chunk ^ sub) << 4);
+      dst_odd = row0 + uint32_t((chunk ^ (4 + sub)) << 4);
       smem_a = cute::cast_smem_ptr_to_uint(smem.smem_A.data());
     }
 
@@ -328,16 +346,14 @@ struct Sm90PairGatherMainloop : Sm90PairMainloop<Base> {
     // copies land.
     CUTLASS_DEVICE void stage(int kt, int stage, uint64_t* bar) const {
       const int col = kt * kTileK + chunk * 8;  // k % 8 == 0: a chunk is wholly in or out
+      const bool col_in = col < k;
       const char* col_ptr = x + int64_t(col) * int64_t(sizeof(Element));
       const uint32_t dst = smem_a + uint32_t(stage) * kStageBytesA;
       CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < kRowsPerWarp / 4; ++i) {
-        const int r = first + 4 * i + sub;
-        const int32_t s = __shfl_sync(0xffffffffu, src[i / 8], (4 * i + sub) % 32);
-        const bool ok = s >= 0 && col < k;
-        // The 128-byte swizzle: 16-byte chunk c of row r at chunk c ^ (r % 8).
-        cp_async_zfill(dst + uint32_t(r) * 128u + uint32_t((chunk ^ (r & 7)) << 4),
-                       ok ? col_ptr + int64_t(s) * row_bytes : x, ok);
+      for (int i = 0; i < kCopies; ++i) {
+        const bool ok = col_in && rows16[i] != ~0u;
+        cp_async_zfill(dst + (i % 2 ? dst_odd : dst_even) + uint32_t(i) * 512u,
+                       ok ? col_ptr + uint64_t(rows16[i]) * 16u : x, ok);
       }
       cutlass::arch::cpasync_barrier_arrive_noinc(bar);
     }
