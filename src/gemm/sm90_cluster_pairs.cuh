@@ -401,9 +401,10 @@ struct Sm90PairGatherMainloop : Sm90PairMainloop<Base> {
   }
 
  private:
-  // 16 bytes from global to shared memory through the L2 only; zeros where !full.
+  // 16 bytes from global to shared memory through the L2 only; zeros where !full. The L2
+  // fetches 256 bytes around them: a row's next k block comes with this one.
   CUTLASS_DEVICE static void cp_async_zfill(uint32_t dst, const void* src, bool full) {
-    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
                  "r"(full ? 16 : 0)
                  : "memory");
   }
