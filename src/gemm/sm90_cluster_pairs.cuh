@@ -306,7 +306,8 @@ struct Sm90PairGatherMainloop : Sm90PairMainloop<Base> {
   // copy itself (session 32: a shuffle per copy held a warp to one copy per ~32 cycles).
   struct RowCopier {
     static constexpr int kCopies = kRowsPerWarp / 4;  // per lane and stage
-    uint32_t rows16[kCopies];  // source row x row bytes / 16; ~0u past the group's rows
+    uint32_t rows16[kCopies];  // source row x row bytes / 16 (0 past the group's rows)
+    uint32_t live_copies;      // bit i: copy i's row is in the group (else zeros)
     const char* x;
     uint32_t dst_even, dst_odd;  // this lane's byte offset in a stage for even and odd copies
     int k, chunk;
@@ -328,10 +329,12 @@ struct Sm90PairGatherMainloop : Sm90PairMainloop<Base> {
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kRowsPerLane; ++j)
         held[j] = lane + 32 * j < live ? rows[lane + 32 * j] : -1;
+      live_copies = 0;
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < kCopies; ++i) {
         const int32_t s = __shfl_sync(0xffffffffu, held[i / 8], (4 * i + sub) % 32);
-        rows16[i] = s >= 0 ? uint32_t(s) * row16 : ~0u;
+        rows16[i] = s >= 0 ? uint32_t(s) * row16 : 0u;
+        live_copies |= uint32_t(s >= 0) << i;
       }
       x = cute::get<6>(in);
       // The 128-byte swizzle: 16-byte chunk c of row r at chunk c ^ (r % 8); copy i's row is
@@ -346,15 +349,14 @@ struct Sm90PairGatherMainloop : Sm90PairMainloop<Base> {
     // copies land.
     CUTLASS_DEVICE void stage(int kt, int stage, uint64_t* bar) const {
       const int col = kt * kTileK + chunk * 8;  // k % 8 == 0: a chunk is wholly in or out
-      const bool col_in = col < k;
-      const char* col_ptr = x + int64_t(col) * int64_t(sizeof(Element));
+      // Past k no copy reads (and row 0 stands in for the rows past the group: zeros too).
+      const uint32_t live = col < k ? live_copies : 0u;
+      const char* col_ptr = x + int64_t(col < k ? col : 0) * int64_t(sizeof(Element));
       const uint32_t dst = smem_a + uint32_t(stage) * kStageBytesA;
       CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < kCopies; ++i) {
-        const bool ok = col_in && rows16[i] != ~0u;
+      for (int i = 0; i < kCopies; ++i)
         cp_async_zfill(dst + (i % 2 ? dst_odd : dst_even) + uint32_t(i) * 512u,
-                       ok ? col_ptr + uint64_t(rows16[i]) * 16u : x, ok);
-      }
+                       col_ptr + uint64_t(rows16[i]) * 16u, (live >> i) & 1u);
       cutlass::arch::cpasync_barrier_arrive_noinc(bar);
     }
   };
