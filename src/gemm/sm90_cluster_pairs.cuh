@@ -251,8 +251,7 @@ struct Sm90PairGatherMainloop : Sm90PairMainloop<Base> {
   static constexpr int kTileK = cute::size<2>(typename Base::TileShape{});
   static constexpr int kCopyWarps = 2;
   static constexpr int kRowsPerWarp = kTileM / kCopyWarps;
-  static constexpr int kRowsPerLane = kRowsPerWarp / 32;
-  static_assert(kTileK * sizeof(Element) == 128 && kRowsPerWarp % 32 == 0,
+  static_assert(kTileK * sizeof(Element) == 128 && kRowsPerWarp % 8 == 0,
                 "one 128-byte swizzle row per tile row and k block");
   static_assert(cute::is_same_v<typename Base::SmemLayoutAtomA,
                                 cute::GMMA::Layout_K_SW128_Atom<typename Base::TiledMma::ValTypeA>>,
@@ -300,17 +299,20 @@ struct Sm90PairGatherMainloop : Sm90PairMainloop<Base> {
     return out;
   }
 
-  // One warp's rows of a tile's A (kRowsPerWarp from `first`), stage by stage. A copy
-  // instruction covers four 128-byte row pieces (lane = 8 x row + 16-byte chunk); each lane's
-  // source rows are found once per tile, so that a copy is one address multiply-add and the
-  // copy itself (session 32: a shuffle per copy held a warp to one copy per ~32 cycles).
+  // One warp's rows of a tile's A (kRowsPerWarp from `first`), stage by stage. Lane l copies
+  // 16-byte chunks q and q + 4 (q = l % 4) of row first + 8 i + l / 4 for each of the warp's
+  // 8-row groups i: a copy instruction covers 8 rows x 64 bytes, and a row's two copies share
+  // one address (the second at +64 bytes). Each lane's source rows are found once per tile. So a
+  // stage is kGroups address multiply-adds for 2 x kGroups copies: with an address chain per copy
+  // (16 a stage) the two copying warps were busy all the time and FC1's consumers waited for A
+  // (ncu, session 33).
   struct RowCopier {
-    static constexpr int kCopies = kRowsPerWarp / 4;  // per lane and stage
-    uint32_t rows16[kCopies];  // source row x row bytes / 16 (0 past the group's rows)
-    uint32_t live_copies;      // bit i: copy i's row is in the group (else zeros)
+    static constexpr int kGroups = kRowsPerWarp / 8;  // 8-row groups per warp and stage
+    uint32_t rows16[kGroups];  // source row x row bytes / 16 (0 past the group's rows)
+    uint32_t live_rows;        // bit i: group i's row is in the group (else zeros)
     const char* x;
-    uint32_t dst_even, dst_odd;  // this lane's byte offset in a stage for even and odd copies
-    int k, chunk;
+    uint32_t dst_lo, dst_hi;  // this lane's byte offsets in a stage for chunks q and q + 4
+    int k, q;
     uint32_t smem_a;
 
     template <class InputTensors>
@@ -321,42 +323,47 @@ struct Sm90PairGatherMainloop : Sm90PairMainloop<Base> {
       const int32_t* rows = cute::get<5>(in) + int64_t(m_coord) * kTileM + first;
       k = cute::get<4>(in);
       const uint32_t row16 = uint32_t(k) * uint32_t(sizeof(Element)) / 16u;
-      chunk = lane % 8;
-      const int sub = lane / 8;
-      // Lane l loads the sources of rows l + 32 j; copy i's row, 4 i + sub, comes from its
-      // holder by a shuffle.
-      int32_t held[kRowsPerLane];
+      q = lane % 4;
+      const int r8 = lane / 4;  // the row in each group of 8, and its row % 8 (first % 8 == 0)
+      live_rows = 0;
       CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < kRowsPerLane; ++j)
-        held[j] = lane + 32 * j < live ? rows[lane + 32 * j] : -1;
-      live_copies = 0;
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < kCopies; ++i) {
-        const int32_t s = __shfl_sync(0xffffffffu, held[i / 8], (4 * i + sub) % 32);
+      for (int i = 0; i < kGroups; ++i) {
+        const int row = 8 * i + r8;
+        const int32_t s = row < live ? rows[row] : -1;
         rows16[i] = s >= 0 ? uint32_t(s) * row16 : 0u;
-        live_copies |= uint32_t(s >= 0) << i;
+        live_rows |= uint32_t(s >= 0) << i;
       }
       x = cute::get<6>(in);
-      // The 128-byte swizzle: 16-byte chunk c of row r at chunk c ^ (r % 8); copy i's row is
-      // first + 4 i + sub, so r % 8 is sub (even i) or 4 + sub (odd i).
-      const uint32_t row0 = uint32_t(first + sub) * 128u;
-      dst_even = row0 + uint32_t((chunk ^ sub) << 4);
-      dst_odd = row0 + uint32_t((chunk ^ (4 + sub)) << 4);
+      // The 128-byte swizzle: 16-byte chunk c of row r at chunk c ^ (r % 8).
+      const uint32_t row0 = uint32_t(first + r8) * 128u;
+      dst_lo = row0 + uint32_t((q ^ r8) << 4);
+      dst_hi = row0 + uint32_t(((q + 4) ^ r8) << 4);
       smem_a = cute::cast_smem_ptr_to_uint(smem.smem_A.data());
     }
 
     // Copies k block `kt` of the rows into `stage`; each lane then arrives on `bar` once its
     // copies land.
     CUTLASS_DEVICE void stage(int kt, int stage, uint64_t* bar) const {
-      const int col = kt * kTileK + chunk * 8;  // k % 8 == 0: a chunk is wholly in or out
-      // Past k no copy reads (and row 0 stands in for the rows past the group: zeros too).
-      const uint32_t live = col < k ? live_copies : 0u;
-      const char* col_ptr = x + int64_t(col < k ? col : 0) * int64_t(sizeof(Element));
       const uint32_t dst = smem_a + uint32_t(stage) * kStageBytesA;
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < kCopies; ++i)
-        cp_async_zfill(dst + (i % 2 ? dst_odd : dst_even) + uint32_t(i) * 512u,
-                       col_ptr + uint64_t(rows16[i]) * 16u, (live >> i) & 1u);
+      const int col = kt * kTileK + q * 8;
+      constexpr int kHi = 4 * 16 / int(sizeof(Element));  // chunk q + 4's column offset
+      if ((kt + 1) * kTileK <= k) {  // a whole k block: both chunks read, from one address
+        const char* col_ptr = x + int64_t(col) * int64_t(sizeof(Element));
+        cute::for_each(cute::make_int_sequence<kGroups>{}, [&](auto i) {
+          constexpr int g = decltype(i)::value;
+          copy_row_pair<g>(dst + dst_lo + g * 1024u, dst + dst_hi + g * 1024u, rows16[g], col_ptr,
+                           live_rows);
+        });
+      } else {  // a ragged k's last block: each chunk in or out (k % 8 == 0), none read past k
+        const bool lo = col < k, hi = col + kHi < k;
+        const char* lo_ptr = x + int64_t(lo ? col : 0) * int64_t(sizeof(Element));
+        const char* hi_ptr = x + int64_t(hi ? col + kHi : 0) * int64_t(sizeof(Element));
+        cute::for_each(cute::make_int_sequence<kGroups>{}, [&](auto i) {
+          constexpr int g = decltype(i)::value;
+          copy_row<g>(dst + dst_lo + g * 1024u, rows16[g], lo_ptr, lo ? live_rows : 0u);
+          copy_row<g>(dst + dst_hi + g * 1024u, rows16[g], hi_ptr, hi ? live_rows : 0u);
+        });
+      }
       cutlass::arch::cpasync_barrier_arrive_noinc(bar);
     }
   };
@@ -403,12 +410,32 @@ struct Sm90PairGatherMainloop : Sm90PairMainloop<Base> {
   }
 
  private:
-  // 16 bytes from global to shared memory through the L2 only; zeros where !full. The L2
-  // fetches 256 bytes around them: a row's next k block comes with this one.
-  CUTLASS_DEVICE static void cp_async_zfill(uint32_t dst, const void* src, bool full) {
-    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(full ? 16 : 0)
-                 : "memory");
+  // 16-byte copies from global to shared memory through the L2 only; the L2 fetches 256 bytes
+  // around them (a row's next k block comes with this one). The source is col_ptr + 16 x row16,
+  // and the copy writes zeros where bit kBit of `live` is 0: both formed inside the asm, since as
+  // C++ the compiler hoists the 64-bit offsets and the sizes out of the stage loop, past the
+  // producer's 40 registers into local memory. copy_row_pair also copies the 16 bytes 64 bytes
+  // on, to dst_hi.
+  template <int kBit>
+  CUTLASS_DEVICE static void copy_row_pair(uint32_t dst_lo, uint32_t dst_hi, uint32_t row16,
+                                           const char* col_ptr, uint32_t live) {
+    asm volatile(
+        "{\n .reg .u64 src;\n .reg .b32 bit;\n .reg .pred off;\n"
+        " mad.wide.u32 src, %2, 16, %3;\n and.b32 bit, %4, %5;\n setp.eq.u32 off, bit, 0;\n"
+        " cp.async.cg.shared.global.L2::256B [%0], [src], 16, off;\n"
+        " cp.async.cg.shared.global.L2::256B [%1], [src+64], 16, off;\n}\n" ::"r"(dst_lo),
+        "r"(dst_hi), "r"(row16), "l"(col_ptr), "r"(live), "n"(1u << kBit)
+        : "memory");
+  }
+  template <int kBit>
+  CUTLASS_DEVICE static void copy_row(uint32_t dst, uint32_t row16, const char* col_ptr,
+                                      uint32_t live) {
+    asm volatile(
+        "{\n .reg .u64 src;\n .reg .b32 bit;\n .reg .pred off;\n"
+        " mad.wide.u32 src, %1, 16, %2;\n and.b32 bit, %3, %4;\n setp.eq.u32 off, bit, 0;\n"
+        " cp.async.cg.shared.global.L2::256B [%0], [src], 16, off;\n}\n" ::"r"(dst),
+        "r"(row16), "l"(col_ptr), "r"(live), "n"(1u << kBit)
+        : "memory");
   }
 };
 
