@@ -2,7 +2,7 @@
 # Runs on the H200 device machine, from the repository root, with .carry/ (scripts/carry.sh)
 # carried along: builds every tactic, runs the GPU tests, compute-sanitizer on a small case, and the
 # benchmarks. Logs go to $OUT (at most 8 files come back). Usage:
-#   MOEKIT_COMMIT=<sha> bash scripts/device.sh [build | prebuilt] [test] [sanitize] [bench] [sweep] [torch] [ab] [clocks] [envab] [ncu] [ncu-gemm] [ncu-source]
+#   MOEKIT_COMMIT=<sha> bash scripts/device.sh [build | prebuilt] [test] [sanitize] [bench] [sweep] [torch] [ab] [clocks] [envab] [ncu] [ncu-gemm] [ncu-source] [ncu-forward]
 #   (default: build test sanitize bench sweep torch)
 # Step "prebuilt" instead of "build": the programs from .prebuilt/ (scripts/prebuild.sh, a full
 # build on the CPU machine, carried along), which saves the ~3 minutes of a build here. The
@@ -180,6 +180,31 @@ if want ncu-source; then
     --csv >"$OUT/ncu-source.csv" 2>"$OUT/ncu-source.err"
   echo "ncu-source: rc=$?" >>"$summary"
   python3 scripts/ncu_top_stalls.py "$OUT/ncu-source.csv" 30 >>"$summary" 2>&1
+fi
+
+# Step "ncu-forward": one kernel of one forward (`moekit run`) under ncu: its first launch whose
+# demangled name matches MOEKIT_NCU_KERNEL (default "device_kernel": FC1's CUTLASS kernel at
+# prefill), for MOEKIT_BENCH_PRESETS' first preset at MOEKIT_NCU_TOKENS' first count (default
+# 16384). Speed of light, pipe utilization, memory workload and warp states, then the
+# warp-stall samples by SASS line (the 30 lines with the most). For kernels the sweep cannot run
+# alone (session 32's gathering FC1).
+if want ncu-forward; then
+  preset=$(echo "${MOEKIT_BENCH_PRESETS:-qwen3-30b-a3b}" | cut -d, -f1)
+  t=$(echo "${MOEKIT_NCU_TOKENS:-16384}" | cut -d, -f1)
+  ncu_forward() {
+    ncu --clock-control none --kernel-name-base demangled -k "regex:${MOEKIT_NCU_KERNEL:-device_kernel}" \
+      --launch-count 1 "$@" \
+      $bin/tools/moekit run --preset "$preset" --weights-format bf16 --tokens "$t" --seed $((1 + t))
+  }
+  { echo "== ncu-forward $preset T=$t kernel ${MOEKIT_NCU_KERNEL:-device_kernel}"
+    ncu_forward --section SpeedOfLight --section ComputeWorkloadAnalysis \
+      --section MemoryWorkloadAnalysis --section WarpStateStats 2>&1 | grep -v '^==PROF=='
+  } >"$OUT/ncu-forward.txt" 2>&1
+  tail -80 "$OUT/ncu-forward.txt" >>"$summary"
+  ncu_forward --section SourceCounters --section WarpStateStats --page source --print-source sass \
+    --csv >"$OUT/ncu-forward-source.csv" 2>"$OUT/ncu-forward-source.err"
+  echo "ncu-forward source: rc=$?" >>"$summary"
+  python3 scripts/ncu_top_stalls.py "$OUT/ncu-forward-source.csv" 30 >>"$summary" 2>&1
 fi
 
 if want clocks; then

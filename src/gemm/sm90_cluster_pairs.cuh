@@ -251,7 +251,7 @@ struct Sm90PairGatherMainloop : Sm90PairMainloop<Base> {
   static constexpr int kTileK = cute::size<2>(typename Base::TileShape{});
   static constexpr int kCopyWarps = 2;
   static constexpr int kRowsPerWarp = kTileM / kCopyWarps;
-  static_assert(kTileK * sizeof(Element) == 128 && kRowsPerWarp % 8 == 0,
+  static_assert(kTileK * sizeof(Element) == 128 && kRowsPerWarp % 16 == 0,
                 "one 128-byte swizzle row per tile row and k block");
   static_assert(cute::is_same_v<typename Base::SmemLayoutAtomA,
                                 cute::GMMA::Layout_K_SW128_Atom<typename Base::TiledMma::ValTypeA>>,
@@ -349,10 +349,10 @@ struct Sm90PairGatherMainloop : Sm90PairMainloop<Base> {
       constexpr int kHi = 4 * 16 / int(sizeof(Element));  // chunk q + 4's column offset
       if ((kt + 1) * kTileK <= k) {  // a whole k block: both chunks read, from one address
         const char* col_ptr = x + int64_t(col) * int64_t(sizeof(Element));
-        cute::for_each(cute::make_int_sequence<kGroups>{}, [&](auto i) {
-          constexpr int g = decltype(i)::value;
-          copy_row_pair<g>(dst + dst_lo + g * 1024u, dst + dst_hi + g * 1024u, rows16[g], col_ptr,
-                           live_rows);
+        const uint32_t lo = dst + dst_lo, hi = dst + dst_hi;
+        cute::for_each(cute::make_int_sequence<kGroups / 2>{}, [&](auto i) {
+          constexpr int g = 2 * decltype(i)::value;
+          copy_row_pairs<g>(lo, hi, rows16[g], rows16[g + 1], col_ptr, live_rows);
         });
       } else {  // a ragged k's last block: each chunk in or out (k % 8 == 0), none read past k
         const bool lo = col < k, hi = col + kHi < k;
@@ -412,19 +412,27 @@ struct Sm90PairGatherMainloop : Sm90PairMainloop<Base> {
  private:
   // 16-byte copies from global to shared memory through the L2 only; the L2 fetches 256 bytes
   // around them (a row's next k block comes with this one). The source is col_ptr + 16 x row16,
-  // and the copy writes zeros where bit kBit of `live` is 0: both formed inside the asm, since as
-  // C++ the compiler hoists the 64-bit offsets and the sizes out of the stage loop, past the
-  // producer's 40 registers into local memory. copy_row_pair also copies the 16 bytes 64 bytes
+  // and the copy writes zeros where its row's bit of `live` is 0: both formed inside the asm, as
+  // in C++ the compiler hoists the 64-bit offsets and the sizes out of the stage loop, past the
+  // producer's 40 registers into local memory. copy_row_pairs also copy the 16 bytes 64 bytes
   // on, to dst_hi.
-  template <int kBit>
-  CUTLASS_DEVICE static void copy_row_pair(uint32_t dst_lo, uint32_t dst_hi, uint32_t row16,
-                                           const char* col_ptr, uint32_t live) {
+  template <int kGroup>
+  CUTLASS_DEVICE static void copy_row_pairs(uint32_t dst_lo, uint32_t dst_hi, uint32_t row16_a,
+                                            uint32_t row16_b, const char* col_ptr,
+                                            uint32_t live) {
+    // Groups kGroup and kGroup + 1 (1024 bytes apart in the stage), each address its own
+    // register, so that the second's multiply-add need not wait for the first's copies.
     asm volatile(
-        "{\n .reg .u64 src;\n .reg .b32 bit;\n .reg .pred off;\n"
-        " mad.wide.u32 src, %2, 16, %3;\n and.b32 bit, %4, %5;\n setp.eq.u32 off, bit, 0;\n"
-        " cp.async.cg.shared.global.L2::256B [%0], [src], 16, off;\n"
-        " cp.async.cg.shared.global.L2::256B [%1], [src+64], 16, off;\n}\n" ::"r"(dst_lo),
-        "r"(dst_hi), "r"(row16), "l"(col_ptr), "r"(live), "n"(1u << kBit)
+        "{\n .reg .u64 a, b;\n .reg .b32 t;\n .reg .pred za, zb;\n"
+        " mad.wide.u32 a, %2, 16, %4;\n mad.wide.u32 b, %3, 16, %4;\n"
+        " and.b32 t, %5, %6;\n setp.eq.u32 za, t, 0;\n"
+        " and.b32 t, %5, %7;\n setp.eq.u32 zb, t, 0;\n"
+        " cp.async.cg.shared.global.L2::256B [%0+%8], [a], 16, za;\n"
+        " cp.async.cg.shared.global.L2::256B [%1+%8], [a+64], 16, za;\n"
+        " cp.async.cg.shared.global.L2::256B [%0+%9], [b], 16, zb;\n"
+        " cp.async.cg.shared.global.L2::256B [%1+%9], [b+64], 16, zb;\n}\n" ::"r"(dst_lo),
+        "r"(dst_hi), "r"(row16_a), "r"(row16_b), "l"(col_ptr), "r"(live), "n"(1u << kGroup),
+        "n"(2u << kGroup), "n"(kGroup * 1024), "n"((kGroup + 1) * 1024)
         : "memory");
   }
   template <int kBit>
