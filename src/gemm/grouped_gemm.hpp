@@ -87,6 +87,10 @@ class GroupedGemm {
   // [rows, n / 2] and holds the activation; otherwise it is [rows, n], FC1's raw output.
   bool applies_activation(const std::string& tactic) const;
 
+  // The variant of `tactic` (a "+act" one) that reads A's rows by index (GemmCall::row_source)
+  // instead of from a gathered matrix, or empty where none is built.
+  std::string gathering_tactic(const std::string& tactic) const;
+
   // Whether `tactic`'s kernel reads row_offsets itself (the GEMV tactics): only those use
   // GemmCall::offsets_ready and offsets_flag; the CUTLASS ones read the per-group arrays that
   // write_problems() enqueues, after their PDL wait.
@@ -144,6 +148,10 @@ class GroupedGemm {
     // Or null rows: `a` is not gathered; FC1's chained TMA GEMV (launch_chained only) reads the
     // tokens' own rows instead (see TokenRows).
     TokenRows token_rows;
+    // Or null: `a` is the tokens' own rows, not gathered, and row r of A is row row_source[r]
+    // of `a` (device, [max_rows]; entries of rows past row_offsets[groups] are not read).
+    // Required by the gathering tactics (gathering_tactic), refused by the others.
+    const int32_t* row_source = nullptr;
   };
   static constexpr int kMaxCallsPerWrite = 2;
   static Status write_problems(const GemmCall* calls, int count, const int32_t* row_offsets,
