@@ -277,7 +277,8 @@ bool GroupedGemm::applies_activation(const std::string& tactic) const {
 std::string GroupedGemm::gathering_tactic(const std::string& tactic) const {
   // "<tile>+act" -> "<tile>.gather+act"
   const std::string act = "+act";
-  if (tactic.size() <= act.size() || tactic.compare(tactic.size() - act.size(), act.size(), act))
+  if (state_->shape.n > kMaxGatheringWidth || tactic.size() <= act.size() ||
+      tactic.compare(tactic.size() - act.size(), act.size(), act))
     return {};
   const std::string name = tactic.substr(0, tactic.size() - act.size()) + ".gather" + act;
   const Slot* slot = state_->find(name);

@@ -234,8 +234,10 @@ struct Sm90PairMainloop : Base {
 // stage's barrier as they land (cp.async.mbarrier.arrive.noinc: one of the stage's expected
 // arrivals each), beside the load warp leader's arrival for the weights, which stay on TMA and
 // multicast. One-row TMA boxes were measured too slow for this (session 18: ~60 cycles a box,
-// 4.3 GB/s per SM); one warp copying all 128 rows, a shuffle per copy, doubled FC1's time
-// (session 32).
+// 4.3 GB/s per SM). The copying warps' issue rate decides whether FC1 keeps its pace: one warp,
+// a shuffle per copy, doubled FC1's time (session 32); two warps with an address per 16-byte
+// copy left FC1's consumers waiting for A at ~47% of their samples, two per address (RowCopier)
+// at ~6%, as with TMA (ncu, session 33).
 template <class Policy>
 struct GatherPolicy : Policy {};
 

@@ -8,7 +8,6 @@
 // on the first call (every kernel is loaded and configured here, at construction).
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -146,14 +145,6 @@ class Sm90Engine final : public Engine {
 Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int device,
                        const Sm90Options& options)
     : spec_(spec), options_(options), device_(device), elem_(spec.act_dtype) {
-  // Experiment (session 32): FC1 reading the tokens' rows by index, on ("1") or off ("0").
-  if (const char* e = std::getenv("MOEKIT_EXP_FC1_GATHER")) {
-    const std::string v(e);
-    if (v != "0" && v != "1")
-      throw Error(ErrorCode::kInvalidArgument,
-                  "MOEKIT_EXP_FC1_GATHER is '" + v + "'; it takes 0 or 1");
-    options_.gather_in_fc1 = v == "1";
-  }
   spec.validate_or_throw();
   const WeightFormat wf = spec.weights.format;
   const bool bf16 = spec.act_dtype == DType::kBFloat16 && wf == WeightFormat::kBF16;

@@ -411,6 +411,10 @@ TEST_F(GroupedGemmRun, RowSourceGoesWithTheGatheringTacticsOnly) {
   EXPECT_EQ(gemm.gathering_tactic(gathering), "");
   EXPECT_EQ(gemm.gathering_tactic("sm90.coop.128x128x64.c1x1+act"), "");
   EXPECT_EQ(gemm.gathering_tactic("sm90.coop.128x256x64.c2x1.dyn.pairs"), "");
+  // Past kMaxGatheringWidth the gathered matrix pays (mixtral's FC1).
+  GroupedGemm wide(GroupedShape{Elem::kBF16, 4, GroupedGemm::kMaxGatheringWidth + 256, 128, 64}, 0,
+                   act);
+  EXPECT_EQ(wide.gathering_tactic(plain), "");
   DeviceBuffer buf(1 << 16);
   ASSERT_EQ(cudaMemset(buf.ptr, 0, buf.bytes), cudaSuccess);
   const auto* offsets = static_cast<const int32_t*>(buf.ptr);
