@@ -51,6 +51,7 @@ struct ProblemParams {
   bool swap_ab;
   int64_t d_ld;  // elements per output row: n, or n / 2 behind the fused activation
   const char* a;
+  const int32_t* row_source;  // or null: A's rows by index (kCutlassGather)
   const char* b;
   char* d;
   DeviceArrays arrays;
@@ -82,8 +83,9 @@ __global__ void write_problems_kernel(ProblemBatch batch) {
   } else {
     s[0] = m;
     s[1] = p.n;
-    p.arrays.ptr_a[g] = act;
+    p.arrays.ptr_a[g] = p.row_source != nullptr ? p.a : act;
     p.arrays.ptr_b[g] = w;
+    if (p.row_source != nullptr) p.arrays.row_src[g] = p.row_source + row0;
   }
   s[2] = p.k;
   p.arrays.ptr_d[g] = p.d + row0 * p.d_ld * kElemBytes;
@@ -230,7 +232,7 @@ GroupedGemm::GroupedGemm(const GroupedShape& shape, int device,
   st.device = device;
   const std::size_t g = static_cast<std::size_t>(shape.groups);
   const std::size_t shapes_bytes = (3 * sizeof(int32_t) * g + 15) / 16 * 16;
-  st.arrays_bytes = shapes_bytes + 3 * sizeof(void*) * g;
+  st.arrays_bytes = shapes_bytes + 4 * sizeof(void*) * g;
   err = cudaMalloc(&st.arrays_mem, st.arrays_bytes);
   if (err != cudaSuccess) throw Error(detail::cuda_status(err, "cudaMalloc", what));
   char* base = static_cast<char*>(st.arrays_mem);
@@ -238,6 +240,7 @@ GroupedGemm::GroupedGemm(const GroupedShape& shape, int device,
   st.arrays.ptr_a = reinterpret_cast<const void**>(base + shapes_bytes);
   st.arrays.ptr_b = st.arrays.ptr_a + g;
   st.arrays.ptr_d = reinterpret_cast<void**>(base + shapes_bytes + 2 * sizeof(void*) * g);
+  st.arrays.row_src = reinterpret_cast<const int32_t**>(base + shapes_bytes + 3 * sizeof(void*) * g);
   // Zeroed so a tactic never sees garbage shapes, even before its first problem write.
   err = cudaMemset(st.arrays_mem, 0, st.arrays_bytes);
   if (err != cudaSuccess) throw Error(detail::cuda_status(err, "cudaMemset", what));
@@ -269,6 +272,17 @@ std::vector<std::string> GroupedGemm::tactics() const {
 bool GroupedGemm::applies_activation(const std::string& tactic) const {
   const Slot* slot = state_->find(tactic);
   return slot != nullptr && slot->applies_activation;
+}
+
+std::string GroupedGemm::gathering_tactic(const std::string& tactic) const {
+  // "<tile>+act" -> "<tile>.gather+act"
+  const std::string act = "+act";
+  if (state_->shape.n > kMaxGatheringWidth || tactic.size() <= act.size() ||
+      tactic.compare(tactic.size() - act.size(), act.size(), act))
+    return {};
+  const std::string name = tactic.substr(0, tactic.size() - act.size()) + ".gather" + act;
+  const Slot* slot = state_->find(name);
+  return slot != nullptr && slot->kind == TacticKind::kCutlassGather ? name : std::string();
 }
 
 bool GroupedGemm::reads_row_offsets(const std::string& tactic) const {
@@ -446,6 +460,17 @@ Status GroupedGemm::check_call(const GemmCall& c, const int32_t* row_offsets,
   if (c.rows_bound < 0)
     return Status(ErrorCode::kInvalidArgument, shape_text(st.shape) + ": rows_bound " +
                                                    std::to_string(c.rows_bound) + " is negative");
+  const bool gathers = slot->kind == TacticKind::kCutlassGather;
+  // The gathering main loop keeps each source row's offset in 16-byte units in 32 bits.
+  if (gathers && st.shape.max_rows * st.shape.k * kElemBytes / 16 >= int64_t(UINT32_MAX))
+    return Status(ErrorCode::kUnsupported,
+                  shape_text(st.shape) + ": tactic " + c.tactic +
+                      " addresses its rows in 16-byte units below 2^32; max_rows x k is larger");
+  if (gathers != (c.row_source != nullptr))
+    return Status(ErrorCode::kInvalidArgument,
+                  shape_text(st.shape) + ": tactic " + c.tactic +
+                      (gathers ? " reads A's rows by index and needs row_source"
+                               : " reads A's rows in order and takes no row_source"));
   return {};
 }
 
@@ -476,6 +501,7 @@ Status GroupedGemm::write_problems(const GemmCall* calls, int count, const int32
     p.swap_ab = slot->kind == TacticKind::kCutlassSwapAB;
     p.d_ld = slot->applies_activation ? st.shape.n / 2 : st.shape.n;
     p.a = static_cast<const char*>(c.a);
+    p.row_source = c.row_source;
     p.b = static_cast<const char*>(c.b);
     p.d = static_cast<char*>(c.d);
     p.arrays = st.arrays;

@@ -87,6 +87,16 @@ class GroupedGemm {
   // [rows, n / 2] and holds the activation; otherwise it is [rows, n], FC1's raw output.
   bool applies_activation(const std::string& tactic) const;
 
+  // The variant of `tactic` (a "+act" one) that reads A's rows by index (GemmCall::row_source)
+  // instead of from a gathered matrix, where one is built and gathering pays (n at most
+  // kMaxGatheringWidth); else empty.
+  std::string gathering_tactic(const std::string& tactic) const;
+  // Gathering copies A's rows once per column tile, where the gathered matrix costs one scatter
+  // per row, so it pays on narrow GEMMs only. Forward A/B at T=4096 / 16384 (session 33, one
+  // H200, 2 rounds): FC1 n 1536 (qwen3) -4.0 / -3.6%, 4096 (deepseek) -1.2 / -0.8%, 5760
+  // (gpt-oss) -0.4 / -0.2%, 28672 (mixtral) +1.3 / +1.0%.
+  static constexpr int64_t kMaxGatheringWidth = 8192;
+
   // Whether `tactic`'s kernel reads row_offsets itself (the GEMV tactics): only those use
   // GemmCall::offsets_ready and offsets_flag; the CUTLASS ones read the per-group arrays that
   // write_problems() enqueues, after their PDL wait.
@@ -144,6 +154,10 @@ class GroupedGemm {
     // Or null rows: `a` is not gathered; FC1's chained TMA GEMV (launch_chained only) reads the
     // tokens' own rows instead (see TokenRows).
     TokenRows token_rows;
+    // Or null: `a` is the tokens' own rows, not gathered, and row r of A is row row_source[r]
+    // of `a` (device, [max_rows]; entries of rows past row_offsets[groups] are not read).
+    // Required by the gathering tactics (gathering_tactic), refused by the others.
+    const int32_t* row_source = nullptr;
   };
   static constexpr int kMaxCallsPerWrite = 2;
   static Status write_problems(const GemmCall* calls, int count, const int32_t* row_offsets,

@@ -169,6 +169,26 @@ struct Sm90PairMainloop : Base {
     return out;
   }
 
+  // Issues the weight tile's loads of one k block into a stage: this block's half (multicast to
+  // both blocks in a pair) and, in a single, the other half too. gB: (BLK_N, BLK_K, k).
+  template <class TensorB, class TensorMapB>
+  CUTLASS_DEVICE static auto weight_loads(Params const& p, TensorB const& gB, TensorMapB const& map,
+                                          bool single, uint32_t rank, TensorStorage& smem) {
+    using namespace cute;
+    Tensor sB = make_tensor(make_smem_ptr(smem.smem_B.data()), SmemLayoutB{});
+    auto tma_b_own = p.tma_load_b.get_slice(rank);
+    auto tma_b_other = p.tma_load_b.get_slice(rank ^ 1u);
+    Tensor tBgB = tma_b_own.partition_S(gB);
+    Tensor tBsB = tma_b_own.partition_D(sB);
+    Tensor tBgB2 = tma_b_other.partition_S(gB);
+    Tensor tBsB2 = tma_b_other.partition_D(sB);
+    const uint16_t mask = single ? uint16_t(1u << rank) : uint16_t(3);
+    return [=, &p](uint64_t* bar, auto k, int stage) {
+      copy(p.tma_load_b.with(map, *bar, mask), tBgB(_, _, _, k), tBsB(_, _, _, stage));
+      if (single) copy(p.tma_load_b.with(map, *bar, mask), tBgB2(_, _, _, k), tBsB2(_, _, _, stage));
+    };
+  }
+
   template <class TensorA, class TensorB, class TensorMapA, class TensorMapB, class KTileIterator,
             class BlockCoord>
   CUTLASS_DEVICE void load(Params const& p, MainloopPipeline pipeline, PipelineState write,
@@ -183,38 +203,249 @@ struct Sm90PairMainloop : Base {
     __syncwarp();
     if (!elect_one_sync()) return;
     Tensor sA = make_tensor(make_smem_ptr(smem.smem_A.data()), SmemLayoutA{});
-    Tensor sB = make_tensor(make_smem_ptr(smem.smem_B.data()), SmemLayoutB{});
     auto [m_coord, n_coord, k_coord, l_coord] = blk;
     Tensor gA = get<0>(in)(_, _, m_coord, _, l_coord);
-    Tensor gB = get<1>(in)(_, _, n_coord, _, l_coord);
     const PairUnits<kTileM, kTileN> pu(get<2>(in), get<3>(in));
-    const bool single = pu.single(int(m_coord));
     auto tma_a = p.tma_load_a.get_slice(0);
     Tensor tAgA = tma_a.partition_S(gA);
     Tensor tAsA = tma_a.partition_D(sA);
-    // Weight halves: this block's (multicast to both in a pair) and the other one's (loaded
-    // here only in a single).
-    auto tma_b_own = p.tma_load_b.get_slice(rank);
-    auto tma_b_other = p.tma_load_b.get_slice(rank ^ 1u);
-    Tensor tBgB = tma_b_own.partition_S(gB);
-    Tensor tBsB = tma_b_own.partition_D(sB);
-    Tensor tBgB2 = tma_b_other.partition_S(gB);
-    Tensor tBsB2 = tma_b_other.partition_D(sB);
-    const uint16_t mask_b = single ? uint16_t(1u << rank) : uint16_t(3);
+    auto load_weights = weight_loads(p, get<1>(in)(_, _, n_coord, _, l_coord), get<1>(maps),
+                                     pu.single(int(m_coord)), rank, smem);
     for (; k_tiles > 0; --k_tiles) {
       pipeline.producer_acquire(write);
       auto* bar = pipeline.producer_get_barrier(write);
       const int stage = write.index();
       copy(p.tma_load_a.with(get<0>(maps), *bar, uint16_t(0)), tAgA(_, _, _, *k_tile),
            tAsA(_, _, _, stage));
-      copy(p.tma_load_b.with(get<1>(maps), *bar, mask_b), tBgB(_, _, _, *k_tile),
-           tBsB(_, _, _, stage));
-      if (single)
-        copy(p.tma_load_b.with(get<1>(maps), *bar, mask_b), tBgB2(_, _, _, *k_tile),
-             tBsB2(_, _, _, stage));
+      load_weights(bar, *k_tile, stage);
       ++k_tile;
       ++write;
     }
+  }
+};
+
+// The pairs' main loop with A's rows gathered from the caller's matrix by index, instead of read
+// from a matrix the permute gathered first (its scatter pass wrote and FC1 read back T x k rows:
+// qwen3 ~170 us, deepseek ~600 of their T=16384 forwards, session 23). Row r of group g's A is
+// row row_src[g][r] of the matrix at ptr_A[g] (both written per run by the problem kernel).
+// Two warps of the producer warp group copy A's 128 rows of each k block with cp.async (16 bytes
+// a lane) into the 128-byte swizzled layout TMA would have written: the load warp rows 0-63, the
+// kernel's auxiliary load warp (HasAuxiliaryLoad) rows 64-127. Each lane's copies arrive on the
+// stage's barrier as they land (cp.async.mbarrier.arrive.noinc: one of the stage's expected
+// arrivals each), beside the load warp leader's arrival for the weights, which stay on TMA and
+// multicast. One-row TMA boxes were measured too slow for this (session 18: ~60 cycles a box,
+// 4.3 GB/s per SM). The copying warps' issue rate decides whether FC1 keeps its pace: one warp,
+// a shuffle per copy, doubled FC1's time (session 32); two warps with an address per 16-byte
+// copy left FC1's consumers waiting for A at ~47% of their samples, two per address (RowCopier)
+// at ~6%, as with TMA (ncu, session 33).
+template <class Policy>
+struct GatherPolicy : Policy {};
+
+template <class Base>
+struct Sm90PairGatherMainloop : Sm90PairMainloop<Base> {
+  using Pair = Sm90PairMainloop<Base>;
+  using typename Pair::MainloopPipeline;
+  using typename Pair::PipelineState;
+  using typename Pair::TensorStorage;
+  using DispatchPolicy = GatherPolicy<typename Base::DispatchPolicy>;
+  using Element = typename Base::ElementA;
+  static constexpr int kTileM = Pair::kTileM;
+  static constexpr int kTileK = cute::size<2>(typename Base::TileShape{});
+  static constexpr int kCopyWarps = 2;
+  static constexpr int kRowsPerWarp = kTileM / kCopyWarps;
+  static_assert(kTileK * sizeof(Element) == 128 && kRowsPerWarp % 16 == 0,
+                "one 128-byte swizzle row per tile row and k block");
+  static_assert(cute::is_same_v<typename Base::SmemLayoutAtomA,
+                                cute::GMMA::Layout_K_SW128_Atom<typename Base::TiledMma::ValTypeA>>,
+                "A's stages in the K-major 128-byte swizzle that RowCopier writes");
+  static constexpr uint32_t kStageBytesA = kTileM * kTileK * sizeof(Element);
+  // A stage completes with the load warp leader's arrival (expecting the weights' bytes) and
+  // one asynchronous arrival per copying lane.
+  static constexpr int NumProducerThreadEvents = 1 + 32 * kCopyWarps;
+
+  struct Arguments : Base::Arguments {
+    const int32_t* const* row_src = nullptr;  // [groups] device: each group's source rows
+  };
+  struct Params : Base::Params {
+    const int32_t* const* row_src = nullptr;
+  };
+
+  template <class ProblemShape>
+  static Params to_underlying_arguments(ProblemShape shapes, Arguments const& args, void* ws) {
+    Params p;
+    static_cast<typename Base::Params&>(p) = Base::to_underlying_arguments(shapes, args, ws);
+    p.tma_transaction_bytes = Base::TmaTransactionBytes - kStageBytesA;  // the weights only
+    p.row_src = args.row_src;
+    return p;
+  }
+
+  // (A, B, M, N, K, the group's source rows, its matrix)
+  template <class ProblemShape_MNKL>
+  CUTLASS_DEVICE auto load_init(ProblemShape_MNKL const& shape, Params const& p) const {
+    auto ab = Base::load_init(shape, p);
+    return cute::make_tuple(cute::get<0>(ab), cute::get<1>(ab), int(cute::get<0>(shape)),
+                            int(cute::get<1>(shape)), int(cute::get<2>(shape)),
+                            static_cast<const int32_t*>(nullptr),
+                            static_cast<const char*>(nullptr));
+  }
+
+  template <class InputTensors, class ProblemShape_MNKL>
+  CUTLASS_DEVICE InputTensors tensors_perform_update(InputTensors const& in, Params const& p,
+                                                     ProblemShape_MNKL shape, int32_t group) {
+    InputTensors out = in;
+    cute::get<2>(out) = static_cast<int>(cute::get<0>(shape));
+    cute::get<3>(out) = static_cast<int>(cute::get<1>(shape));
+    cute::get<4>(out) = static_cast<int>(cute::get<2>(shape));
+    cute::get<5>(out) = p.row_src[group];
+    cute::get<6>(out) = reinterpret_cast<const char*>(p.ptr_A[group]);
+    return out;
+  }
+
+  // One warp's rows of a tile's A (kRowsPerWarp from `first`), stage by stage. Lane l copies
+  // 16-byte chunks q and q + 4 (q = l % 4) of row first + 8 i + l / 4 for each of the warp's
+  // 8-row groups i: a copy instruction covers 8 rows x 64 bytes, and a row's two copies share
+  // one address (the second at +64 bytes). Each lane's source rows are found once per tile. So a
+  // stage is kGroups address multiply-adds for 2 x kGroups copies: with an address chain per copy
+  // (16 a stage) the two copying warps were busy all the time and FC1's consumers waited for A
+  // (ncu, session 33).
+  struct RowCopier {
+    static constexpr int kGroups = kRowsPerWarp / 8;  // 8-row groups per warp and stage
+    uint32_t rows16[kGroups];  // source row x row bytes / 16 (0 past the group's rows)
+    uint32_t live_rows;        // bit i: group i's row is in the group (else zeros)
+    const char* x;
+    uint32_t dst_lo, dst_hi;  // this lane's byte offsets in a stage for chunks q and q + 4
+    int k, q;
+    uint32_t smem_a;
+
+    template <class InputTensors>
+    CUTLASS_DEVICE RowCopier(InputTensors const& in, int m_coord, int warp, TensorStorage& smem) {
+      const int lane = int(threadIdx.x % 32);
+      const int first = warp * kRowsPerWarp;
+      const int live = cute::get<2>(in) - m_coord * kTileM - first;
+      const int32_t* rows = cute::get<5>(in) + int64_t(m_coord) * kTileM + first;
+      k = cute::get<4>(in);
+      const uint32_t row16 = uint32_t(k) * uint32_t(sizeof(Element)) / 16u;
+      q = lane % 4;
+      const int r8 = lane / 4;  // the row in each group of 8, and its row % 8 (first % 8 == 0)
+      live_rows = 0;
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kGroups; ++i) {
+        const int row = 8 * i + r8;
+        const int32_t s = row < live ? rows[row] : -1;
+        rows16[i] = s >= 0 ? uint32_t(s) * row16 : 0u;
+        live_rows |= uint32_t(s >= 0) << i;
+      }
+      x = cute::get<6>(in);
+      // The 128-byte swizzle: 16-byte chunk c of row r at chunk c ^ (r % 8).
+      const uint32_t row0 = uint32_t(first + r8) * 128u;
+      dst_lo = row0 + uint32_t((q ^ r8) << 4);
+      dst_hi = row0 + uint32_t(((q + 4) ^ r8) << 4);
+      smem_a = cute::cast_smem_ptr_to_uint(smem.smem_A.data());
+    }
+
+    // Copies k block `kt` of the rows into `stage`; each lane then arrives on `bar` once its
+    // copies land.
+    CUTLASS_DEVICE void stage(int kt, int stage, uint64_t* bar) const {
+      const uint32_t dst = smem_a + uint32_t(stage) * kStageBytesA;
+      const int col = kt * kTileK + q * 8;
+      constexpr int kHi = 4 * 16 / int(sizeof(Element));  // chunk q + 4's column offset
+      if ((kt + 1) * kTileK <= k) {  // a whole k block: both chunks read, from one address
+        const char* col_ptr = x + int64_t(col) * int64_t(sizeof(Element));
+        const uint32_t lo = dst + dst_lo, hi = dst + dst_hi;
+        cute::for_each(cute::make_int_sequence<kGroups / 2>{}, [&](auto i) {
+          constexpr int g = 2 * decltype(i)::value;
+          copy_row_pairs<g>(lo, hi, rows16[g], rows16[g + 1], col_ptr, live_rows);
+        });
+      } else {  // a ragged k's last block: each chunk in or out (k % 8 == 0), none read past k
+        const bool lo = col < k, hi = col + kHi < k;
+        const char* lo_ptr = x + int64_t(lo ? col : 0) * int64_t(sizeof(Element));
+        const char* hi_ptr = x + int64_t(hi ? col + kHi : 0) * int64_t(sizeof(Element));
+        cute::for_each(cute::make_int_sequence<kGroups>{}, [&](auto i) {
+          constexpr int g = decltype(i)::value;
+          copy_row<g>(dst + dst_lo + g * 1024u, rows16[g], lo_ptr, lo ? live_rows : 0u);
+          copy_row<g>(dst + dst_hi + g * 1024u, rows16[g], hi_ptr, hi ? live_rows : 0u);
+        });
+      }
+      cutlass::arch::cpasync_barrier_arrive_noinc(bar);
+    }
+  };
+
+  template <class TensorA, class TensorB, class TensorMapA, class TensorMapB, class KTileIterator,
+            class BlockCoord>
+  CUTLASS_DEVICE void load(
+      Params const& p, MainloopPipeline pipeline, PipelineState write,
+      cute::tuple<TensorA, TensorB, int, int, int, const int32_t*, const char*> const& in,
+      cute::tuple<TensorMapA, TensorMapB> const& maps, BlockCoord const& blk,
+      KTileIterator k_tile, int k_tiles, int, uint32_t rank, TensorStorage& smem) {
+    using namespace cute;
+    __syncwarp();  // as Pair::load: the tensormap's reads before the next group's update
+    auto [m_coord, n_coord, k_coord, l_coord] = blk;
+    const PairUnits<kTileM, Pair::kTileN> pu(get<2>(in), get<3>(in));
+    auto load_weights = Pair::weight_loads(p, get<1>(in)(_, _, n_coord, _, l_coord), get<1>(maps),
+                                           pu.single(int(m_coord)), rank, smem);
+    const RowCopier rows(in, int(m_coord), 0, smem);
+    const bool leader = elect_one_sync();
+    for (; k_tiles > 0; --k_tiles) {
+      pipeline.producer_acquire(write);  // every lane waits; the leader expects the weights
+      auto* bar = pipeline.producer_get_barrier(write);
+      rows.stage(int(*k_tile), write.index(), bar);
+      if (leader) load_weights(bar, *k_tile, write.index());
+      ++k_tile;
+      ++write;
+    }
+  }
+
+  // The auxiliary load warp: the tile's other rows, in the same stages.
+  template <class TensorA, class TensorB, class KTileIterator, class BlockCoord>
+  CUTLASS_DEVICE void load_auxiliary(
+      Params const&, MainloopPipeline pipeline, PipelineState write,
+      cute::tuple<TensorA, TensorB, int, int, int, const int32_t*, const char*> const& in,
+      BlockCoord const& blk, KTileIterator k_tile, int k_tiles, int, uint32_t,
+      TensorStorage& smem) {
+    const RowCopier rows(in, int(cute::get<0>(blk)), 1, smem);
+    for (; k_tiles > 0; --k_tiles) {
+      pipeline.producer_acquire(write);  // waits only: this warp holds no leader
+      rows.stage(int(*k_tile), write.index(), pipeline.producer_get_barrier(write));
+      ++k_tile;
+      ++write;
+    }
+  }
+
+ private:
+  // 16-byte copies from global to shared memory through the L2 only; the L2 fetches 256 bytes
+  // around them (a row's next k block comes with this one). The source is col_ptr + 16 x row16,
+  // and the copy writes zeros where its row's bit of `live` is 0: both formed inside the asm, as
+  // in C++ the compiler hoists the 64-bit offsets and the sizes out of the stage loop, past the
+  // producer's 40 registers into local memory. copy_row_pairs also copy the 16 bytes 64 bytes
+  // on, to dst_hi.
+  template <int kGroup>
+  CUTLASS_DEVICE static void copy_row_pairs(uint32_t dst_lo, uint32_t dst_hi, uint32_t row16_a,
+                                            uint32_t row16_b, const char* col_ptr,
+                                            uint32_t live) {
+    // Groups kGroup and kGroup + 1 (1024 bytes apart in the stage), each address its own
+    // register, so that the second's multiply-add need not wait for the first's copies.
+    asm volatile(
+        "{\n .reg .u64 a, b;\n .reg .b32 t;\n .reg .pred za, zb;\n"
+        " mad.wide.u32 a, %2, 16, %4;\n mad.wide.u32 b, %3, 16, %4;\n"
+        " and.b32 t, %5, %6;\n setp.eq.u32 za, t, 0;\n"
+        " and.b32 t, %5, %7;\n setp.eq.u32 zb, t, 0;\n"
+        " cp.async.cg.shared.global.L2::256B [%0+%8], [a], 16, za;\n"
+        " cp.async.cg.shared.global.L2::256B [%1+%8], [a+64], 16, za;\n"
+        " cp.async.cg.shared.global.L2::256B [%0+%9], [b], 16, zb;\n"
+        " cp.async.cg.shared.global.L2::256B [%1+%9], [b+64], 16, zb;\n}\n" ::"r"(dst_lo),
+        "r"(dst_hi), "r"(row16_a), "r"(row16_b), "l"(col_ptr), "r"(live), "n"(1u << kGroup),
+        "n"(2u << kGroup), "n"(kGroup * 1024), "n"((kGroup + 1) * 1024)
+        : "memory");
+  }
+  template <int kBit>
+  CUTLASS_DEVICE static void copy_row(uint32_t dst, uint32_t row16, const char* col_ptr,
+                                      uint32_t live) {
+    asm volatile(
+        "{\n .reg .u64 src;\n .reg .b32 bit;\n .reg .pred off;\n"
+        " mad.wide.u32 src, %1, 16, %2;\n and.b32 bit, %3, %4;\n setp.eq.u32 off, bit, 0;\n"
+        " cp.async.cg.shared.global.L2::256B [%0], [src], 16, off;\n}\n" ::"r"(dst),
+        "r"(row16), "l"(col_ptr), "r"(live), "n"(1u << kBit)
+        : "memory");
   }
 };
 
@@ -227,3 +458,9 @@ struct PairOrder {
 using PairGroupProblemShape = OrderedGroupProblemShape<PairOrder>;
 
 }  // namespace moekit::gemm::detail
+
+// The gathering pairs run the kernel's auxiliary load warp (Sm90PairGatherMainloop).
+namespace cutlass::gemm::kernel::detail {
+template <class Policy>
+struct HasAuxiliaryLoad<moekit::gemm::detail::GatherPolicy<Policy>> : cute::true_type {};
+}  // namespace cutlass::gemm::kernel::detail

@@ -49,7 +49,8 @@ enum class Sched { kCoop, kPingpong };
 // only (bench/results/2026-11-30-h200-8641c10.md). ".dyn" tactics draw their tiles after the
 // first from a counter instead (sm90_dynamic_scheduler.cuh); ".pairs" ones run 2x1 clusters that
 // multicast an expert's weights to two of its row tiles without rounding its row tiles up to the
-// cluster (sm90_cluster_pairs.cuh).
+// cluster (sm90_cluster_pairs.cuh); ".gather" pairs read A's rows by index from the caller's
+// matrix (Sm90PairGatherMainloop).
 // EpiN: the width of the store epilogue's subtiles (0: CUTLASS's choice, 32 for these tiles).
 // Each subtile costs both warp groups two named barriers and a TMA store while the tensor cores
 // idle; 64 halves their count per tile (4 of 128x64, 32 KB of shared memory, the 128x256 tile
@@ -58,10 +59,12 @@ enum class Sched { kCoop, kPingpong };
 // -1.4%, gpt-oss -0.6%, deepseek +0.5%, mixtral even. 128 (3 stages) gained less. A subtile is
 // not part of the name: the activation epilogue ignores it, and it does not change the result.
 template <int M, int N, int K, Sched S, bool SwapAB = false, int CM = 1, int CN = 1,
-          bool Dynamic = false, int EpiN = 0, bool Pairs = false>
+          bool Dynamic = false, int EpiN = 0, bool Pairs = false, bool Gather = false>
 struct TacticCfg {
   static constexpr bool kDynamic = Dynamic;
   static constexpr bool kPairs = Pairs;
+  static constexpr bool kGather = Gather;
+  static_assert(!Gather || Pairs, "A's rows are gathered by the pairs' main loop only");
   static_assert(!Pairs || (CM == 2 && CN == 1 && Dynamic && !SwapAB && S == Sched::kCoop),
                 "pairs are cooperative 2x1 clusters in their own dynamic tile order");
   static_assert(N % (EpiN > 0 ? EpiN : 1) == 0, "store subtiles split the tile's columns evenly");
@@ -86,7 +89,7 @@ struct TacticCfg {
     const char* sched = SwapAB ? "swapab" : (S == Sched::kCoop ? "coop" : "pingpong");
     return std::string("sm90.") + sched + "." + std::to_string(M) + "x" + std::to_string(N) +
            "x" + std::to_string(K) + ".c" + std::to_string(CM) + "x" + std::to_string(CN) +
-           (Dynamic ? ".dyn" : "") + (Pairs ? ".pairs" : "");
+           (Dynamic ? ".dyn" : "") + (Pairs ? ".pairs" : "") + (Gather ? ".gather" : "");
   }
 };
 
@@ -121,8 +124,9 @@ struct Sm90GroupedKernel {
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
       typename Cfg::Mainloop>::CollectiveOp;
-  using CollectiveMainloop =
-      std::conditional_t<Cfg::kPairs, Sm90PairMainloop<BuiltMainloop>, BuiltMainloop>;
+  using CollectiveMainloop = std::conditional_t<
+      Cfg::kGather, Sm90PairGatherMainloop<BuiltMainloop>,
+      std::conditional_t<Cfg::kPairs, Sm90PairMainloop<BuiltMainloop>, BuiltMainloop>>;
 
   using Kernel =
       cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
@@ -202,6 +206,7 @@ class Sm90GroupedTactic final : public Tactic {
     args.mainloop.dA = d_sa;
     args.mainloop.ptr_B = reinterpret_cast<const typename K::Gemm::ElementB**>(ctx.arrays.ptr_b);
     args.mainloop.dB = d_sb;
+    if constexpr (Cfg::kGather) args.mainloop.row_src = ctx.arrays.row_src;
     if constexpr (kAct) {
       if (ctx.act == nullptr)
         return Status(ErrorCode::kInternal, what + ": built without an activation to apply");
@@ -262,6 +267,16 @@ class Sm90GroupedTactic final : public Tactic {
   std::string name_;
 };
 
+// A gathering tactic serves FC1 only, with its activation: its "+act" kernel alone.
+template <class Element, class Cfg>
+void add_gather_tactic(std::vector<TacticEntry>& v) {
+  static_assert(Cfg::kGather);
+  v.push_back(TacticEntry{Cfg::name() + "+act", TacticKind::kCutlassGather, true,
+                          []() -> std::unique_ptr<Tactic> {
+                            return std::make_unique<Sm90GroupedTactic<Element, Cfg, true>>();
+                          }});
+}
+
 template <class Element, class Cfg>
 void add_tactic(std::vector<TacticEntry>& v) {
   add_store_and_act(
@@ -275,8 +290,8 @@ void add_tactic(std::vector<TacticEntry>& v) {
 }
 
 // The tactic list, shared by every element pair. MOEKIT_ONE_TACTIC keeps the prefill pick (the
-// pair tile), the 128x128 tile every pick falls back to and one swap-AB tile, so CI compiles
-// fast.
+// pair tile, and its gathering FC1), the 128x128 tile every pick falls back to and one swap-AB
+// tile, so CI compiles fast.
 template <class Element>
 std::vector<TacticEntry> sm90_grouped_tactics() {
   using S = Sched;
@@ -284,6 +299,7 @@ std::vector<TacticEntry> sm90_grouped_tactics() {
   add_tactic<Element, TacticCfg<128, 128, 64, S::kCoop>>(v);
   add_tactic<Element, TacticCfg<128, 16, 128, S::kCoop, true>>(v);
   add_tactic<Element, TacticCfg<128, 256, 64, S::kCoop, false, 2, 1, true, 64, true>>(v);
+  add_gather_tactic<Element, TacticCfg<128, 256, 64, S::kCoop, false, 2, 1, true, 64, true, true>>(v);
 #if !defined(MOEKIT_ONE_TACTIC)
   add_tactic<Element, TacticCfg<128, 256, 64, S::kCoop, false, 1, 1, true, 64>>(v);
   add_tactic<Element, TacticCfg<128, 256, 64, S::kCoop>>(v);

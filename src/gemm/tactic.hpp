@@ -20,6 +20,8 @@ enum class TacticKind : int {
   kCutlass = 0,        // problem (M_g, n, k), A = activations, B = weights, D row-major
   kCutlassSwapAB = 1,  // problem (n, M_g, k), A = weights, B = activations, D column-major
   kGemv = 2,           // needs no per-group arrays: reads row_offsets itself
+  kCutlassGather = 3,  // as kCutlass, but A's rows by index: A = the caller's matrix for every
+                       // group, row_src = each group's rows of GemmCall::row_source
 };
 
 // Device arrays owned by GroupedGemm, sized for `groups`; written on the device each run by the
@@ -30,6 +32,7 @@ struct DeviceArrays {
   const void** ptr_a = nullptr;   // [groups]
   const void** ptr_b = nullptr;   // [groups]
   void** ptr_d = nullptr;         // [groups]
+  const int32_t** row_src = nullptr;  // [groups]: kCutlassGather's source rows of each group
 };
 
 struct TacticContext {

@@ -49,6 +49,7 @@ struct Args {
   int n_segments;  // of kChunksPerSegment chunks (multi-block path)
   int routing_floats;  // shared floats per warp for routing scratch
   bool pre_scored;     // single block, pre_scoring(), <= kPreScoreMaxTokens: score_tokens() runs
+  bool gather;         // Inputs::gather (the multi-block path; the single block's is a template)
 };
 
 // DeepSeek-V3 with 8+ experts per lane, up to this many tokens: the single-block kernel scores
@@ -432,7 +433,8 @@ __global__ void __launch_bounds__(1024) chunk_scan_kernel(Args a) {
     }
 }
 
-// Multi-block step 3: offsets, each slot's row, and the gather (one warp per token). Shared
+// Multi-block step 3: offsets, each slot's row (and each row's token), and the gather (one warp
+// per token). Shared
 // memory: [n_segments][L] segment bases per expert, then the offsets [L + 1].
 __global__ void __launch_bounds__(kMultiWarps * 32) scatter_kernel(Args a) {
   extern __shared__ int seg_base[];
@@ -468,10 +470,11 @@ __global__ void __launch_bounds__(kMultiWarps * 32) scatter_kernel(Args a) {
         row = offs[le] + seg_base[(chunk / kChunksPerSegment) * L + le] +
               a.b.chunk_counts[chunk * L + le] + a.b.slot_rank[t * k + lane];
         a.b.row_expert[row] = le;
+        if (a.b.row_token != nullptr) a.b.row_token[row] = static_cast<int32_t>(t);
       }
       a.b.slot_row[t * k + lane] = row;
     }
-    scatter_row(a, t, row, lane);
+    if (a.gather) scatter_row(a, t, row, lane);
   }
 }
 
@@ -603,6 +606,8 @@ bool fused_gather(const Config& c, int64_t tokens) {
 }
 }  // namespace
 
+bool single_block_path(int64_t tokens, Path path) { return single_block(tokens, path); }
+
 bool clears_expert_done(int64_t tokens, Path path) {
   return tokens > 0 && single_block(tokens, path);
 }
@@ -622,11 +627,11 @@ Status run(const Config& c, const Buffers& b, int64_t tokens, const Inputs& in,
                                                    " is outside [0, max_tokens " +
                                                    std::to_string(c.max_tokens) + "]");
   if (tokens == 0) return {};
-  if (!in.gather && !single_block(tokens, path))
+  if (!in.gather && !single_block(tokens, path) && b.row_token == nullptr)
     return Status(ErrorCode::kInvalidArgument,
-                  "a run without the gather takes the single-block path (at most " +
-                      std::to_string(kSingleBlockMaxTokens) + " tokens), not " +
-                      std::to_string(tokens) + " tokens");
+                  "a run of " + std::to_string(tokens) +
+                      " tokens without the gather takes the multi-block path, which then needs "
+                      "Buffers::row_token for the next GEMM to read the rows by");
   Args a{};
   a.r = c.routing;
   a.logits = in.logits;
@@ -640,6 +645,7 @@ Status run(const Config& c, const Buffers& b, int64_t tokens, const Inputs& in,
   a.b = b;
   a.tokens = tokens;
   a.routing_floats = routing_floats(c);
+  a.gather = in.gather;
   if (single_block(tokens, path)) {
     const int warps = single_warps(c.routing.per_lane, tokens);
     a.chunk_tokens = static_cast<int>((tokens + warps - 1) / warps);

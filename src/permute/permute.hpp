@@ -54,6 +54,9 @@ struct Buffers {
   int32_t* segment_totals = nullptr;  // [kMaxSegments, L] slots of each expert per segment
   int32_t* offsets = nullptr;        // [L + 1] first row of each local expert (GEMM row_offsets)
   int32_t* row_expert = nullptr;     // [P] local expert of each permuted row
+  // [P] or null: the token of each permuted row, written by the multi-block path (where a run
+  // without the gather needs it: the next GEMM reads the tokens' rows by it).
+  int32_t* row_token = nullptr;
   void* permuted = nullptr;          // [P, H] hidden rows in expert order
   // First bad caller id since it was last reset to kNoError: (token * k + slot) << 32 | id.
   unsigned long long* error_word = nullptr;
@@ -82,8 +85,10 @@ struct Inputs {
   const float* logits = nullptr;      // [tokens, E] (routing methods)
   const int32_t* ids = nullptr;       // [tokens, k] (kExternal)
   const float* weights = nullptr;     // [tokens, k] (kExternal)
-  // false: no row is gathered into Buffers::permuted (the next GEMM reads the tokens' own rows,
-  // gemm::TokenRows); only on the single-block path (up to kSingleBlockMaxTokens tokens).
+  // false: no row is gathered into Buffers::permuted. The next GEMM reads the tokens' own rows:
+  // on the single-block path (up to kSingleBlockMaxTokens tokens) by their slots
+  // (gemm::TokenRows), on the multi-block path by Buffers::row_token, which it then requires
+  // (gemm::GroupedGemm::GemmCall::row_source).
   bool gather = true;
 };
 
@@ -108,6 +113,9 @@ enum class OffsetsFinal {
 // `gather`: Inputs::gather of the run.
 OffsetsFinal offsets_final_for_next_kernel(const Config& c, int64_t tokens, Path path = Path::kAuto,
                                            bool gather = true);
+
+// Whether run() takes the single-block path for `tokens` (else the multi-block one).
+bool single_block_path(int64_t tokens, Path path = Path::kAuto);
 
 // Whether run() clears Buffers::expert_done (the single-block kernel does; the multi-block
 // kernels leave it alone).

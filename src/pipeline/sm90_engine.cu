@@ -289,6 +289,7 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
     b.segment_totals = c.take<int32_t>(n.segment_totals);
     b.offsets = c.take<int32_t>(n.offsets);
     b.row_expert = c.take<int32_t>(n.rows);
+    b.row_token = c.take<int32_t>(n.rows);
     permuted_bytes_ = static_cast<std::size_t>(std::max(n.permuted_bytes, P * H * es));
     b.permuted = c.take<char>(static_cast<int64_t>(permuted_bytes_));
     // Gated kinds never store FC1's raw output (every FC1 tactic has a "+act" kernel): that
@@ -413,7 +414,14 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   // at one token only where FC1 has many items (GroupedGemm::chains_one_token).
   const bool chain = options_.chain_decode && permute::clears_expert_done(T) &&
                      (T > 1 || fc1_->chains_one_token(rows));
-  const std::string fc1_tactic = fc1_->pick_tactic(hint, chain);
+  const std::string fc1_picked = fc1_->pick_tactic(hint, chain);
+  // Past the single-block permute, FC1 reads the tokens' rows by index where its tactic has a
+  // gathering variant: the permute then writes each row's token, not the row.
+  const std::string fc1_gathering = options_.gather_in_fc1 && !permute::single_block_path(T)
+                                        ? fc1_->gathering_tactic(fc1_picked)
+                                        : std::string();
+  const bool gathering = !fc1_gathering.empty();
+  const std::string& fc1_tactic = gathering ? fc1_gathering : fc1_picked;
   // From two tokens up to the GEMV's 8 token columns, the chained FC1 reads the tokens' own rows
   // where that pays (GroupedGemm::token_rows_pay), and nothing is gathered. The chained kernel
   // then follows the permute's end, not its flag: starting at the flag was 0.25-0.6 us slower
@@ -422,7 +430,7 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   const bool token_rows = options_.token_rows && chain && T >= 2 &&
                           T <= gemm::GroupedGemm::kMaxTokenRows &&
                           fc1_->token_rows_pay(fc1_tactic);
-  in.gather = !token_rows;
+  in.gather = !token_rows && !gathering;
   // FC1 may start at the permute's flag (see below) where its kernel reads the offsets itself;
   // elsewhere (CUTLASS) the permute leaves the flag alone: its fences would only delay FC1.
   const permute::OffsetsFinal ready = permute::offsets_final_for_next_kernel(
@@ -444,7 +452,9 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   // read them before its PDL wait. So may FC1 where the permute's last kernel is not their
   // writer, or else once the permute's flag says they are written; either way it starts on its
   // weights before the gather ends.
-  Call fc1_call{fc1_.get(), pbuf_.permuted, w1_, fused ? act_out_ : fc1_out_, fc1_tactic};
+  Call fc1_call{fc1_.get(), gathering ? args.hidden.data : pbuf_.permuted, w1_,
+                fused ? act_out_ : fc1_out_, fc1_tactic};
+  if (gathering) fc1_call.row_source = pbuf_.row_token;
   fc1_call.offsets_ready = ready == permute::OffsetsFinal::kAtItsStart;
   if (at_flag) fc1_call.offsets_flag = pbuf_.offsets_flag;
   // One token: each of its experts' rows is the caller's hidden row, which the permute only

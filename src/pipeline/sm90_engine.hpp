@@ -29,6 +29,10 @@ struct Sm90Options {
   // intermediate, each slice's FC2 product added up by the finalize (GroupedGemm::launch_sliced,
   // on GroupedGemm::sliced_tactic); off: the two GEMMs as above.
   bool slice_one_token = true;
+  // Past the single-block permute, FC1 reads the tokens' rows by index (the permute gathers
+  // none) where its tactic has a gathering variant that pays (GroupedGemm::gathering_tactic);
+  // off: FC1 reads the rows the permute gathered.
+  bool gather_in_fc1 = true;
   // Test hooks: fill the gathered rows (which FC2's output shares) or FC1's activated output
   // (and the sliced kernel's partial sums) with NaN before each forward, so that a read of an
   // element the forward has not written yet shows in the output. They add a memset each and change

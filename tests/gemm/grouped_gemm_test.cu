@@ -115,6 +115,34 @@ std::vector<uint16_t> run_poisoned(GroupedGemm& gemm, DeviceProblem& dp, const P
   return dp.download();
 }
 
+// Runs a gathering tactic (GemmCall::row_source): the problem's rows shuffled into a token
+// matrix, read back by index. The indices of the rows past the last group are poisoned with
+// INT_MAX: a read of one would fault (and show under memcheck).
+std::vector<uint16_t> run_gathered(GroupedGemm& gemm, DeviceProblem& dp, const Problem& p,
+                                   const std::string& tactic, std::mt19937& rng,
+                                   cudaStream_t stream) {
+  std::vector<int32_t> perm(static_cast<std::size_t>(p.rows));
+  for (int64_t r = 0; r < p.rows; ++r) perm[r] = static_cast<int32_t>(r);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<uint16_t> tokens(static_cast<std::size_t>(std::max<int64_t>(p.rows, 1) * p.k));
+  std::vector<int32_t> source(static_cast<std::size_t>(p.max_rows), INT32_MAX);
+  for (int64_t r = 0; r < p.rows; ++r) {
+    std::copy_n(p.a_bits.begin() + r * p.k, p.k, tokens.begin() + int64_t(perm[r]) * p.k);
+    source[r] = perm[r];
+  }
+  DeviceBuffer x = to_device(tokens);
+  DeviceBuffer src = to_device(source);
+  dp.d.poison();
+  GroupedGemm::GemmCall call{&gemm, x.ptr, dp.w.ptr, dp.d.ptr, tactic};
+  call.row_source = src.as<int32_t>();
+  const auto* offsets = static_cast<const int32_t*>(dp.offsets.ptr);
+  Status s = GroupedGemm::write_problems(&call, 1, offsets, stream);
+  if (s.ok()) s = gemm.launch(call, offsets, stream);
+  EXPECT_TRUE(s.ok()) << s.message();
+  if (!s.ok() || cudaStreamSynchronize(stream) != cudaSuccess) return {};
+  return dp.download();
+}
+
 struct Distribution {
   const char* name;
   std::vector<int> counts;
@@ -183,8 +211,29 @@ INSTANTIATE_TEST_SUITE_P(
 // against activation_math.hpp applied to the fp32 reference (rows in the blocked gate/up
 // order). Every kind, with and without bias; ragged n (13 x 16) and k tails; every "+act"
 // kernel (the staged write-back of the cooperative tiles, the direct stores of the others, the
-// GEMV's reduction), and the store kernels of the same object still store FC1's raw output.
+// GEMV's reduction, the pairs reading their rows by index), and the store kernels of the same
+// object still store FC1's raw output.
 class GroupedGemmActivation : public GpuTest {};
+
+// The "+act" kernels' expected output, [rows, n / 2], from the fp32 reference (rows in the
+// blocked gate/up order); `bias` [groups, n] or empty.
+Problem gated_reference(const Problem& p, const activation::Params& act,
+                        const std::vector<float>& bias) {
+  const int64_t n = p.n, half = n / 2;
+  Problem want = p;
+  want.n = half;
+  want.ref.assign(static_cast<std::size_t>(p.rows * half), 0.f);
+  for (int g = 0; g < p.groups; ++g)
+    for (int64_t r = p.offsets[g]; r < p.offsets[g + 1]; ++r)
+      for (int64_t j = 0; j < half; ++j) {
+        const int64_t gr = activation::blocked_gate_row(j);
+        const int64_t ur = activation::blocked_up_row(j);
+        const float gate = p.ref[r * n + gr] + (bias.empty() ? 0.f : bias[g * n + gr]);
+        const float up = p.ref[r * n + ur] + (bias.empty() ? 0.f : bias[g * n + ur]);
+        want.ref[r * half + j] = activation::apply_gated(act, gate, up);
+      }
+  return want;
+}
 
 TEST_F(GroupedGemmActivation, EveryTacticAppliesBiasAndGatedActivation) {
   std::mt19937 rng(static_cast<unsigned>(base_seed() ^ 0x6e05));
@@ -221,22 +270,15 @@ TEST_F(GroupedGemmActivation, EveryTacticAppliesBiasAndGatedActivation) {
             act.params.beta = kc.beta;
             act.bias = with_bias ? d_bias.as<float>() : nullptr;
             GroupedGemm gemm(GroupedShape{elem, p.groups, n, k, p.max_rows}, 0, act);
-            Problem want = p;  // [rows, n / 2] from the fp32 reference
-            want.n = half;
-            want.ref.assign(static_cast<std::size_t>(p.rows * half), 0.f);
-            for (int g = 0; g < p.groups; ++g)
-              for (int64_t r = p.offsets[g]; r < p.offsets[g + 1]; ++r)
-                for (int64_t j = 0; j < half; ++j) {
-                  const int64_t gr = activation::blocked_gate_row(j);
-                  const int64_t ur = activation::blocked_up_row(j);
-                  const float gate = p.ref[r * n + gr] + (with_bias ? bias[g * n + gr] : 0.f);
-                  const float up = p.ref[r * n + ur] + (with_bias ? bias[g * n + ur] : 0.f);
-                  want.ref[r * half + j] = activation::apply_gated(act.params, gate, up);
-                }
+            const Problem want = gated_reference(p, act.params, bias);
             int fused = 0;
+            int gathering = 0;
             for (const auto& tactic : gemm.tactics()) {
               SCOPED_TRACE("tactic " + tactic);
-              std::vector<uint16_t> out = run_poisoned(gemm, dp, p, tactic, stream);
+              const bool gathers = tactic.find(".gather") != std::string::npos;
+              gathering += gathers;
+              std::vector<uint16_t> out = gathers ? run_gathered(gemm, dp, p, tactic, rng, stream)
+                                                  : run_poisoned(gemm, dp, p, tactic, stream);
               ASSERT_FALSE(out.empty());
               const bool act_name = tactic.size() > 4 && tactic.substr(tactic.size() - 4) == "+act";
               EXPECT_EQ(gemm.applies_activation(tactic), act_name);
@@ -250,8 +292,12 @@ TEST_F(GroupedGemmActivation, EveryTacticAppliesBiasAndGatedActivation) {
               out.resize(static_cast<std::size_t>(p.max_rows * half));
               expect_matches(want, out);
             }
-            EXPECT_EQ(fused, static_cast<int>(tactic_names(elem).size()))
+            EXPECT_EQ(fused - gathering, static_cast<int>(tactic_names(elem).size()))
                 << "every tactic has a +act kernel";
+            // The prefill pairs read their rows by index too (the engine's FC1 past 64 tokens).
+            EXPECT_EQ(gathering, 1);
+            EXPECT_EQ(gemm.gathering_tactic("sm90.coop.128x256x64.c2x1.dyn.pairs+act"),
+                      "sm90.coop.128x256x64.c2x1.dyn.pairs.gather+act");
           }
       }
   cudaStreamDestroy(stream);
@@ -354,6 +400,36 @@ TEST_F(GroupedGemmTwoCalls, OneProblemWriteServesBothGemms) {
 
 class GroupedGemmRun : public GpuTest {};
 
+// row_source goes with the gathering tactics only, both ways, and names the tactic.
+TEST_F(GroupedGemmRun, RowSourceGoesWithTheGatheringTacticsOnly) {
+  EpilogueActivation act;
+  act.params.kind = activation::Kind::kSwiGLU;
+  GroupedGemm gemm(GroupedShape{Elem::kBF16, 4, 256, 128, 64}, 0, act);
+  const std::string plain = "sm90.coop.128x256x64.c2x1.dyn.pairs+act";
+  const std::string gathering = gemm.gathering_tactic(plain);
+  ASSERT_FALSE(gathering.empty());
+  EXPECT_EQ(gemm.gathering_tactic(gathering), "");
+  EXPECT_EQ(gemm.gathering_tactic("sm90.coop.128x128x64.c1x1+act"), "");
+  EXPECT_EQ(gemm.gathering_tactic("sm90.coop.128x256x64.c2x1.dyn.pairs"), "");
+  // Past kMaxGatheringWidth the gathered matrix pays (mixtral's FC1).
+  GroupedGemm wide(GroupedShape{Elem::kBF16, 4, GroupedGemm::kMaxGatheringWidth + 256, 128, 64}, 0,
+                   act);
+  EXPECT_EQ(wide.gathering_tactic(plain), "");
+  DeviceBuffer buf(1 << 16);
+  ASSERT_EQ(cudaMemset(buf.ptr, 0, buf.bytes), cudaSuccess);
+  const auto* offsets = static_cast<const int32_t*>(buf.ptr);
+  using Call = GroupedGemm::GemmCall;
+  Call without{&gemm, buf.ptr, buf.ptr, buf.ptr, gathering};
+  Status s = GroupedGemm::write_problems(&without, 1, offsets, nullptr);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.message().find(gathering), std::string::npos) << s.message();
+  Call with{&gemm, buf.ptr, buf.ptr, buf.ptr, plain};
+  with.row_source = static_cast<const int32_t*>(buf.ptr);
+  s = gemm.launch(with, offsets, nullptr);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("row_source"), std::string::npos) << s.message();
+}
+
 TEST_F(GroupedGemmRun, HeuristicPicksBuiltTacticsAndUnknownNamesAreNotFound) {
   for (Elem elem : {Elem::kBF16, Elem::kFP16}) {
     const std::vector<std::string> names = tactic_names(elem);
@@ -452,6 +528,31 @@ TEST_F(GroupedGemmSanitizer, ClusterPairsSinglesAndEmptyTiles) {
   const std::vector<int> rows = {0, 1, 129, 256, 300, 64};  // row tiles 0, 1, 2, 2, 3, 1
   const Problem p = make_problem(Elem::kBF16, n, k, rows, rng);
   expect_each_matches_twice(pairs, p);
+}
+
+// The pairs reading A's rows by index (cp.async into the swizzled stages, arriving on the
+// stage's barrier beside the weights' TMA): pairs, singles, an empty tile, last tiles of 1 and
+// 44 rows, and a ragged k (200: the last k block's chunks past k are zeros).
+TEST_F(GroupedGemmSanitizer, PairsGatherTheirRowsByIndex) {
+  std::mt19937 rng(static_cast<unsigned>(base_seed() ^ 0x6a7e));
+  const int64_t n = 768, k = 200;  // 3 column tiles: a single's second column is empty
+  const Problem p = make_problem(Elem::kBF16, n, k, {0, 1, 129, 256, 300, 64}, rng);
+  EpilogueActivation act;
+  act.params.kind = activation::Kind::kSwiGLU;
+  GroupedGemm gemm(GroupedShape{Elem::kBF16, p.groups, n, k, p.max_rows}, 0, act);
+  const std::string tactic = gemm.gathering_tactic("sm90.coop.128x256x64.c2x1.dyn.pairs+act");
+  if (tactic.empty()) GTEST_SKIP() << "no gathering tactic in this build";
+  const Problem want = gated_reference(p, act.params, {});
+  DeviceProblem dp(p);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  for (int round = 0; round < 2; ++round) {
+    std::vector<uint16_t> out = run_gathered(gemm, dp, p, tactic, rng, stream);
+    ASSERT_FALSE(out.empty());
+    out.resize(static_cast<std::size_t>(p.max_rows * want.n));
+    expect_matches(want, out);
+  }
+  cudaStreamDestroy(stream);
 }
 
 // One k block per unit, which bounds the leader's lead over its partner the least, and ~18
@@ -625,7 +726,20 @@ TEST(GroupedGemmShape, EveryTacticHasAnActivationKernel) {
       EXPECT_EQ(act->kind, e.kind) << act->name;
       EXPECT_NE(act->make, nullptr);
     }
-    EXPECT_EQ(2 * stores, static_cast<int>(all.size()));
+    // The gathering kernels serve FC1 only: a "+act" kernel each, of a tile built as above.
+    int gathering = 0;
+    for (const auto& e : all) {
+      if (e.kind != detail::TacticKind::kCutlassGather) continue;
+      ++gathering;
+      EXPECT_TRUE(e.applies_activation) << e.name;
+      const std::size_t at = e.name.find(".gather+act");
+      ASSERT_NE(at, std::string::npos) << e.name;
+      const std::string plain = e.name.substr(0, at) + "+act";
+      EXPECT_TRUE(std::any_of(all.begin(), all.end(),
+                              [&](const detail::TacticEntry& x) { return x.name == plain; }))
+          << e.name;
+    }
+    EXPECT_EQ(2 * stores + gathering, static_cast<int>(all.size()));
     EXPECT_EQ(stores, static_cast<int>(tactic_names(elem).size()));
   }
 }

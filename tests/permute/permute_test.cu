@@ -43,6 +43,7 @@ struct Workspace {
     b.segment_totals = static_cast<int32_t*>(take(n.segment_totals * 4));
     b.offsets = static_cast<int32_t*>(take(n.offsets * 4));
     b.row_expert = static_cast<int32_t*>(take(n.rows * 4));
+    b.row_token = static_cast<int32_t*>(take(n.rows * 4));  // 0xff..: unwritten
     b.permuted = take(n.permuted_bytes);
     b.error_word = static_cast<unsigned long long*>(take(8));  // 0xff..: kNoError
     b.offsets_flag = static_cast<uint32_t*>(take(4));          // 0xff..: stale
@@ -189,6 +190,9 @@ void check_one(const PermuteCase& su, int64_t tokens, Path path, std::mt19937_64
   EXPECT_EQ(to_host<int32_t>(ws.b.slot_row, ids.size()), x.slot_row);
   const int64_t rows = x.offsets.back();
   EXPECT_EQ(to_host<int32_t>(ws.b.row_expert, rows), x.row_expert);
+  // Each row's token: the multi-block path writes it (a GEMM after a run without the gather reads
+  // the rows by it); the single block does not.
+  if (!single) EXPECT_EQ(to_host<int32_t>(ws.b.row_token, rows), x.row_token);
   const auto permuted = to_host<uint16_t>(ws.b.permuted, rows * su.hidden);
   int64_t wrong_rows = 0;
   for (int64_t r = 0; r < rows; ++r)
@@ -250,9 +254,10 @@ TEST_F(PermuteTest, TiedLogitsInTheHostsOrder) {
           }
 }
 
-// Without the gather (the chained decode GEMV reads the tokens' own rows): routing, offsets and
-// slots as with it, no row written, the offsets final at the flag; refused on the multi-block
-// path, which has no such run.
+// Without the gather (the chained decode GEMV reads the tokens' own rows; past the single block,
+// FC1 reads them by each row's token): routing, offsets and slots as with it, no row written,
+// the offsets final at the flag on the single block; the multi-block path refuses such a run
+// without Buffers::row_token.
 TEST_F(PermuteTest, RunsWithoutTheGather) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x9e38);
   PermuteCase su;
@@ -269,12 +274,24 @@ TEST_F(PermuteTest, RunsWithoutTheGather) {
   c.max_tokens = 100;
   ASSERT_TRUE(prepare(c).ok());
   EXPECT_EQ(offsets_final_for_next_kernel(c, 8, Path::kAuto, false), OffsetsFinal::kAtFlag);
+  // Past the single block, each row's token instead of the row (Buffers::row_token)...
+  for (int64_t tokens : {65, 100})
+    for (Path path : {Path::kAuto, Path::kMultiBlock}) {
+      SCOPED_TRACE("T" + std::to_string(tokens));
+      check_one(su, tokens, path, rng, nullptr, false);
+    }
+  check_one(su, 8, Path::kMultiBlock, rng, nullptr, false);
+  // ... which that path then needs.
   Workspace ws(c);
+  ws.b.row_token = nullptr;
   Inputs in;
   in.gather = false;
   const Status s = run(c, ws.b, 65, in, nullptr, Path::kAuto);
   EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("not 65 tokens"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("Buffers::row_token"), std::string::npos) << s.message();
+  EXPECT_TRUE(single_block_path(64));
+  EXPECT_FALSE(single_block_path(65));
+  EXPECT_FALSE(single_block_path(1, Path::kMultiBlock));
 }
 
 // DeepSeek-V3 group selection on both paths against the host. At up to 4 tokens and 8+ experts

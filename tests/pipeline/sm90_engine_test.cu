@@ -422,6 +422,26 @@ TEST_F(Sm90EngineTest, OneTokenSlicedOrNot) {
   }
 }
 
+// Past the single-block permute, FC1 reading the tokens' rows by index (Sm90Options::
+// gather_in_fc1: the permute writes each row's token instead of the row) and reading the rows the
+// permute gathered, at the pair tiles' token counts; a hidden size that is no multiple of FC1's
+// 64-wide k blocks (576 = 9 x 64; 520: the last block's chunks past k are zeros).
+TEST_F(Sm90EngineTest, PrefillFc1GathersItsRowsOrNot) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0x900b);
+  MoeSpec ragged = small_spec(16, 4, 520, 256, RoutingMethod::kTopKSoftmax,
+                              ActivationKind::kSwiGLUClamped);
+  ragged.fc1_bias = ragged.fc2_bias = true;
+  for (const MoeSpec& s : {scaled_preset("gpt-oss-120b", 32, 576, 288),
+                           scaled_preset("qwen3-30b-a3b", 32, 512, 256, DType::kFloat16), ragged})
+    for (const bool gather : {true, false}) {
+      SCOPED_TRACE(gather ? "FC1 gathers" : "the permute gathers");
+      Sm90Options options;
+      options.gather_in_fc1 = gather;
+      Layer l = make_layer(s, rng(), options);
+      for (int64_t T : {65, 513, 2048}) check_forward(l, T, ids_for(s), rng);
+    }
+}
+
 TEST_F(Sm90EngineTest, EveryRoutingMethodTimesActivation) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x9002);
   const RoutingMethod methods[] = {RoutingMethod::kSoftmaxTopK, RoutingMethod::kTopKSoftmax,
