@@ -93,6 +93,12 @@ __global__ void write_problems_kernel(ProblemBatch batch) {
 
 const char* elem_name(Elem e) { return e == Elem::kBF16 ? "bf16" : "fp16"; }
 
+// The gathering main loop keeps each source row's offset in 16-byte units in 32 bits; a source
+// row is below max_rows.
+bool gathered_offsets_fit(const GroupedShape& s) {
+  return s.max_rows * s.k * kElemBytes / 16 < int64_t(UINT32_MAX);
+}
+
 std::string shape_text(const GroupedShape& s) {
   return std::string(s.elem == Elem::kBF16 ? "bf16" : s.elem == Elem::kFP16 ? "fp16" : "?") +
          " grouped GEMM (groups " + std::to_string(s.groups) + ", n " + std::to_string(s.n) +
@@ -275,9 +281,11 @@ bool GroupedGemm::applies_activation(const std::string& tactic) const {
 }
 
 std::string GroupedGemm::gathering_tactic(const std::string& tactic) const {
-  // "<tile>+act" -> "<tile>.gather+act"
+  // "<tile>+act" -> "<tile>.gather+act"; none past the row offsets check_call() refuses, so that
+  // the caller keeps the gathered rows there instead of failing.
   const std::string act = "+act";
-  if (state_->shape.n > kMaxGatheringWidth || tactic.size() <= act.size() ||
+  const GroupedShape& sh = state_->shape;
+  if (sh.n > kMaxGatheringWidth || !gathered_offsets_fit(sh) || tactic.size() <= act.size() ||
       tactic.compare(tactic.size() - act.size(), act.size(), act))
     return {};
   const std::string name = tactic.substr(0, tactic.size() - act.size()) + ".gather" + act;
@@ -461,8 +469,7 @@ Status GroupedGemm::check_call(const GemmCall& c, const int32_t* row_offsets,
     return Status(ErrorCode::kInvalidArgument, shape_text(st.shape) + ": rows_bound " +
                                                    std::to_string(c.rows_bound) + " is negative");
   const bool gathers = slot->kind == TacticKind::kCutlassGather;
-  // The gathering main loop keeps each source row's offset in 16-byte units in 32 bits.
-  if (gathers && st.shape.max_rows * st.shape.k * kElemBytes / 16 >= int64_t(UINT32_MAX))
+  if (gathers && !gathered_offsets_fit(st.shape))
     return Status(ErrorCode::kUnsupported,
                   shape_text(st.shape) + ": tactic " + c.tactic +
                       " addresses its rows in 16-byte units below 2^32; max_rows x k is larger");

@@ -434,8 +434,7 @@ __global__ void __launch_bounds__(1024) chunk_scan_kernel(Args a) {
 }
 
 // Multi-block step 3: offsets, each slot's row (and each row's token), and the gather (one warp
-// per token). Shared
-// memory: [n_segments][L] segment bases per expert, then the offsets [L + 1].
+// per token). Shared memory: [n_segments][L] segment bases per expert, then the offsets [L + 1].
 __global__ void __launch_bounds__(kMultiWarps * 32) scatter_kernel(Args a) {
   extern __shared__ int seg_base[];
   const int L = a.local_experts;

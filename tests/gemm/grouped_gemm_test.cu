@@ -415,6 +415,9 @@ TEST_F(GroupedGemmRun, RowSourceGoesWithTheGatheringTacticsOnly) {
   GroupedGemm wide(GroupedShape{Elem::kBF16, 4, GroupedGemm::kMaxGatheringWidth + 256, 128, 64}, 0,
                    act);
   EXPECT_EQ(wide.gathering_tactic(plain), "");
+  // Nor where a source row's offset in 16-byte units may pass 32 bits: the rows stay gathered.
+  GroupedGemm deep(GroupedShape{Elem::kBF16, 4, 256, 7168, 1 << 23}, 0, act);
+  EXPECT_EQ(deep.gathering_tactic(plain), "");
   DeviceBuffer buf(1 << 16);
   ASSERT_EQ(cudaMemset(buf.ptr, 0, buf.bytes), cudaSuccess);
   const auto* offsets = static_cast<const int32_t*>(buf.ptr);
