@@ -259,6 +259,7 @@ struct Sm90PairGatherMainloop : Sm90PairMainloop<Base> {
                                 cute::GMMA::Layout_K_SW128_Atom<typename Base::TiledMma::ValTypeA>>,
                 "A's stages in the K-major 128-byte swizzle that RowCopier writes");
   static constexpr uint32_t kStageBytesA = kTileM * kTileK * sizeof(Element);
+  static constexpr uint32_t kGroupBytes = 8 * 128;  // a copy instruction's 8 rows in a stage
   // A stage completes with the load warp leader's arrival (expecting the weights' bytes) and
   // one asynchronous arrival per copying lane.
   static constexpr int NumProducerThreadEvents = 1 + 32 * kCopyWarps;
@@ -362,8 +363,8 @@ struct Sm90PairGatherMainloop : Sm90PairMainloop<Base> {
         const char* hi_ptr = x + int64_t(hi ? col + kHi : 0) * int64_t(sizeof(Element));
         cute::for_each(cute::make_int_sequence<kGroups>{}, [&](auto i) {
           constexpr int g = decltype(i)::value;
-          copy_row<g>(dst + dst_lo + g * 1024u, rows16[g], lo_ptr, lo ? live_rows : 0u);
-          copy_row<g>(dst + dst_hi + g * 1024u, rows16[g], hi_ptr, hi ? live_rows : 0u);
+          copy_row<g>(dst + dst_lo + g * kGroupBytes, rows16[g], lo_ptr, lo ? live_rows : 0u);
+          copy_row<g>(dst + dst_hi + g * kGroupBytes, rows16[g], hi_ptr, hi ? live_rows : 0u);
         });
       }
       cutlass::arch::cpasync_barrier_arrive_noinc(bar);
@@ -422,7 +423,7 @@ struct Sm90PairGatherMainloop : Sm90PairMainloop<Base> {
   CUTLASS_DEVICE static void copy_row_pairs(uint32_t dst_lo, uint32_t dst_hi, uint32_t row16_a,
                                             uint32_t row16_b, const char* col_ptr,
                                             uint32_t live) {
-    // Groups kGroup and kGroup + 1 (1024 bytes apart in the stage), each address its own
+    // Groups kGroup and kGroup + 1 (kGroupBytes apart in the stage), each address its own
     // register, so that the second's multiply-add need not wait for the first's copies.
     asm volatile(
         "{\n .reg .u64 a, b;\n .reg .b32 t;\n .reg .pred za, zb;\n"
@@ -434,7 +435,7 @@ struct Sm90PairGatherMainloop : Sm90PairMainloop<Base> {
         " cp.async.cg.shared.global.L2::256B [%0+%9], [b], 16, zb;\n"
         " cp.async.cg.shared.global.L2::256B [%1+%9], [b+64], 16, zb;\n}\n" ::"r"(dst_lo),
         "r"(dst_hi), "r"(row16_a), "r"(row16_b), "l"(col_ptr), "r"(live), "n"(1u << kGroup),
-        "n"(2u << kGroup), "n"(kGroup * 1024), "n"((kGroup + 1) * 1024)
+        "n"(2u << kGroup), "n"(kGroup * kGroupBytes), "n"((kGroup + 1) * kGroupBytes)
         : "memory");
   }
   template <int kBit>
