@@ -294,7 +294,8 @@ TEST_F(GroupedGemmActivation, EveryTacticAppliesBiasAndGatedActivation) {
             }
             EXPECT_EQ(fused - gathering, static_cast<int>(tactic_names(elem).size()))
                 << "every tactic has a +act kernel";
-            // The prefill pairs read their rows by index too (the engine's FC1 past 64 tokens).
+            // The prefill pairs read their rows by index too (the engine's FC1 past the
+            // single-block permute, where n <= GroupedGemm::kMaxGatheringWidth).
             EXPECT_EQ(gathering, 1);
             EXPECT_EQ(gemm.gathering_tactic("sm90.coop.128x256x64.c2x1.dyn.pairs+act"),
                       "sm90.coop.128x256x64.c2x1.dyn.pairs.gather+act");
