@@ -99,10 +99,17 @@ __global__ void __launch_bounds__(256) finalize_kernel(Args a) {
 }
 
 // run_slices: a block sums kQuads x 4 columns of one token over its slots' partials, kLanes
-// threads per column quad, each over every kLanes-th (slot, slice) pair in order; the lanes'
-// sums then add in lane order, so the result does not depend on scheduling. 64 lanes: about
-// 180 blocks for an H of 2880, so the few MB of partials load from the L2 on most SMs.
+// threads per column quad, each over every kLanes-th (slot, slice) pair in order. The lanes'
+// sums then add in a fixed tree (so the result does not depend on scheduling): by shuffles
+// within a warp (lanes l and l ^ 1, then ^ 2, then ^ 4), then the warps' sums in warp order,
+// then each slot's weighted bias in slot order. 64 lanes: about 180 blocks for an H of 2880, so
+// the few MB of partials load from the L2 on most SMs. What runs after the PDL wait is the
+// forward's tail at one token, so everything that does not read the partials comes before it:
+// the slots (settled) and the bias rows of their experts (weights). Session 34: a serial sum of
+// the 64 lanes and bias loads after it took ~4 us from the sliced kernel's end on gpt-oss.
 constexpr int kQuads = 4, kLanes = 64, kMaxSliceSlots = 32;
+constexpr int kSliceThreads = kQuads * kLanes, kSliceWarps = kSliceThreads / 32;
+constexpr int kLanesPerWarp = 32 / kQuads;  // 8: the xor steps 4, 8, 16 of the shuffles
 
 struct SliceArgs {
   const float* partials;  // [rows][slices][hidden]
@@ -115,19 +122,39 @@ struct SliceArgs {
   int top_k;
 };
 
+__device__ __forceinline__ float4 add4(float4 a, float4 b) {
+  return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+}
+
+__device__ __forceinline__ float4 shfl_xor4(float4 v, int mask) {
+  return make_float4(__shfl_xor_sync(0xffffffffu, v.x, mask), __shfl_xor_sync(0xffffffffu, v.y, mask),
+                     __shfl_xor_sync(0xffffffffu, v.z, mask), __shfl_xor_sync(0xffffffffu, v.w, mask));
+}
+
 template <class T, bool kBias>
-__global__ void __launch_bounds__(kQuads * kLanes) finalize_slices_kernel(SliceArgs a) {
-  __shared__ int32_t s_row[kMaxSliceSlots], s_expert[kMaxSliceSlots];
+__global__ void __launch_bounds__(kSliceThreads) finalize_slices_kernel(SliceArgs a) {
+  __shared__ int32_t s_row[kMaxSliceSlots];
   __shared__ float s_w[kMaxSliceSlots];
-  __shared__ float4 s_sum[kLanes][kQuads];
+  __shared__ float4 s_bias[kBias ? kMaxSliceSlots : 1][kQuads];
+  __shared__ float4 s_sum[kSliceWarps][kQuads];
   const int64_t t = blockIdx.y;
   const int quad = threadIdx.x % kQuads, lane = threadIdx.x / kQuads;
   const int64_t col = (int64_t(blockIdx.x) * kQuads + quad) * 4;
-  if (threadIdx.x < a.top_k) {  // settled slots: before the wait (run_slices' contract)
+  // Settled slots, and the bias of each slot's expert at this block's columns: before the wait
+  // (run_slices' contract). Thread j * kQuads + q loads slot j's bias for quad q.
+  if (threadIdx.x < a.top_k) {
     const int64_t i = t * a.top_k + threadIdx.x;
     s_row[threadIdx.x] = __ldg(a.slot_row + i);
     s_w[threadIdx.x] = __ldg(a.weights + i);
-    s_expert[threadIdx.x] = kBias ? __ldg(a.slot_expert + i) : -1;
+  }
+  if (kBias && threadIdx.x < a.top_k * kQuads) {
+    const int j = threadIdx.x / kQuads;
+    const int64_t i = t * a.top_k + j;
+    const int32_t row = __ldg(a.slot_row + i), e = __ldg(a.slot_expert + i);
+    s_bias[kBias ? j : 0][quad] =
+        row >= 0 && col < a.hidden
+            ? __ldg(reinterpret_cast<const float4*>(a.bias + int64_t(e) * a.hidden + col))
+            : float4{};
   }
   pipeline::pdl_wait();  // the partials come from the kernel before
   pipeline::pdl_launch_dependents();
@@ -149,26 +176,29 @@ __global__ void __launch_bounds__(kQuads * kLanes) finalize_slices_kernel(SliceA
       acc.w = fmaf(w, v.w, acc.w);
     }
   }
-  s_sum[lane][quad] = acc;
+  // Lanes l and l ^ m of a quad are kQuads * m threads apart; a + b == b + a, so both
+  // partners hold the same sum after each step.
+#pragma unroll
+  for (int m = 1; m < kLanesPerWarp; m *= 2) acc = add4(acc, shfl_xor4(acc, m * kQuads));
+  const int warp = threadIdx.x / 32;
+  if (threadIdx.x % 32 < kQuads) s_sum[warp][quad] = acc;
   __syncthreads();
-  if (lane != 0 || col >= a.hidden) return;
-  float sum[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-  for (int l = 0; l < kLanes; ++l) {
-    const float4 v = s_sum[l][quad];
-    sum[0] += v.x, sum[1] += v.y, sum[2] += v.z, sum[3] += v.w;
-  }
+  if (threadIdx.x >= kQuads || col >= a.hidden) return;
+  float4 sum = s_sum[0][quad];
+#pragma unroll
+  for (int w = 1; w < kSliceWarps; ++w) sum = add4(sum, s_sum[w][quad]);
   if constexpr (kBias) {
     for (int j = 0; j < a.top_k; ++j) {
       if (s_row[j] < 0) continue;
-      const float4 b =
-          __ldg(reinterpret_cast<const float4*>(a.bias + int64_t(s_expert[j]) * a.hidden + col));
-      sum[0] = fmaf(s_w[j], b.x, sum[0]);
-      sum[1] = fmaf(s_w[j], b.y, sum[1]);
-      sum[2] = fmaf(s_w[j], b.z, sum[2]);
-      sum[3] = fmaf(s_w[j], b.w, sum[3]);
+      const float4 b = s_bias[j][quad];
+      sum.x = fmaf(s_w[j], b.x, sum.x);
+      sum.y = fmaf(s_w[j], b.y, sum.y);
+      sum.z = fmaf(s_w[j], b.z, sum.z);
+      sum.w = fmaf(s_w[j], b.w, sum.w);
     }
   }
-  const uint4 packed = pipeline::pack8<T>(sum);  // the first 8 bytes hold the four values
+  const float four[8] = {sum.x, sum.y, sum.z, sum.w, 0.f, 0.f, 0.f, 0.f};
+  const uint4 packed = pipeline::pack8<T>(four);  // the first 8 bytes hold the four values
   *reinterpret_cast<uint2*>(static_cast<T*>(a.out) + t * a.hidden + col) =
       make_uint2(packed.x, packed.y);
 }
@@ -266,7 +296,7 @@ Status run_slices(const DeviceFinalize& f, int64_t tokens, const float* partials
   const dim3 grid(static_cast<unsigned>((f.hidden / 4 + kQuads - 1) / kQuads),
                   static_cast<unsigned>(tokens));
   const cudaError_t e = pipeline::launch_pdl(pick_slices(f.elem, a.bias != nullptr), grid,
-                                             kQuads * kLanes, 0, stream, a);
+                                             kSliceThreads, 0, stream, a);
   if (e != cudaSuccess)
     return Status(ErrorCode::kCuda, std::string("launching the sliced finalize kernel failed: ") +
                                         cudaGetErrorString(e));

@@ -144,14 +144,15 @@ TEST_F(FinalizeTest, SettledSlotsStillWaitForFc2Output) {
 
 // run_slices: each slot's row is the sum of `slices` fp32 partial rows. The host sum follows the
 // kernel's order: lane l (of kLanes = 64) sums pairs (slot, slice) l, l + 64, ... by fmaf of the
-// slot's weight; the lanes add in order; then the weighted biases in slot order; one rounding.
+// slot's weight; the lanes add in the kernel's tree (pairs within each 8, then the 8 sums in
+// order); then the weighted biases in slot order; one rounding.
 std::vector<uint16_t> host_slices(DType elem, const Case& c, const std::vector<float>& parts,
                                   int64_t slices, int k, int64_t tokens, int64_t H, bool bias) {
-  constexpr int kLanes = 64;
+  constexpr int kLanes = 64, kLanesPerWarp = 8;
   std::vector<uint16_t> want(static_cast<std::size_t>(tokens * H));
   for (int64_t t = 0; t < tokens; ++t)
     for (int64_t h = 0; h < H; ++h) {
-      float sum = 0.0f;
+      float lane_sum[kLanes];
       for (int l = 0; l < kLanes; ++l) {
         float acc = 0.0f;
         for (int64_t p = l; p < k * slices; p += kLanes) {
@@ -159,8 +160,16 @@ std::vector<uint16_t> host_slices(DType elem, const Case& c, const std::vector<f
           const int32_t r = c.slot_row[t * k + q];
           if (r >= 0) acc = std::fmaf(c.w[t * k + q], parts[(r * slices + s) * H + h], acc);
         }
-        sum += acc;
+        lane_sum[l] = acc;
       }
+      // The kernel's tree: lanes l and l ^ m within a warp's 8 (m = 1, 2, 4), then the warps.
+      for (int m = 1; m < kLanesPerWarp; m *= 2) {
+        float next[kLanes];
+        for (int l = 0; l < kLanes; ++l) next[l] = lane_sum[l] + lane_sum[l ^ m];
+        std::copy(next, next + kLanes, lane_sum);
+      }
+      float sum = lane_sum[0];
+      for (int l = kLanesPerWarp; l < kLanes; l += kLanesPerWarp) sum += lane_sum[l];
       for (int q = 0; bias && q < k; ++q)
         if (c.slot_row[t * k + q] >= 0)
           sum = std::fmaf(c.w[t * k + q], c.b[c.slot_expert[t * k + q] * H + h], sum);
