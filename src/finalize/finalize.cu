@@ -147,14 +147,16 @@ __global__ void __launch_bounds__(kSliceThreads) finalize_slices_kernel(SliceArg
     s_row[threadIdx.x] = __ldg(a.slot_row + i);
     s_w[threadIdx.x] = __ldg(a.weights + i);
   }
-  if (kBias && threadIdx.x < a.top_k * kQuads) {
-    const int j = threadIdx.x / kQuads;
-    const int64_t i = t * a.top_k + j;
-    const int32_t row = __ldg(a.slot_row + i), e = __ldg(a.slot_expert + i);
-    s_bias[kBias ? j : 0][quad] =
-        row >= 0 && col < a.hidden
-            ? __ldg(reinterpret_cast<const float4*>(a.bias + int64_t(e) * a.hidden + col))
-            : float4{};
+  if constexpr (kBias) {
+    if (threadIdx.x < a.top_k * kQuads) {
+      const int j = threadIdx.x / kQuads;
+      const int64_t i = t * a.top_k + j;
+      const int32_t row = __ldg(a.slot_row + i), e = __ldg(a.slot_expert + i);
+      s_bias[j][quad] =
+          row >= 0 && col < a.hidden
+              ? __ldg(reinterpret_cast<const float4*>(a.bias + int64_t(e) * a.hidden + col))
+              : float4{};
+    }
   }
   pipeline::pdl_wait();  // the partials come from the kernel before
   pipeline::pdl_launch_dependents();
