@@ -2,7 +2,7 @@
 # Runs on the H200 device machine, from the repository root, with .carry/ (scripts/carry.sh)
 # carried along: builds every tactic, runs the GPU tests, compute-sanitizer on a small case, and the
 # benchmarks. Logs go to $OUT (at most 8 files come back). Usage:
-#   MOEKIT_COMMIT=<sha> bash scripts/device.sh [build | prebuilt] [test] [sanitize] [bench] [sweep] [torch] [ab] [clocks] [envab] [ncu] [ncu-gemm] [ncu-source] [ncu-forward]
+#   MOEKIT_COMMIT=<sha> bash scripts/device.sh [build | prebuilt] [test] [sanitize] [bench] [sweep] [torch] [ab] [clocks] [envab] [ncu] [ncu-gemm] [ncu-source] [ncu-forward] [hang]
 #   (default: build test sanitize bench sweep torch)
 # Step "prebuilt" instead of "build": the programs from .prebuilt/ (scripts/prebuild.sh, a full
 # build on the CPU machine, carried along), which saves the ~3 minutes of a build here. The
@@ -205,6 +205,32 @@ if want ncu-forward; then
     --csv >"$OUT/ncu-forward-source.csv" 2>"$OUT/ncu-forward-source.err"
   echo "ncu-forward source: rc=$?" >>"$summary"
   python3 scripts/ncu_top_stalls.py "$OUT/ncu-forward-source.csv" 30 >>"$summary" 2>&1
+fi
+
+# Step "hang": for a forward that hangs. `moekit bench` runs MOEKIT_BENCH_PRESETS' first preset
+# at MOEKIT_BENCH_TOKENS' first count in the background. If it still runs after MOEKIT_HANG_WAIT
+# seconds (default 30), cuda-gdb attaches and lists every SM's warps with their PCs
+# (hang-warps.txt). The summary counts the warps per PC; cuobjdump -sass of the same program
+# places each PC in the kernel's SASS. The run is killed after that.
+if want hang; then
+  preset=$(echo "${MOEKIT_BENCH_PRESETS:-deepseek-v3}" | cut -d, -f1)
+  t=$(echo "${MOEKIT_BENCH_TOKENS:-16384}" | cut -d, -f1)
+  $bin/tools/moekit bench --preset "$preset" --tokens "$t" --flush none >"$OUT/hang-bench.txt" 2>&1 &
+  pid=$!
+  sleep "${MOEKIT_HANG_WAIT:-30}"
+  if kill -0 $pid 2>/dev/null; then
+    gdb_args=(-ex "info cuda kernels" -ex "info cuda sms")
+    for ((sm = 0; sm < 132; sm++)); do gdb_args+=(-ex "cuda sm $sm" -ex "info cuda warps"); done
+    timeout 300 cuda-gdb -batch -p $pid "${gdb_args[@]}" >"$OUT/hang-warps.txt" 2>&1
+    echo "hang: $preset T=$t still running after ${MOEKIT_HANG_WAIT:-30} s; cuda-gdb rc=$?" >>"$summary"
+    kill -9 $pid 2>/dev/null
+    { grep -A3 -i "kernel" "$OUT/hang-warps.txt" | head -12
+      echo "warps per PC (count, PC):"
+      grep -oE '0x[0-9a-f]{6,}' "$OUT/hang-warps.txt" | sort | uniq -c | sort -rn | head -40; } >>"$summary"
+  else
+    echo "hang: $preset T=$t ended within ${MOEKIT_HANG_WAIT:-30} s" >>"$summary"
+    tail -5 "$OUT/hang-bench.txt" >>"$summary"
+  fi
 fi
 
 if want clocks; then
