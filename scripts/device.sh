@@ -220,7 +220,9 @@ if want hang; then
   sleep "${MOEKIT_HANG_WAIT:-30}"
   if kill -0 $pid 2>/dev/null; then
     gdb_args=(-ex "info cuda kernels" -ex "info cuda sms")
-    for ((sm = 0; sm < 132; sm++)); do gdb_args+=(-ex "cuda sm $sm" -ex "info cuda warps"); done
+    for ((sm = 0; sm < 132; sm++)); do  # the H200's 132 SMs
+      gdb_args+=(-ex "cuda sm $sm" -ex "info cuda warps")
+    done
     timeout 300 cuda-gdb -batch -p $pid "${gdb_args[@]}" >"$OUT/hang-warps.txt" 2>&1
     echo "hang: $preset T=$t still running after ${MOEKIT_HANG_WAIT:-30} s; cuda-gdb rc=$?" >>"$summary"
     kill -9 $pid 2>/dev/null
