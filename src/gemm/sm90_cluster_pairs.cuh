@@ -138,6 +138,17 @@ class Sm90PairGroupScheduler
 
 // CUTLASS 4.2's c2x1 ptr-array TMA main loop (Base: weights multicast to both blocks) that
 // loads a single's weights alone. Its load() is Base's with the second half and the mask.
+//
+// Idle halves: in a tile whose rows end at or before row 64 (an expert's tail), the second warp
+// group (rows 64-127) issues no MMAs; it only waits for and releases the stages (in the empty
+// tile both do). About half the experts end in such a tail at T=16384; forward A/B against
+// MMAs on the padding (session 36, 2 rounds): T=4096 / 16384 deepseek -3.9 / -1.1%, gpt-oss
+// -1.8 / -3.0%, qwen3 -1.6 / -1.6%, mixtral -1.8% / even. The consumers learn a tile's rows from
+// the load warp's leader through a ring in shared memory: it writes slot (tile % kSlots) before
+// its arrival on the tile's first stage, and the consumers read it after that stage's full
+// barrier. The leader runs at most Stages k blocks (so tiles) ahead of the consumers' releases,
+// fewer than kSlots. The idle group's accumulators are never stored: both epilogues stop at the
+// group's rows.
 template <class Base>
 struct Sm90PairMainloop : Base {
   using typename Base::MainloopPipeline;
@@ -145,12 +156,104 @@ struct Sm90PairMainloop : Base {
   using typename Base::PipelineState;
   using typename Base::SmemLayoutA;
   using typename Base::SmemLayoutB;
-  using typename Base::TensorStorage;
+  using typename Base::TiledMma;
   static constexpr int kTileM = cute::size<0>(typename Base::TileShape{});
   static constexpr int kTileN = cute::size<1>(typename Base::TileShape{});
   static_assert(cute::size<0>(typename Base::DispatchPolicy::ClusterShape{}) == 2 &&
                     cute::size<1>(typename Base::DispatchPolicy::ClusterShape{}) == 1,
                 "pairs are 2x1 clusters");
+  static constexpr int kSlots = 16;
+  static constexpr int kWarpGroups = cute::size(TiledMma{}) / cutlass::NumThreadsPerWarpGroup;
+  static_assert(Base::DispatchPolicy::Stages < kSlots, "the load warp may not lap the ring");
+  static_assert(kWarpGroups == 2 && kTileM == 128, "two warp groups of 64 rows each");
+  // Named barriers (after CUTLASS's reserved ones) of the idle warp groups; the epilogue's is 0.
+  static constexpr uint32_t kIdleBarrier = 1;
+
+  using typename Base::TensorStorage;
+  // The ring sits after the pipeline's barriers: the tensor storage has no room left (its
+  // epilogue part is 1024-byte aligned, so 64 bytes more there cost 1 KB, past 227 KB).
+  struct PipelineStorage : Base::PipelineStorage {
+    int32_t rows_left[kSlots];  // the group's rows from the tile's first row on
+  };
+  // The ring, found from the pipeline: its storage begins with the first stage's full barrier.
+  CUTLASS_DEVICE static int32_t* rows_ring(MainloopPipeline& pipeline) {
+    return reinterpret_cast<PipelineStorage*>(pipeline.producer_get_barrier(PipelineState{}))
+        ->rows_left;
+  }
+
+  // The load warp's leader, before its arrival on the tile's first stage.
+  CUTLASS_DEVICE void post_rows(MainloopPipeline& pipeline, int rows, int m_coord) {
+    rows_ring(pipeline)[tiles_loaded_++ % kSlots] = rows - m_coord * kTileM;
+  }
+
+  // Base::mma line for line (K_PIPE_MMAS = 1: one k block's MMAs in flight, the stage before it
+  // released; Base::mma_tail releases the last), where an idle half issues no MMAs. The test
+  // sits around each k block's batch: a branch around the whole loop (Base::mma or a loop of
+  // waits) made ptxas serialize the wgmmas (C7515). Its SASS is Base's but for that test (a
+  // first form as a single loop unrolled by 2 measured +1-2% on deepseek, session 35).
+  template <class FrgTensorC>
+  CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState read, FrgTensorC& accum,
+                          int k_tiles, int thread_idx, TensorStorage& smem, Params const&) {
+    using namespace cute;
+    static_assert(Base::K_PIPE_MMAS == 1, "Base::mma_tail releases one stage at the end");
+    Tensor sA = make_tensor(make_smem_ptr(smem.smem_A.data()), SmemLayoutA{});
+    Tensor sB = make_tensor(make_smem_ptr(smem.smem_B.data()), SmemLayoutB{});
+    Layout warp_groups = make_layout(Int<kWarpGroups>{}, Int<cutlass::NumThreadsPerWarpGroup>{});
+    const int warp_group =
+        __shfl_sync(0xffffffffu, thread_idx / cutlass::NumThreadsPerWarpGroup, 0);
+    TiledMma tiled_mma;
+    auto thread_mma = tiled_mma.get_slice(warp_groups(warp_group));
+    Tensor tCrA = thread_mma.make_fragment_A(thread_mma.partition_A(sA));  // (MMA,M,K,PIPE)
+    Tensor tCrB = thread_mma.make_fragment_B(thread_mma.partition_B(sB));  // (MMA,N,K,PIPE)
+    const int slot = tiles_computed_++ % kSlots;
+    // The first k block, as Base's prologue; the tile's rows are in the ring once it is in.
+    tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
+    warpgroup_fence_operand(accum);
+    pipeline.consumer_wait(read, pipeline.consumer_try_wait(read));
+    const bool idle = rows_ring(pipeline)[slot] <= warp_group * (kTileM / kWarpGroups);
+    if (!idle) {
+      const int stage = read.index();
+      warpgroup_arrive();
+      CUTLASS_PRAGMA_UNROLL
+      for (int kb = 0; kb < size<2>(tCrA); ++kb) {
+        cute::gemm(tiled_mma, tCrA(_, _, kb, stage), tCrB(_, _, kb, stage), accum);
+        tiled_mma.accumulate_ = GMMA::ScaleOut::One;
+      }
+      warpgroup_commit_batch();
+    }
+    PipelineState release = read;  // Base's main loop: the stage before released after its MMAs
+    ++read;
+    warpgroup_fence_operand(accum);
+    CUTLASS_PRAGMA_NO_UNROLL
+    for (int t = 1; t < k_tiles; ++t) {
+      pipeline.consumer_wait(read, pipeline.consumer_try_wait(read));
+      if (!idle) {
+        const int stage = read.index();
+        warpgroup_fence_operand(accum);
+        warpgroup_arrive();
+        cute::gemm(tiled_mma, tCrA(_, _, _, stage), tCrB(_, _, _, stage), accum);
+        warpgroup_commit_batch();
+        warpgroup_wait<1>();
+        warpgroup_fence_operand(accum);
+      } else {
+        idle_step(warp_group);
+      }
+      pipeline.consumer_release(release);
+      ++read;
+      ++release;
+    }
+    if (idle) idle_step(warp_group);  // before Base::mma_tail releases the last stage
+    warpgroup_fence_operand(accum);
+  }
+
+  // An idle warp group's four warps meet before it releases a stage. A busy one's MMAs keep
+  // them in step; without them a warp that holds no release (only a few threads of a warp
+  // group signal the empty barrier) fell a whole ring behind, waited on a phase that came
+  // round again later, and hung the forward's last tiles (session 36: cuda-gdb found one
+  // warp in a tile's first wait while its warp group stood at the epilogue's barrier).
+  CUTLASS_DEVICE static void idle_step(int warp_group) {
+    cutlass::arch::NamedBarrier::sync(cutlass::NumThreadsPerWarpGroup, kIdleBarrier + warp_group);
+  }
 
   template <class ProblemShape_MNKL>
   CUTLASS_DEVICE auto load_init(ProblemShape_MNKL const& shape, Params const& p) const {
@@ -204,6 +307,7 @@ struct Sm90PairMainloop : Base {
     if (!elect_one_sync()) return;
     Tensor sA = make_tensor(make_smem_ptr(smem.smem_A.data()), SmemLayoutA{});
     auto [m_coord, n_coord, k_coord, l_coord] = blk;
+    post_rows(pipeline, get<2>(in), int(m_coord));
     Tensor gA = get<0>(in)(_, _, m_coord, _, l_coord);
     const PairUnits<kTileM, kTileN> pu(get<2>(in), get<3>(in));
     auto tma_a = p.tma_load_a.get_slice(0);
@@ -222,6 +326,10 @@ struct Sm90PairMainloop : Base {
       ++write;
     }
   }
+
+ private:
+  uint32_t tiles_loaded_ = 0;    // by the load warp's leader
+  uint32_t tiles_computed_ = 0;  // by each consumer thread
 };
 
 // The pairs' main loop with A's rows gathered from the caller's matrix by index, instead of read
@@ -317,12 +425,16 @@ struct Sm90PairGatherMainloop : Sm90PairMainloop<Base> {
     uint32_t dst_lo, dst_hi;  // this lane's byte offsets in a stage for chunks q and q + 4
     int k, q;
     uint32_t smem_a;
+    bool dead;  // all the warp's rows lie past the group: their warp group skips its MMAs
 
     template <class InputTensors>
     CUTLASS_DEVICE RowCopier(InputTensors const& in, int m_coord, int warp, TensorStorage& smem) {
       const int lane = int(threadIdx.x % 32);
       const int first = warp * kRowsPerWarp;
       const int live = cute::get<2>(in) - m_coord * kTileM - first;
+      // The whole warp or none: a busy warp group keeps zeros in its rows past the group. A skip
+      // per lane (stale rows in its MMAs where fewer than 8 rows were live) cost deepseek 0.8%.
+      dead = live <= 0;
       const int32_t* rows = cute::get<5>(in) + int64_t(m_coord) * kTileM + first;
       k = cute::get<4>(in);
       const uint32_t row16 = uint32_t(k) * uint32_t(sizeof(Element)) / 16u;
@@ -347,6 +459,11 @@ struct Sm90PairGatherMainloop : Sm90PairMainloop<Base> {
     // Copies k block `kt` of the rows into `stage`; each lane then arrives on `bar` once its
     // copies land.
     CUTLASS_DEVICE void stage(int kt, int stage, uint64_t* bar) const {
+      // An idle half or the empty tile: its consumers issue no MMAs, so the rows keep anything.
+      if (dead) {
+        cutlass::arch::cpasync_barrier_arrive_noinc(bar);
+        return;
+      }
       const uint32_t dst = smem_a + uint32_t(stage) * kStageBytesA;
       const int col = kt * kTileK + q * 8;
       constexpr int kHi = 4 * 16 / int(sizeof(Element));  // chunk q + 4's column offset
@@ -386,6 +503,7 @@ struct Sm90PairGatherMainloop : Sm90PairMainloop<Base> {
                                            pu.single(int(m_coord)), rank, smem);
     const RowCopier rows(in, int(m_coord), 0, smem);
     const bool leader = elect_one_sync();
+    if (leader) this->post_rows(pipeline, get<2>(in), int(m_coord));
     for (; k_tiles > 0; --k_tiles) {
       pipeline.producer_acquire(write);  // every lane waits; the leader expects the weights
       auto* bar = pipeline.producer_get_barrier(write);
