@@ -209,9 +209,11 @@ fi
 
 # Step "hang": for a forward that hangs. `moekit bench` runs MOEKIT_BENCH_PRESETS' first preset
 # at MOEKIT_BENCH_TOKENS' first count in the background. If it still runs after MOEKIT_HANG_WAIT
-# seconds (default 30), cuda-gdb attaches and lists every SM's warps with their PCs
-# (hang-warps.txt). The summary counts the warps per PC; cuobjdump -sass of the same program
-# places each PC in the kernel's SASS. The run is killed after that.
+# seconds (default 30), cuda-gdb attaches three times: the kernels and the SMs still busy
+# (hang-sms.txt), those SMs' warps with their PCs (hang-warps.txt), and each PC as symbol +
+# offset (hang-pcs.txt; the offset is the address in `cuobjdump -sass` of the same program).
+# The summary lists each warp (block, first thread, PC, offset). The run is killed after that.
+# Session 36 found its hang this way: one warp of a warp group a tile behind the others.
 if want hang; then
   preset=$(echo "${MOEKIT_BENCH_PRESETS:-deepseek-v3}" | cut -d, -f1)
   t=$(echo "${MOEKIT_BENCH_TOKENS:-16384}" | cut -d, -f1)
@@ -219,16 +221,29 @@ if want hang; then
   pid=$!
   sleep "${MOEKIT_HANG_WAIT:-30}"
   if kill -0 $pid 2>/dev/null; then
-    gdb_args=(-ex "info cuda kernels" -ex "info cuda sms")
-    for ((sm = 0; sm < 132; sm++)); do  # the H200's 132 SMs
-      gdb_args+=(-ex "cuda sm $sm" -ex "info cuda warps")
-    done
-    timeout 300 cuda-gdb -batch -p $pid "${gdb_args[@]}" >"$OUT/hang-warps.txt" 2>&1
-    echo "hang: $preset T=$t still running after ${MOEKIT_HANG_WAIT:-30} s; cuda-gdb rc=$?" >>"$summary"
+    echo "hang: $preset T=$t still running after ${MOEKIT_HANG_WAIT:-30} s" >>"$summary"
+    attached() { timeout 200 cuda-gdb -batch -p $pid "$@" 2>&1; }  # one batch of commands
+    attached -ex "info cuda kernels" -ex "info cuda sms" >"$OUT/hang-sms.txt"
+    # `info cuda sms` rows: [*] SM mask
+    sms=$(awk '$1 == "*" {$1 = ""} {$0 = $0} NF == 2 && $1 ~ /^[0-9]+$/ && $2 ~ /^0x/ {print $1}' "$OUT/hang-sms.txt")
+    gdb_args=()
+    for sm in $sms; do gdb_args+=(-ex "cuda sm $sm" -ex "info cuda warps"); done
+    attached "${gdb_args[@]}" >"$OUT/hang-warps.txt"
+    # `info cuda warps` rows: [*] warp lanes divergent PC kernel (block) (first thread)
+    awk '$1 == "*" {$1 = ""} {$0 = $0} NF == 7 && $4 ~ /^0x/ {print $6, $7, $4}' "$OUT/hang-warps.txt" |
+      sort -u >"$OUT/hang-warp-pcs.txt"
+    gdb_args=()
+    for pc in $(awk '{print $3}' "$OUT/hang-warp-pcs.txt" | sort -u); do gdb_args+=(-ex "x/1i $pc"); done
+    attached "${gdb_args[@]}" >"$OUT/hang-pcs.txt"
     kill -9 $pid 2>/dev/null
-    { grep -A3 -i "kernel" "$OUT/hang-warps.txt" | head -12
-      echo "warps per PC (count, PC):"
-      grep -oE '0x[0-9a-f]{6,}' "$OUT/hang-warps.txt" | sort | uniq -c | sort -rn | head -40; } >>"$summary"
+    { grep -m3 -A2 "Kernel Parent" "$OUT/hang-sms.txt" | cut -c1-200
+      echo "busy SMs: $(echo $sms)"
+      echo "warps (block, first thread, PC, offset in the kernel's SASS):"
+      while read -r block thread pc; do
+        # x/1i prints "0x<pc> <kernel+offset>:" (the kernel's name holds '<' and '>' itself)
+        off=$(grep -m1 "0x$(printf %x "$((pc))") " "$OUT/hang-pcs.txt" | grep -oE '\+[0-9]+>:' | tr -dc 0-9)
+        printf '  %s %s %s %s\n' "$block" "$thread" "$pc" "${off:+0x$(printf %x "$off")}"
+      done <"$OUT/hang-warp-pcs.txt"; } >>"$summary"
   else
     echo "hang: $preset T=$t ended within ${MOEKIT_HANG_WAIT:-30} s" >>"$summary"
     tail -5 "$OUT/hang-bench.txt" >>"$summary"
