@@ -243,7 +243,7 @@ if want hang; then
         # x/1i prints "0x<pc> <kernel+offset>:" (the kernel's name holds '<' and '>' itself)
         off=$(grep -m1 "0x$(printf %x "$((pc))") " "$OUT/hang-pcs.txt" | grep -oE '\+[0-9]+>:' | tr -dc 0-9)
         printf '  %s %s %s %s\n' "$block" "$thread" "$pc" "${off:+0x$(printf %x "$off")}"
-      done <"$OUT/hang-warp-pcs.txt"; } >>"$summary"
+      done <"$OUT/hang-warp-pcs.txt" | head -80; } >>"$summary"  # all of them in hang-warp-pcs.txt
   else
     echo "hang: $preset T=$t ended within ${MOEKIT_HANG_WAIT:-30} s" >>"$summary"
     tail -5 "$OUT/hang-bench.txt" >>"$summary"
