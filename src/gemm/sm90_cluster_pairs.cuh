@@ -189,8 +189,9 @@ struct Sm90PairMainloop : Base {
   // Base::mma line for line (K_PIPE_MMAS = 1: one k block's MMAs in flight, the stage before it
   // released; Base::mma_tail releases the last), where an idle half issues no MMAs. The test
   // sits around each k block's batch: a branch around the whole loop (Base::mma or a loop of
-  // waits) made ptxas serialize the wgmmas (C7515). Its SASS is Base's but for that test (a
-  // first form as a single loop unrolled by 2 measured +1-2% on deepseek, session 35).
+  // waits) made ptxas serialize the wgmmas (C7515). Its SASS is Base's but for that test and the
+  // idle warps' barrier (a first form as a single loop unrolled by 2 measured +1-2% on deepseek,
+  // session 35).
   template <class FrgTensorC>
   CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState read, FrgTensorC& accum,
                           int k_tiles, int thread_idx, TensorStorage& smem, Params const&) {
