@@ -26,6 +26,7 @@
 // a block never writes into its partner's stage before the partner has freed it.
 #pragma once
 #include <cstdint>
+#include <utility>
 
 #include <cuda/atomic>
 
@@ -152,7 +153,6 @@ class Sm90PairGroupScheduler
 template <class Base>
 struct Sm90PairMainloop : Base {
   using typename Base::MainloopPipeline;
-  using typename Base::Params;
   using typename Base::PipelineState;
   using typename Base::SmemLayoutA;
   using typename Base::SmemLayoutB;
@@ -173,17 +173,67 @@ struct Sm90PairMainloop : Base {
   // The ring sits after the pipeline's barriers: the tensor storage has no room left (its
   // epilogue part is 1024-byte aligned, so 64 bytes more there cost 1 KB, past 227 KB).
   struct PipelineStorage : Base::PipelineStorage {
-    int32_t rows_left[kSlots];  // the group's rows from the tile's first row on
+    // The group's rows and columns from the tile's first on, clamped to the tile: rows | cols << 16
+    int32_t extent[kSlots];
   };
+  struct Arguments : Base::Arguments {
+    bool narrow_cols = false;  // experiment: MOEKIT_EXP_NARROW_COLS
+  };
+  struct Params : Base::Params {
+    bool narrow_cols = false;
+  };
+  template <class ProblemShape>
+  static Params to_underlying_arguments(ProblemShape shapes, Arguments const& args, void* ws) {
+    Params p;
+    static_cast<typename Base::Params&>(p) = Base::to_underlying_arguments(shapes, args, ws);
+    p.narrow_cols = args.narrow_cols;
+    return p;
+  }
+
   // The ring, found from the pipeline: its storage begins with the first stage's full barrier.
-  CUTLASS_DEVICE static int32_t* rows_ring(MainloopPipeline& pipeline) {
+  CUTLASS_DEVICE static int32_t* extent_ring(MainloopPipeline& pipeline) {
     return reinterpret_cast<PipelineStorage*>(pipeline.producer_get_barrier(PipelineState{}))
-        ->rows_left;
+        ->extent;
   }
 
   // The load warp's leader, before its arrival on the tile's first stage.
-  CUTLASS_DEVICE void post_rows(MainloopPipeline& pipeline, int rows, int m_coord) {
-    rows_ring(pipeline)[tiles_loaded_++ % kSlots] = rows - m_coord * kTileM;
+  CUTLASS_DEVICE void post_extent(MainloopPipeline& pipeline, int rows, int cols, int m_coord,
+                                  int n_coord) {
+    const int r = rows - m_coord * kTileM, c = cols - n_coord * kTileN;
+    return post_clamped(pipeline, r < 0 ? 0 : r < kTileM ? r : kTileM,
+                        c < 0 ? 0 : c < kTileN ? c : kTileN);
+  }
+  CUTLASS_DEVICE void post_clamped(MainloopPipeline& pipeline, int r, int c) {
+    extent_ring(pipeline)[tiles_loaded_++ % kSlots] = r | c << 16;
+  }
+
+  // Experiment (MOEKIT_EXP_NARROW_COLS): a column tile with at most 64 or 128 columns in the
+  // group (gpt-oss: FC2's last of 12 has 64 of 2880, FC1's last of 23 has 128 of 5760) issues
+  // m64n64 or m64n128 MMAs on the tile's own descriptors (a K-major descriptor holds no N; the
+  // instruction reads B's first W rows) into the first W / 2 accumulators of each thread (a
+  // wgmma's accumulators go by 8-column chunks, so those are columns 0 to W - 1 at any N). The
+  // epilogues store no column past the group.
+  template <int W>
+  using NarrowOp = decltype(cute::GMMA::ss_op_selector<
+                            typename TiledMma::ValTypeA, typename TiledMma::ValTypeB,
+                            typename TiledMma::ValTypeC,
+                            cute::Shape<cute::_64, cute::Int<W>, cute::_64>, cute::GMMA::Major::K,
+                            cute::GMMA::Major::K>());
+  template <int W, class Accum, std::size_t... I>
+  CUTLASS_DEVICE static void narrow_fma(uint64_t a, uint64_t b, Accum& acc,
+                                        cute::GMMA::ScaleOut scale, std::index_sequence<I...>) {
+    NarrowOp<W>::fma(a, b, acc(I)..., scale);
+  }
+  // One k block (4 k16 steps) of W columns; the first block of a tile sets the accumulators.
+  template <int W, class TA, class TB, class Accum>
+  CUTLASS_DEVICE static void narrow_block(TA const& tA, TB const& tB, Accum& acc, int stage,
+                                          bool first) {
+    CUTLASS_PRAGMA_UNROLL
+    for (int kb = 0; kb < cute::size<2>(tA); ++kb) {
+      const auto scale = first && kb == 0 ? cute::GMMA::ScaleOut::Zero : cute::GMMA::ScaleOut::One;
+      narrow_fma<W>(tA(0, 0, kb, stage), tB(0, 0, kb, stage), acc, scale,
+                    std::make_index_sequence<W / 2>{});
+    }
   }
 
   // Base::mma line for line (K_PIPE_MMAS = 1: one k block's MMAs in flight, the stage before it
@@ -193,7 +243,7 @@ struct Sm90PairMainloop : Base {
   // first form as a single loop unrolled by 2 measured +1-2% on deepseek, session 35).
   template <class FrgTensorC>
   CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState read, FrgTensorC& accum,
-                          int k_tiles, int thread_idx, TensorStorage& smem, Params const&) {
+                          int k_tiles, int thread_idx, TensorStorage& smem, Params const& p) {
     using namespace cute;
     static_assert(Base::K_PIPE_MMAS == 1, "Base::mma_tail releases one stage at the end");
     Tensor sA = make_tensor(make_smem_ptr(smem.smem_A.data()), SmemLayoutA{});
@@ -205,22 +255,43 @@ struct Sm90PairMainloop : Base {
     auto thread_mma = tiled_mma.get_slice(warp_groups(warp_group));
     Tensor tCrA = thread_mma.make_fragment_A(thread_mma.partition_A(sA));  // (MMA,M,K,PIPE)
     Tensor tCrB = thread_mma.make_fragment_B(thread_mma.partition_B(sB));  // (MMA,N,K,PIPE)
+    static_assert(decltype(size(accum))::value == kTileM / kWarpGroups * kTileN / 128,
+                  "one thread's accumulators: a 64 x kTileN wgmma's");
     const int slot = tiles_computed_++ % kSlots;
-    // The first k block, as Base's prologue; the tile's rows are in the ring once it is in.
-    tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
+    // The first k block, as Base's prologue; the tile's extent is in the ring once it is in.
     warpgroup_fence_operand(accum);
     pipeline.consumer_wait(read, pipeline.consumer_try_wait(read));
-    const bool idle = rows_ring(pipeline)[slot] <= warp_group * (kTileM / kWarpGroups);
-    if (!idle) {
-      const int stage = read.index();
-      warpgroup_arrive();
-      CUTLASS_PRAGMA_UNROLL
-      for (int kb = 0; kb < size<2>(tCrA); ++kb) {
-        cute::gemm(tiled_mma, tCrA(_, _, kb, stage), tCrB(_, _, kb, stage), accum);
-        tiled_mma.accumulate_ = GMMA::ScaleOut::One;
+    const int extent = extent_ring(pipeline)[slot];
+    const bool idle = (extent & 0xffff) <= warp_group * (kTileM / kWarpGroups);
+    const int cols = p.narrow_cols ? extent >> 16 : kTileN;
+    const int width = cols <= 64 ? 64 : cols <= 128 ? 128 : kTileN;
+    // One k block's MMAs as one batch (each path fences and commits its own: with the fence
+    // before the branch, ptxas injected one more in front of every path's first wgmma, C7519).
+    auto block = [&](int stage, bool first) {
+      if (width == 64) {
+        warpgroup_arrive();
+        narrow_block<64>(tCrA, tCrB, accum, stage, first);
+        warpgroup_commit_batch();
+      } else if (width == 128) {
+        warpgroup_arrive();
+        narrow_block<128>(tCrA, tCrB, accum, stage, first);
+        warpgroup_commit_batch();
+      } else if (first) {  // Base's prologue
+        tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
+        warpgroup_arrive();
+        CUTLASS_PRAGMA_UNROLL
+        for (int kb = 0; kb < size<2>(tCrA); ++kb) {
+          cute::gemm(tiled_mma, tCrA(_, _, kb, stage), tCrB(_, _, kb, stage), accum);
+          tiled_mma.accumulate_ = GMMA::ScaleOut::One;
+        }
+        warpgroup_commit_batch();
+      } else {
+        warpgroup_arrive();
+        cute::gemm(tiled_mma, tCrA(_, _, _, stage), tCrB(_, _, _, stage), accum);
+        warpgroup_commit_batch();
       }
-      warpgroup_commit_batch();
-    }
+    };
+    if (!idle) block(read.index(), true);
     PipelineState release = read;  // Base's main loop: the stage before released after its MMAs
     ++read;
     warpgroup_fence_operand(accum);
@@ -228,11 +299,8 @@ struct Sm90PairMainloop : Base {
     for (int t = 1; t < k_tiles; ++t) {
       pipeline.consumer_wait(read, pipeline.consumer_try_wait(read));
       if (!idle) {
-        const int stage = read.index();
         warpgroup_fence_operand(accum);
-        warpgroup_arrive();
-        cute::gemm(tiled_mma, tCrA(_, _, _, stage), tCrB(_, _, _, stage), accum);
-        warpgroup_commit_batch();
+        block(read.index(), false);
         warpgroup_wait<1>();
         warpgroup_fence_operand(accum);
       } else {
@@ -307,7 +375,7 @@ struct Sm90PairMainloop : Base {
     if (!elect_one_sync()) return;
     Tensor sA = make_tensor(make_smem_ptr(smem.smem_A.data()), SmemLayoutA{});
     auto [m_coord, n_coord, k_coord, l_coord] = blk;
-    post_rows(pipeline, get<2>(in), int(m_coord));
+    post_extent(pipeline, get<2>(in), get<3>(in), int(m_coord), int(n_coord));
     Tensor gA = get<0>(in)(_, _, m_coord, _, l_coord);
     const PairUnits<kTileM, kTileN> pu(get<2>(in), get<3>(in));
     auto tma_a = p.tma_load_a.get_slice(0);
@@ -372,17 +440,17 @@ struct Sm90PairGatherMainloop : Sm90PairMainloop<Base> {
   // one asynchronous arrival per copying lane.
   static constexpr int NumProducerThreadEvents = 1 + 32 * kCopyWarps;
 
-  struct Arguments : Base::Arguments {
+  struct Arguments : Pair::Arguments {
     const int32_t* const* row_src = nullptr;  // [groups] device: each group's source rows
   };
-  struct Params : Base::Params {
+  struct Params : Pair::Params {
     const int32_t* const* row_src = nullptr;
   };
 
   template <class ProblemShape>
   static Params to_underlying_arguments(ProblemShape shapes, Arguments const& args, void* ws) {
     Params p;
-    static_cast<typename Base::Params&>(p) = Base::to_underlying_arguments(shapes, args, ws);
+    static_cast<typename Pair::Params&>(p) = Pair::to_underlying_arguments(shapes, args, ws);
     p.tma_transaction_bytes = Base::TmaTransactionBytes - kStageBytesA;  // the weights only
     p.row_src = args.row_src;
     return p;
@@ -503,7 +571,7 @@ struct Sm90PairGatherMainloop : Sm90PairMainloop<Base> {
                                            pu.single(int(m_coord)), rank, smem);
     const RowCopier rows(in, int(m_coord), 0, smem);
     const bool leader = elect_one_sync();
-    if (leader) this->post_rows(pipeline, get<2>(in), int(m_coord));
+    if (leader) this->post_extent(pipeline, get<2>(in), get<3>(in), int(m_coord), int(n_coord));
     for (; k_tiles > 0; --k_tiles) {
       pipeline.producer_acquire(write);  // every lane waits; the leader expects the weights
       auto* bar = pipeline.producer_get_barrier(write);

@@ -15,6 +15,7 @@
 // The arrays the Params point at keep their addresses; only their contents change per run.
 #pragma once
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -143,6 +144,14 @@ struct Sm90GroupedKernel {
 
 inline std::string cutlass_error(cutlass::Status s) { return cutlassGetStatusString(s); }
 
+// Experiment: MOEKIT_EXP_NARROW_COLS = 1 (both GEMMs), fc1 (with the activation), fc2.
+inline bool exp_narrow_cols(bool act) {
+  const char* v = std::getenv("MOEKIT_EXP_NARROW_COLS");
+  if (v == nullptr) return false;
+  const std::string s(v);
+  return s == "1" || (act ? s == "fc1" : s == "fc2");
+}
+
 template <class Element, class Cfg, bool kAct>
 class Sm90GroupedTactic final : public Tactic {
   using K = Sm90GroupedKernel<Element, Cfg, kAct>;
@@ -207,6 +216,7 @@ class Sm90GroupedTactic final : public Tactic {
     args.mainloop.ptr_B = reinterpret_cast<const typename K::Gemm::ElementB**>(ctx.arrays.ptr_b);
     args.mainloop.dB = d_sb;
     if constexpr (Cfg::kGather) args.mainloop.row_src = ctx.arrays.row_src;
+    if constexpr (Cfg::kPairs) args.mainloop.narrow_cols = exp_narrow_cols(kAct);
     if constexpr (kAct) {
       if (ctx.act == nullptr)
         return Status(ErrorCode::kInternal, what + ": built without an activation to apply");
