@@ -127,7 +127,7 @@ struct Sm90GroupedKernel {
       typename Cfg::Mainloop>::CollectiveOp;
   using CollectiveMainloop = std::conditional_t<
       Cfg::kGather, Sm90PairGatherMainloop<BuiltMainloop>,
-      std::conditional_t<Cfg::kPairs, Sm90PairMainloop<BuiltMainloop>, BuiltMainloop>>;
+      std::conditional_t<Cfg::kPairs, Sm90PairMainloop<BuiltMainloop, !kAct>, BuiltMainloop>>;
 
   using Kernel =
       cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
