@@ -150,7 +150,8 @@ class Sm90PairGroupScheduler
 // barrier. The leader runs at most Stages k blocks (so tiles) ahead of the consumers' releases,
 // fewer than kSlots. The idle group's accumulators are never stored: both epilogues stop at the
 // group's rows.
-template <class Base, bool kNarrow = false>
+// kNarrow: the narrowest MMA width a narrow column tile may use (64 or 128; 0: none).
+template <class Base, int kNarrow = 0>
 struct Sm90PairMainloop : Base {
   using typename Base::MainloopPipeline;
   using typename Base::PipelineState;
@@ -207,8 +208,8 @@ struct Sm90PairMainloop : Base {
     extent_ring(pipeline)[tiles_loaded_++ % kSlots] = r | c << 16;
   }
 
-  // Experiment (MOEKIT_EXP_NARROW_COLS, kernels without the activation: FC2): a column tile
-  // with at most 64 or 128 columns in the group (gpt-oss's FC2: the last of 12 has 64 of 2880) issues
+  // Experiment (MOEKIT_EXP_NARROW_COLS): a column tile with at most 64 or 128 columns in the
+  // group (gpt-oss: FC2's last of 12 has 64 of 2880, FC1's last of 23 has 128 of 5760) issues
   // m64n64 or m64n128 MMAs on the tile's own descriptors (a K-major descriptor holds no N; the
   // instruction reads B's first W rows) into the first W / 2 accumulators of each thread (a
   // wgmma's accumulators go by 8-column chunks, so those are columns 0 to W - 1 at any N). The
@@ -263,10 +264,10 @@ struct Sm90PairMainloop : Base {
     pipeline.consumer_wait(read, pipeline.consumer_try_wait(read));
     const int extent = extent_ring(pipeline)[slot];
     const bool idle = (extent & 0xffff) <= warp_group * (kTileM / kWarpGroups);
-    // Narrow MMAs only without the activation epilogue: with it, the extra paths took FC1's
+    // With the activation epilogue, m64n128 only: with m64n64 too, the extra paths took FC1's
     // kernels past their registers and ptxas serialized the wgmmas (C7511).
-    const int cols = kNarrow && p.narrow_cols ? extent >> 16 : kTileN;
-    const int width = cols <= 64 ? 64 : cols <= 128 ? 128 : kTileN;
+    const int cols = kNarrow > 0 && p.narrow_cols ? extent >> 16 : kTileN;
+    const int width = kNarrow == 64 && cols <= 64 ? 64 : cols <= 128 ? 128 : kTileN;
     // One k block's MMAs as one batch (each path fences and commits its own: with the fence
     // before the branch, ptxas injected one more in front of every path's first wgmma, C7519).
     auto block = [&](int stage, bool first) {
@@ -419,9 +420,9 @@ struct Sm90PairMainloop : Base {
 template <class Policy>
 struct GatherPolicy : Policy {};
 
-template <class Base>
-struct Sm90PairGatherMainloop : Sm90PairMainloop<Base> {  // FC1's: no narrow MMAs (see mma)
-  using Pair = Sm90PairMainloop<Base>;
+template <class Base, int kNarrow = 0>
+struct Sm90PairGatherMainloop : Sm90PairMainloop<Base, kNarrow> {
+  using Pair = Sm90PairMainloop<Base, kNarrow>;
   using typename Pair::MainloopPipeline;
   using typename Pair::PipelineState;
   using typename Pair::TensorStorage;
