@@ -26,6 +26,7 @@
 // a block never writes into its partner's stage before the partner has freed it.
 #pragma once
 #include <cstdint>
+#include <utility>
 
 #include <cuda/atomic>
 
@@ -149,7 +150,8 @@ class Sm90PairGroupScheduler
 // barrier. The leader runs at most Stages k blocks (so tiles) ahead of the consumers' releases,
 // fewer than kSlots. The idle group's accumulators are never stored: both epilogues stop at the
 // group's rows.
-template <class Base>
+// kNarrow: the narrowest MMA width a narrow column tile may use (64 or 128; 0: none).
+template <class Base, int kNarrow = 0>
 struct Sm90PairMainloop : Base {
   using typename Base::MainloopPipeline;
   using typename Base::Params;
@@ -173,17 +175,50 @@ struct Sm90PairMainloop : Base {
   // The ring sits after the pipeline's barriers: the tensor storage has no room left (its
   // epilogue part is 1024-byte aligned, so 64 bytes more there cost 1 KB, past 227 KB).
   struct PipelineStorage : Base::PipelineStorage {
-    int32_t rows_left[kSlots];  // the group's rows from the tile's first row on
+    // The group's rows and columns from the tile's first on, clamped to the tile: rows | cols << 16
+    int32_t extent[kSlots];
   };
+
   // The ring, found from the pipeline: its storage begins with the first stage's full barrier.
-  CUTLASS_DEVICE static int32_t* rows_ring(MainloopPipeline& pipeline) {
+  CUTLASS_DEVICE static int32_t* extent_ring(MainloopPipeline& pipeline) {
     return reinterpret_cast<PipelineStorage*>(pipeline.producer_get_barrier(PipelineState{}))
-        ->rows_left;
+        ->extent;
   }
 
   // The load warp's leader, before its arrival on the tile's first stage.
-  CUTLASS_DEVICE void post_rows(MainloopPipeline& pipeline, int rows, int m_coord) {
-    rows_ring(pipeline)[tiles_loaded_++ % kSlots] = rows - m_coord * kTileM;
+  CUTLASS_DEVICE void post_extent(MainloopPipeline& pipeline, int rows, int cols, int m_coord,
+                                  int n_coord) {
+    const int r = cute::min(cute::max(rows - m_coord * kTileM, 0), kTileM);
+    const int c = cute::min(cute::max(cols - n_coord * kTileN, 0), kTileN);
+    extent_ring(pipeline)[tiles_loaded_++ % kSlots] = r | c << 16;
+  }
+
+  // A column tile with at most 64 or 128 columns in the group (gpt-oss: FC2's last of 12 has 64 of
+  // 2880, FC1's last of 23 has 128 of 5760) issues m64n64 or m64n128 MMAs on the tile's own
+  // descriptors (a K-major descriptor holds no N; the instruction reads B's first W rows) into the
+  // first W / 2 accumulators of each thread (a wgmma's accumulators go by 8-column chunks, so those
+  // are columns 0 to W - 1 at any N). The epilogues store no column past the group.
+  template <int W>
+  using NarrowOp =
+      decltype(cute::GMMA::ss_op_selector<typename TiledMma::ValTypeA, typename TiledMma::ValTypeB,
+                                          typename TiledMma::ValTypeC,
+                                          cute::Shape<cute::_64, cute::Int<W>, cute::_64>,
+                                          cute::GMMA::Major::K, cute::GMMA::Major::K>());
+  template <int W, class Accum, std::size_t... I>
+  CUTLASS_DEVICE static void narrow_fma(uint64_t a, uint64_t b, Accum& acc,
+                                        cute::GMMA::ScaleOut scale, std::index_sequence<I...>) {
+    NarrowOp<W>::fma(a, b, acc(I)..., scale);
+  }
+  // One k block (4 k16 steps) of W columns; the first block of a tile sets the accumulators.
+  template <int W, class TA, class TB, class Accum>
+  CUTLASS_DEVICE static void narrow_block(TA const& tA, TB const& tB, Accum& acc, int stage,
+                                          bool first) {
+    CUTLASS_PRAGMA_UNROLL
+    for (int kb = 0; kb < cute::size<2>(tA); ++kb) {
+      const auto scale = first && kb == 0 ? cute::GMMA::ScaleOut::Zero : cute::GMMA::ScaleOut::One;
+      narrow_fma<W>(tA(0, 0, kb, stage), tB(0, 0, kb, stage), acc, scale,
+                    std::make_index_sequence<W / 2>{});
+    }
   }
 
   // Base::mma line for line (K_PIPE_MMAS = 1: one k block's MMAs in flight, the stage before it
@@ -206,22 +241,45 @@ struct Sm90PairMainloop : Base {
     auto thread_mma = tiled_mma.get_slice(warp_groups(warp_group));
     Tensor tCrA = thread_mma.make_fragment_A(thread_mma.partition_A(sA));  // (MMA,M,K,PIPE)
     Tensor tCrB = thread_mma.make_fragment_B(thread_mma.partition_B(sB));  // (MMA,N,K,PIPE)
+    static_assert(decltype(size(accum))::value == kTileM / kWarpGroups * kTileN / 128,
+                  "one thread's accumulators: a 64 x kTileN wgmma's");
     const int slot = tiles_computed_++ % kSlots;
-    // The first k block, as Base's prologue; the tile's rows are in the ring once it is in.
-    tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
+    // The first k block, as Base's prologue; the tile's extent is in the ring once it is in.
     warpgroup_fence_operand(accum);
     pipeline.consumer_wait(read, pipeline.consumer_try_wait(read));
-    const bool idle = rows_ring(pipeline)[slot] <= warp_group * (kTileM / kWarpGroups);
-    if (!idle) {
-      const int stage = read.index();
-      warpgroup_arrive();
-      CUTLASS_PRAGMA_UNROLL
-      for (int kb = 0; kb < size<2>(tCrA); ++kb) {
-        cute::gemm(tiled_mma, tCrA(_, _, kb, stage), tCrB(_, _, kb, stage), accum);
-        tiled_mma.accumulate_ = GMMA::ScaleOut::One;
+    const int extent = extent_ring(pipeline)[slot];
+    const bool idle = (extent & 0xffff) <= warp_group * (kTileM / kWarpGroups);
+    // With the activation epilogue, m64n128 only: with m64n64 too, the extra paths took FC1's
+    // kernels past their registers and ptxas serialized the wgmmas (C7511).
+    const int cols = kNarrow > 0 ? extent >> 16 : kTileN;
+    const int width = kNarrow == 64 && cols <= 64 ? 64 : cols <= 128 ? 128 : kTileN;
+    // One k block's MMAs as one batch (each path fences and commits its own: with the fence
+    // before the branch, ptxas injected one more in front of every path's first wgmma, C7519).
+    auto block = [&](int stage, bool first) {
+      if (width == 64) {
+        warpgroup_arrive();
+        narrow_block<64>(tCrA, tCrB, accum, stage, first);
+        warpgroup_commit_batch();
+      } else if (width == 128) {
+        warpgroup_arrive();
+        narrow_block<128>(tCrA, tCrB, accum, stage, first);
+        warpgroup_commit_batch();
+      } else if (first) {  // Base's prologue
+        tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
+        warpgroup_arrive();
+        CUTLASS_PRAGMA_UNROLL
+        for (int kb = 0; kb < size<2>(tCrA); ++kb) {
+          cute::gemm(tiled_mma, tCrA(_, _, kb, stage), tCrB(_, _, kb, stage), accum);
+          tiled_mma.accumulate_ = GMMA::ScaleOut::One;
+        }
+        warpgroup_commit_batch();
+      } else {
+        warpgroup_arrive();
+        cute::gemm(tiled_mma, tCrA(_, _, _, stage), tCrB(_, _, _, stage), accum);
+        warpgroup_commit_batch();
       }
-      warpgroup_commit_batch();
-    }
+    };
+    if (!idle) block(read.index(), true);
     PipelineState release = read;  // Base's main loop: the stage before released after its MMAs
     ++read;
     warpgroup_fence_operand(accum);
@@ -229,11 +287,8 @@ struct Sm90PairMainloop : Base {
     for (int t = 1; t < k_tiles; ++t) {
       pipeline.consumer_wait(read, pipeline.consumer_try_wait(read));
       if (!idle) {
-        const int stage = read.index();
         warpgroup_fence_operand(accum);
-        warpgroup_arrive();
-        cute::gemm(tiled_mma, tCrA(_, _, _, stage), tCrB(_, _, _, stage), accum);
-        warpgroup_commit_batch();
+        block(read.index(), false);
         warpgroup_wait<1>();
         warpgroup_fence_operand(accum);
       } else {
@@ -308,7 +363,7 @@ struct Sm90PairMainloop : Base {
     if (!elect_one_sync()) return;
     Tensor sA = make_tensor(make_smem_ptr(smem.smem_A.data()), SmemLayoutA{});
     auto [m_coord, n_coord, k_coord, l_coord] = blk;
-    post_rows(pipeline, get<2>(in), int(m_coord));
+    post_extent(pipeline, get<2>(in), get<3>(in), int(m_coord), int(n_coord));
     Tensor gA = get<0>(in)(_, _, m_coord, _, l_coord);
     const PairUnits<kTileM, kTileN> pu(get<2>(in), get<3>(in));
     auto tma_a = p.tma_load_a.get_slice(0);
@@ -350,9 +405,9 @@ struct Sm90PairMainloop : Base {
 template <class Policy>
 struct GatherPolicy : Policy {};
 
-template <class Base>
-struct Sm90PairGatherMainloop : Sm90PairMainloop<Base> {
-  using Pair = Sm90PairMainloop<Base>;
+template <class Base, int kNarrow = 0>
+struct Sm90PairGatherMainloop : Sm90PairMainloop<Base, kNarrow> {
+  using Pair = Sm90PairMainloop<Base, kNarrow>;
   using typename Pair::MainloopPipeline;
   using typename Pair::PipelineState;
   using typename Pair::TensorStorage;
@@ -373,17 +428,17 @@ struct Sm90PairGatherMainloop : Sm90PairMainloop<Base> {
   // one asynchronous arrival per copying lane.
   static constexpr int NumProducerThreadEvents = 1 + 32 * kCopyWarps;
 
-  struct Arguments : Base::Arguments {
+  struct Arguments : Pair::Arguments {
     const int32_t* const* row_src = nullptr;  // [groups] device: each group's source rows
   };
-  struct Params : Base::Params {
+  struct Params : Pair::Params {
     const int32_t* const* row_src = nullptr;
   };
 
   template <class ProblemShape>
   static Params to_underlying_arguments(ProblemShape shapes, Arguments const& args, void* ws) {
     Params p;
-    static_cast<typename Base::Params&>(p) = Base::to_underlying_arguments(shapes, args, ws);
+    static_cast<typename Pair::Params&>(p) = Pair::to_underlying_arguments(shapes, args, ws);
     p.tma_transaction_bytes = Base::TmaTransactionBytes - kStageBytesA;  // the weights only
     p.row_src = args.row_src;
     return p;
@@ -504,7 +559,7 @@ struct Sm90PairGatherMainloop : Sm90PairMainloop<Base> {
                                            pu.single(int(m_coord)), rank, smem);
     const RowCopier rows(in, int(m_coord), 0, smem);
     const bool leader = elect_one_sync();
-    if (leader) this->post_rows(pipeline, get<2>(in), int(m_coord));
+    if (leader) this->post_extent(pipeline, get<2>(in), get<3>(in), int(m_coord), int(n_coord));
     for (; k_tiles > 0; --k_tiles) {
       pipeline.producer_acquire(write);  // every lane waits; the leader expects the weights
       auto* bar = pipeline.producer_get_barrier(write);

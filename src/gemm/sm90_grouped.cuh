@@ -125,8 +125,9 @@ struct Sm90GroupedKernel {
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
       typename Cfg::Mainloop>::CollectiveOp;
   using CollectiveMainloop = std::conditional_t<
-      Cfg::kGather, Sm90PairGatherMainloop<BuiltMainloop>,
-      std::conditional_t<Cfg::kPairs, Sm90PairMainloop<BuiltMainloop>, BuiltMainloop>>;
+      Cfg::kGather, Sm90PairGatherMainloop<BuiltMainloop, kAct ? 128 : 64>,
+      std::conditional_t<Cfg::kPairs, Sm90PairMainloop<BuiltMainloop, kAct ? 128 : 64>,
+                         BuiltMainloop>>;
 
   using Kernel =
       cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <random>
 #include <set>
@@ -609,6 +610,21 @@ TEST_F(GroupedGemmRun, PairIdleHalvesOverManyStages) {
   const Problem p = make_problem(Elem::kBF16, n, k, rows, rng);
   expect_each_matches_twice(pairs, p);
   expect_gathering_pairs_match_twice(p, rng);  // where this build has the gathering tactic
+}
+
+// The last column tile with 64 (n 320) or 128 (n 384) of its
+// 256 columns in the group issues m64n64 or m64n128 MMAs, with idle halves beside it; the
+// gathering kernel (with the activation) has m64n128 only.
+TEST_F(GroupedGemmRun, PairNarrowColumnTiles) {
+  const std::vector<std::string> pairs = bf16_tactics_with(".pairs");
+  if (pairs.empty()) GTEST_SKIP() << "no pair-tile tactic in this build";
+  std::mt19937 rng(static_cast<unsigned>(base_seed() ^ 0x7a11));
+  for (int64_t n : {320, 384}) {
+    SCOPED_TRACE("n " + std::to_string(n));
+    const Problem p = make_problem(Elem::kBF16, n, 512, {20, 64, 1, 150, 65, 192, 0, 300}, rng);
+    expect_each_matches_twice(pairs, p);
+    expect_gathering_pairs_match_twice(p, rng);
+  }
 }
 
 // Between 1 and 4 rows per expert the TMA GEMV is picked only for small experts (an expert's
