@@ -188,8 +188,8 @@ struct Sm90PairMainloop : Base {
   // The load warp's leader, before its arrival on the tile's first stage.
   CUTLASS_DEVICE void post_extent(MainloopPipeline& pipeline, int rows, int cols, int m_coord,
                                   int n_coord) {
-    const int r = cute::min(cute::max(rows - m_coord * kTileM, 0), kTileM);
-    const int c = cute::min(cute::max(cols - n_coord * kTileN, 0), kTileN);
+    const int r = cute::min(cute::max(rows - m_coord * kTileM, 0), int(kTileM));
+    const int c = cute::min(cute::max(cols - n_coord * kTileN, 0), int(kTileN));
     extent_ring(pipeline)[tiles_loaded_++ % kSlots] = r | c << 16;
   }
 
