@@ -154,7 +154,6 @@ class Sm90PairGroupScheduler
 template <class Base, int kNarrow = 0>
 struct Sm90PairMainloop : Base {
   using typename Base::MainloopPipeline;
-  using typename Base::Params;
   using typename Base::PipelineState;
   using typename Base::SmemLayoutA;
   using typename Base::SmemLayoutB;
@@ -178,6 +177,21 @@ struct Sm90PairMainloop : Base {
     // The group's rows and columns from the tile's first on, clamped to the tile: rows | cols << 16
     int32_t extent[kSlots];
   };
+  struct Arguments : Base::Arguments {
+    // Always set by the tactic. As a run-time flag rather than none, ptxas keeps FC1's wgmmas
+    // in flight; without it they were serialized (C7511), +4% on gpt-oss's forward (session 37).
+    bool narrow_cols = false;
+  };
+  struct Params : Base::Params {
+    bool narrow_cols = false;
+  };
+  template <class ProblemShape>
+  static Params to_underlying_arguments(ProblemShape shapes, Arguments const& args, void* ws) {
+    Params p;
+    static_cast<typename Base::Params&>(p) = Base::to_underlying_arguments(shapes, args, ws);
+    p.narrow_cols = args.narrow_cols;
+    return p;
+  }
 
   // The ring, found from the pipeline: its storage begins with the first stage's full barrier.
   CUTLASS_DEVICE static int32_t* extent_ring(MainloopPipeline& pipeline) {
@@ -199,11 +213,11 @@ struct Sm90PairMainloop : Base {
   // first W / 2 accumulators of each thread (a wgmma's accumulators go by 8-column chunks, so those
   // are columns 0 to W - 1 at any N). The epilogues store no column past the group.
   template <int W>
-  using NarrowOp =
-      decltype(cute::GMMA::ss_op_selector<typename TiledMma::ValTypeA, typename TiledMma::ValTypeB,
-                                          typename TiledMma::ValTypeC,
-                                          cute::Shape<cute::_64, cute::Int<W>, cute::_64>,
-                                          cute::GMMA::Major::K, cute::GMMA::Major::K>());
+  using NarrowOp = decltype(cute::GMMA::ss_op_selector<
+                            typename TiledMma::ValTypeA, typename TiledMma::ValTypeB,
+                            typename TiledMma::ValTypeC,
+                            cute::Shape<cute::_64, cute::Int<W>, cute::_64>, cute::GMMA::Major::K,
+                            cute::GMMA::Major::K>());
   template <int W, class Accum, std::size_t... I>
   CUTLASS_DEVICE static void narrow_fma(uint64_t a, uint64_t b, Accum& acc,
                                         cute::GMMA::ScaleOut scale, std::index_sequence<I...>) {
@@ -229,7 +243,7 @@ struct Sm90PairMainloop : Base {
   // session 35).
   template <class FrgTensorC>
   CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState read, FrgTensorC& accum,
-                          int k_tiles, int thread_idx, TensorStorage& smem, Params const&) {
+                          int k_tiles, int thread_idx, TensorStorage& smem, Params const& p) {
     using namespace cute;
     static_assert(Base::K_PIPE_MMAS == 1, "Base::mma_tail releases one stage at the end");
     Tensor sA = make_tensor(make_smem_ptr(smem.smem_A.data()), SmemLayoutA{});
@@ -251,7 +265,7 @@ struct Sm90PairMainloop : Base {
     const bool idle = (extent & 0xffff) <= warp_group * (kTileM / kWarpGroups);
     // With the activation epilogue, m64n128 only: with m64n64 too, the extra paths took FC1's
     // kernels past their registers and ptxas serialized the wgmmas (C7511).
-    const int cols = kNarrow > 0 ? extent >> 16 : kTileN;
+    const int cols = kNarrow > 0 && p.narrow_cols ? extent >> 16 : kTileN;
     const int width = kNarrow == 64 && cols <= 64 ? 64 : cols <= 128 ? 128 : kTileN;
     // One k block's MMAs as one batch (each path fences and commits its own: with the fence
     // before the branch, ptxas injected one more in front of every path's first wgmma, C7519).

@@ -208,6 +208,7 @@ class Sm90GroupedTactic final : public Tactic {
     args.mainloop.ptr_B = reinterpret_cast<const typename K::Gemm::ElementB**>(ctx.arrays.ptr_b);
     args.mainloop.dB = d_sb;
     if constexpr (Cfg::kGather) args.mainloop.row_src = ctx.arrays.row_src;
+    if constexpr (Cfg::kPairs) args.mainloop.narrow_cols = true;
     if constexpr (kAct) {
       if (ctx.act == nullptr)
         return Status(ErrorCode::kInternal, what + ": built without an activation to apply");
