@@ -612,9 +612,9 @@ TEST_F(GroupedGemmRun, PairIdleHalvesOverManyStages) {
   expect_gathering_pairs_match_twice(p, rng);  // where this build has the gathering tactic
 }
 
-// The last column tile with 64 (n 320) or 128 (n 384) of its
-// 256 columns in the group issues m64n64 or m64n128 MMAs, with idle halves beside it; the
-// gathering kernel (with the activation) has m64n128 only.
+// The last column tile with 64 (n 320) or 128 (n 384) of its 256 columns in the group issues
+// m64n64 or m64n128 MMAs, with idle halves beside it; the kernels with the activation have
+// m64n128 only.
 TEST_F(GroupedGemmRun, PairNarrowColumnTiles) {
   const std::vector<std::string> pairs = bf16_tactics_with(".pairs");
   if (pairs.empty()) GTEST_SKIP() << "no pair-tile tactic in this build";
