@@ -150,8 +150,8 @@ class Sm90PairGroupScheduler
 // barrier. The leader runs at most Stages k blocks (so tiles) ahead of the consumers' releases,
 // fewer than kSlots. The idle group's accumulators are never stored: both epilogues stop at the
 // group's rows.
-// kNarrow: the narrowest MMA width a narrow column tile may use (64 or 128; 0: none).
-template <class Base, int kNarrow = 0>
+// kNarrow: the narrowest MMA width a narrow column tile may use (64 or 128).
+template <class Base, int kNarrow>
 struct Sm90PairMainloop : Base {
   using typename Base::MainloopPipeline;
   using typename Base::PipelineState;
@@ -167,6 +167,7 @@ struct Sm90PairMainloop : Base {
   static constexpr int kWarpGroups = cute::size(TiledMma{}) / cutlass::NumThreadsPerWarpGroup;
   static_assert(Base::DispatchPolicy::Stages < kSlots, "the load warp may not lap the ring");
   static_assert(kWarpGroups == 2 && kTileM == 128, "two warp groups of 64 rows each");
+  static_assert(kNarrow == 64 || kNarrow == 128, "narrow MMAs of 64 or 128 columns");
   // Named barriers (after CUTLASS's reserved ones) of the idle warp groups; the epilogue's is 0.
   static constexpr uint32_t kIdleBarrier = 1;
 
@@ -265,7 +266,7 @@ struct Sm90PairMainloop : Base {
     const bool idle = (extent & 0xffff) <= warp_group * (kTileM / kWarpGroups);
     // With the activation epilogue, m64n128 only: with m64n64 too, the extra paths took FC1's
     // kernels past their registers and ptxas serialized the wgmmas (C7511).
-    const int cols = kNarrow > 0 && p.narrow_cols ? extent >> 16 : kTileN;
+    const int cols = p.narrow_cols ? extent >> 16 : kTileN;
     const int width = kNarrow == 64 && cols <= 64 ? 64 : cols <= 128 ? 128 : kTileN;
     // One k block's MMAs as one batch (each path fences and commits its own: with the fence
     // before the branch, ptxas injected one more in front of every path's first wgmma, C7519).
@@ -419,7 +420,7 @@ struct Sm90PairMainloop : Base {
 template <class Policy>
 struct GatherPolicy : Policy {};
 
-template <class Base, int kNarrow = 0>
+template <class Base, int kNarrow>
 struct Sm90PairGatherMainloop : Sm90PairMainloop<Base, kNarrow> {
   using Pair = Sm90PairMainloop<Base, kNarrow>;
   using typename Pair::MainloopPipeline;
