@@ -3,8 +3,9 @@
 # with ptxas's report and fails where ptxas says it serialized the wgmmas or spilled more than
 # MOEKIT_MAX_SPILL bytes (default 64) in a kernel. Such a build is correct, only slower:
 # session 37's narrow column tiles as a compile-time path made ptxas serialize FC1's wgmmas
-# (C7511), +4% on gpt-oss's forward, seen only on the device. scripts/prebuild.sh runs this.
-# Usage: bash scripts/ptxas-check.sh [log file]
+# (C7511), +4% on gpt-oss's forward, seen only on the device. scripts/prebuild.sh runs this on
+# every tactic; scripts/test.sh (CI) on the prefill pick's (MOEKIT_ONE_TACTIC=1, as its build).
+# Usage: [MOEKIT_ONE_TACTIC=1] bash scripts/ptxas-check.sh [log file]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -15,7 +16,7 @@ launcher=$(command -v ccache || true)  # ccache replays ptxas's report on a hit
 $launcher "$nvcc" -I include -I src -isystem .deps/cutlass/include \
   -isystem .deps/cutlass/tools/util/include -O3 -DNDEBUG -DMOEKIT_WITH_CUDA=1 \
   -DMOEKIT_WITH_CUTLASS=1 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
-  -std=c++17 -Xptxas -v -c src/gemm/sm90_bf16_bf16.cu -o build/ptxas-check.o >"$log" 2>&1
+  -std=c++17 ${MOEKIT_ONE_TACTIC:+-DMOEKIT_ONE_TACTIC} -Xptxas -v -c src/gemm/sm90_bf16_bf16.cu -o build/ptxas-check.o >"$log" 2>&1
 serialized=$(grep -c '(C75[0-9][0-9])' "$log" || true)
 spills=$(grep -oE '[0-9]+ bytes spill stores' "$log" | awk -v max="${MOEKIT_MAX_SPILL:-64}" \
   '$1 > max' | wc -l)
