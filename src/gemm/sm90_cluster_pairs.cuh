@@ -144,8 +144,8 @@ class Sm90PairGroupScheduler
 // group (rows 64-127) issues no MMAs; it only waits for and releases the stages (in the empty
 // tile both do). About half the experts end in such a tail at T=16384; forward A/B against
 // MMAs on the padding (session 36, 2 rounds): T=4096 / 16384 deepseek -3.9 / -1.1%, gpt-oss
-// -1.8 / -3.0%, qwen3 -1.6 / -1.6%, mixtral -1.8% / even. The consumers learn a tile's rows from
-// the load warp's leader through a ring in shared memory: it writes slot (tile % kSlots) before
+// -1.8 / -3.0%, qwen3 -1.6 / -1.6%, mixtral -1.8% / even. The consumers learn a tile's rows (and
+// columns, for the narrow MMAs below) from the load warp's leader through a ring in shared memory: it writes slot (tile % kSlots) before
 // its arrival on the tile's first stage, and the consumers read it after that stage's full
 // barrier. The leader runs at most Stages k blocks (so tiles) ahead of the consumers' releases,
 // fewer than kSlots. The idle group's accumulators are never stored: both epilogues stop at the
