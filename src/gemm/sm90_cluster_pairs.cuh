@@ -168,7 +168,8 @@ struct Sm90PairMainloop : Base {
   static_assert(Base::DispatchPolicy::Stages < kSlots, "the load warp may not lap the ring");
   static_assert(kWarpGroups == 2 && kTileM == 128, "two warp groups of 64 rows each");
   static_assert(kNarrow == 64 || kNarrow == 128, "narrow MMAs of 64 or 128 columns");
-  // Named barriers (after CUTLASS's reserved ones) of the idle warp groups; the epilogue's is 0.
+  // Named barriers (after CUTLASS's reserved ones) of the idle warp groups; the epilogues' are 3
+  // and 4 (sm90_epilogues.cuh).
   static constexpr uint32_t kIdleBarrier = 1;
 
   using typename Base::TensorStorage;

@@ -32,7 +32,7 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/util/packed_stride.hpp"
 
-#include "gemm/sm90_act_epilogue.cuh"
+#include "gemm/sm90_epilogues.cuh"
 #include "gemm/sm90_cluster_pairs.cuh"
 #include "gemm/sm90_dynamic_scheduler.cuh"
 #include "gemm/tactic.hpp"
@@ -58,6 +58,7 @@ enum class Sched { kCoop, kPingpong };
 // 3 rounds): T=16384 qwen3 -0.4%, deepseek -0.7%, gpt-oss -0.2%, mixtral -0.1%; T=4096 qwen3
 // -1.4%, gpt-oss -0.6%, deepseek +0.5%, mixtral even. 128 (3 stages) gained less. A subtile is
 // not part of the name: the activation epilogue ignores it, and it does not change the result.
+// The pairs store through their own epilogue (Sm90PairStoreEpilogue) and take none.
 template <int M, int N, int K, Sched S, bool SwapAB = false, int CM = 1, int CN = 1,
           bool Dynamic = false, int EpiN = 0, bool Pairs = false, bool Gather = false>
 struct TacticCfg {
@@ -68,6 +69,7 @@ struct TacticCfg {
   static_assert(!Pairs || (CM == 2 && CN == 1 && Dynamic && !SwapAB && S == Sched::kCoop),
                 "pairs are cooperative 2x1 clusters in their own dynamic tile order");
   static_assert(N % (EpiN > 0 ? EpiN : 1) == 0, "store subtiles split the tile's columns evenly");
+  static_assert(!Pairs || EpiN == 0, "the pairs' store epilogue has no subtiles");
   // "swapab" names the cooperative schedule; a swap-AB ping-pong would need its own word.
   static_assert(!SwapAB || S == Sched::kCoop, "no name for a swap-AB ping-pong tactic");
   static constexpr bool kSwapAB = SwapAB;
@@ -93,8 +95,9 @@ struct TacticCfg {
   }
 };
 
-// kAct: FC1's epilogue applies bias and gated activation (sm90_act_epilogue.cuh) and stores
-// [rows, n / 2]; otherwise D = accumulators through CUTLASS's TMA-store epilogue.
+// kAct: FC1's epilogue applies bias and gated activation (sm90_epilogues.cuh) and stores
+// [rows, n / 2]; otherwise D = accumulators, through the pair tiles' own store epilogue
+// (sm90_epilogues.cuh) or CUTLASS's TMA-store epilogue.
 template <class Element, class Cfg, bool kAct>
 struct Sm90GroupedKernel {
   using ProblemShape = std::conditional_t<
@@ -116,7 +119,10 @@ struct Sm90GroupedKernel {
       cutlass::epilogue::fusion::LinearCombination<Element, float>>::CollectiveOp;
   using ActEpilogue = Sm90ActEpilogue<Element, Cfg::kSwapAB, Cfg::kTileM, Cfg::kTileN,
                                       Cfg::kSched == Sched::kCoop && !Cfg::kSwapAB>;
-  using CollectiveEpilogue = std::conditional_t<kAct, ActEpilogue, StoreEpilogue>;
+  using CollectiveEpilogue = std::conditional_t<
+      kAct, ActEpilogue,
+      std::conditional_t<Cfg::kPairs, Sm90PairStoreEpilogue<Element, Cfg::kTileM, Cfg::kTileN>,
+                         StoreEpilogue>>;
 
   using BuiltMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA*, kAlign, Element,
@@ -217,6 +223,9 @@ class Sm90GroupedTactic final : public Tactic {
       args.epilogue.bias_ld = n;
       args.epilogue.out_ld = n / 2;
       args.epilogue.act = ctx.act->params;
+    } else if constexpr (Cfg::kPairs) {
+      args.epilogue.ptr_out = reinterpret_cast<typename K::Gemm::ElementD**>(ctx.arrays.ptr_d);
+      args.epilogue.out_ld = n;
     } else {
       args.epilogue.thread.alpha = 1.0f;
       args.epilogue.thread.beta = 0.0f;
@@ -300,8 +309,8 @@ std::vector<TacticEntry> sm90_grouped_tactics() {
   std::vector<TacticEntry> v;
   add_tactic<Element, TacticCfg<128, 128, 64, S::kCoop>>(v);
   add_tactic<Element, TacticCfg<128, 16, 128, S::kCoop, true>>(v);
-  add_tactic<Element, TacticCfg<128, 256, 64, S::kCoop, false, 2, 1, true, 64, true>>(v);
-  add_gather_tactic<Element, TacticCfg<128, 256, 64, S::kCoop, false, 2, 1, true, 64, true, true>>(v);
+  add_tactic<Element, TacticCfg<128, 256, 64, S::kCoop, false, 2, 1, true, 0, true>>(v);
+  add_gather_tactic<Element, TacticCfg<128, 256, 64, S::kCoop, false, 2, 1, true, 0, true, true>>(v);
 #if !defined(MOEKIT_ONE_TACTIC)
   add_tactic<Element, TacticCfg<128, 256, 64, S::kCoop, false, 1, 1, true, 64>>(v);
   add_tactic<Element, TacticCfg<128, 256, 64, S::kCoop>>(v);

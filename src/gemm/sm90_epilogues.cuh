@@ -1,24 +1,35 @@
-// FC1's fused epilogue for the CUTLASS 4.2 ptr-array kernels: the FC1 bias and the gated
-// activation of activation_math.hpp applied to the fp32 accumulators in registers, rounded
-// once and stored straight to global memory as [rows, n / 2]. It replaces the activation pass,
-// which read FC1's whole output back and wrote the activation's (mixtral at T=16384: 1.9 GB
-// read, 0.9 GB written, ~0.7 ms); FC1's own store also halves.
+// Our epilogues for the CUTLASS 4.2 ptr-array kernels, written from the accumulators in
+// registers (one class, Sm90EpilogueOp; kGated picks which):
+//  - FC1's fused epilogue (Sm90ActEpilogue): the FC1 bias and the gated activation of
+//    activation_math.hpp applied to the fp32 accumulators, rounded once and stored as
+//    [rows, n / 2]. It replaces the activation pass, which read FC1's whole output back and wrote
+//    the activation's (mixtral at T=16384: 1.9 GB read, 0.9 GB written, ~0.7 ms); FC1's own store
+//    also halves.
+//  - The pair tiles' plain store (Sm90PairStoreEpilogue, FC2 at prefill): the accumulators
+//    rounded and stored as [rows, n]. It replaced CUTLASS's TMA-store epilogue, whose subtiles
+//    meet both warp groups at named barriers (below, why that matters).
 //
 // Pairing: FC1's rows are in activation_math.hpp's blocked order (8 gate rows, then their 8
 // up rows). A wgmma accumulator fragment ((2, 2, V), MMA_M, MMA_N) gives a thread, per 8-column
 // group v, columns 8v + 2 (lane % 4) + {0, 1} of rows r and r + 8. So:
 //  - normal tactics (features along N): the gate at column c (c % 16 < 8, v even) and its up at
 //    c + 8 are entries (i, j, v) and (i, j, v + 1); the two columns i = 0, 1 are two adjacent
-//    outputs, stored as one 4-byte word;
+//    outputs, stored as one 4-byte word (the plain store: entries (0, j, v) and (1, j, v));
 //  - swap-AB tactics (features along M): the gate at row r (r % 16 < 8) and its up at r + 8 are
 //    entries (i, 0, v) and (i, 1, v); i picks one of two tokens.
-// Stores: cooperative tactics (both warp groups on one tile, nothing to overlap the epilogue
-// with) stage the tile's outputs in 32 KB of shared memory, XOR-swizzled per 16 bytes so the
-// fragment writes are bank-conflict free, and write them back as coalesced 16-byte rows: the
-// direct 4-byte stores of the fragment layout (8 rows x 16 bytes per warp store) made FC1 at
-// T=16384 slower than FC1 plus the separate activation pass (bench/results). The 128x256
-// tile's main loop keeps its 4 stages. Ping-pong and swap-AB tactics (decode, small tiles)
-// store from registers.
+// Stores: cooperative tactics (both warp groups on one tile) stage the tile's outputs in 32 KB of
+// shared memory, XOR-swizzled per 16 bytes so the fragment writes are bank-conflict free, and
+// write them back as coalesced 16-byte rows: the direct 4-byte stores of the fragment layout
+// (8 rows x 16 bytes per warp store) made FC1 at T=16384 slower than FC1 plus the separate
+// activation pass (bench/results). 32 KB holds half of the plain store's 128 x 256 tile, so it
+// stages in two passes. The 128x256 tile's main loop keeps its 4 stages. Ping-pong and swap-AB
+// tactics (decode, small tiles) store from registers.
+// Each warp group stages and writes back its own 64 rows and meets only its own threads: a warp
+// group that finishes first (one whose rows lie past the expert's end issues no MMAs: the pair
+// tiles' idle halves) goes on to the next tile instead of waiting for the other's epilogue.
+// Forward A/B against both warp groups meeting (session 38, 3 rounds, T=4096 / 16384): qwen3
+// -2.1 / -1.8%, deepseek -1.4 / -0.5%, gpt-oss -0.1 / -0.8%, mixtral -0.5 / -0.2%; FC1's
+// epilogue alone per warp group gave about a third of that.
 #pragma once
 #include <cstdint>
 
@@ -33,10 +44,16 @@
 
 namespace moekit::gemm::detail {
 
-template <class Element, bool kSwapAB, int kTileM, int kTileN, bool kStaged>
-class Sm90ActEpilogueOp {
+// kGated: FC1's bias and gated activation, [rows, n / 2] out; otherwise the accumulators as they
+// are, [rows, n], staged in two column halves.
+template <class Element, bool kSwapAB, int kTileM, int kTileN, bool kStaged, bool kGated>
+class Sm90EpilogueOp {
   static_assert(!kStaged || !kSwapAB, "only normal tactics stage their outputs");
-  static constexpr int kOutCols = kTileN / 2;  // outputs per tile row
+  static_assert(kGated || kStaged, "the plain store is staged only");
+  // Named barriers (after CUTLASS's reserved ones), one per warp group; the pair tiles' main
+  // loop uses 1 and 2.
+  static constexpr uint32_t kEpilogueBarrier = 3;
+  static constexpr int kOutCols = kTileN / 2;  // outputs per tile row and staging pass
   static constexpr int kChunks = kOutCols / 8;  // 16-byte chunks of outputs per tile row
   // A staged row's pitch in chunks: the XOR swizzle spans 8 (the 192-wide tile's 12 pad to 16).
   static constexpr int kRowChunks = (kChunks + 7) / 8 * 8;
@@ -90,10 +107,11 @@ class Sm90ActEpilogueOp {
   }
   template <class ProblemShape>
   static bool can_implement(ProblemShape const&, Arguments const& args) {
-    return args.ptr_out != nullptr && args.out_ld > 0 && activation::is_gated(args.act.kind);
+    return args.ptr_out != nullptr && args.out_ld > 0 &&
+           (!kGated || activation::is_gated(args.act.kind));
   }
 
-  CUTLASS_HOST_DEVICE explicit Sm90ActEpilogueOp(Params const& p) : params_(p) {}
+  CUTLASS_HOST_DEVICE explicit Sm90EpilogueOp(Params const& p) : params_(p) {}
 
   CUTLASS_DEVICE bool is_source_needed() { return false; }
 
@@ -123,12 +141,27 @@ class Sm90ActEpilogueOp {
     Tensor crd = thr_mma.partition_C(make_identity_tensor(take<0, 2>(blk_shape_mnk)));
     if constexpr (kStaged) {
       static_assert(decltype(size(tiled_mma))::value == 256, "staging assumes two warp groups");
-      // Both warp groups' threads; the previous tile's write-back has read `staged`.
-      cutlass::arch::NamedBarrier barrier(256, 0);
-      barrier.arrive_and_wait();
-      store_kind(acc, crd, t);
-      barrier.arrive_and_wait();
-      write_back(t, thread_idx);
+      // Each warp group its own 64 rows and barrier (top of the file). The barrier also orders
+      // the previous pass's write-back, which read `staged`, before these writes.
+      const int warp_group = thread_idx / cutlass::NumThreadsPerWarpGroup;
+      cutlass::arch::NamedBarrier barrier(cutlass::NumThreadsPerWarpGroup,
+                                          kEpilogueBarrier + warp_group);
+      const int tid = thread_idx % cutlass::NumThreadsPerWarpGroup;
+      if constexpr (kGated) {
+        barrier.arrive_and_wait();
+        store_kind(acc, crd, t);
+        barrier.arrive_and_wait();
+        write_back(t, t.n0 / 2, t.n_end / 2, warp_group, tid);
+      } else {
+        barrier.arrive_and_wait();
+        store_plain<0>(acc, crd, t);
+        barrier.arrive_and_wait();
+        write_back(t, t.n0, t.n_end, warp_group, tid);
+        barrier.arrive_and_wait();
+        store_plain<1>(acc, crd, t);
+        barrier.arrive_and_wait();
+        write_back(t, t.n0 + kOutCols, t.n_end, warp_group, tid);
+      }
     } else {
       store_kind(acc, crd, t);
     }
@@ -155,12 +188,14 @@ class Sm90ActEpilogueOp {
     }
   }
 
-  // Staged tile -> global: each thread 16 bytes per step, a warp two whole 256-byte rows.
-  CUTLASS_DEVICE void write_back(Tile const& t, int thread_idx) const {
-    const int out_end = t.n_end / 2, out0 = t.n0 / 2;
+  // A warp group's staged rows -> global: each thread 16 bytes per step, a warp two whole
+  // 256-byte rows.
+  CUTLASS_DEVICE void write_back(Tile const& t, int out0, int out_end, int warp_group,
+                                 int thread_idx) const {
+    constexpr int kRows = kTileM / 2;  // a warp group's rows of the tile
     CUTLASS_PRAGMA_UNROLL
-    for (int i = thread_idx; i < kTileM * kChunks; i += 256) {
-      const int m = i / kChunks, c = i % kChunks;
+    for (int i = thread_idx; i < kRows * kChunks; i += cutlass::NumThreadsPerWarpGroup) {
+      const int m = warp_group * kRows + i / kChunks, c = i % kChunks;
       const int row = t.m0 + m, col = out0 + c * 8;
       if (row < t.m_end && col < out_end)
         *reinterpret_cast<uint4*>(t.out + row * params_.out_ld + col) =
@@ -169,6 +204,34 @@ class Sm90ActEpilogueOp {
   }
 
   CUTLASS_DEVICE static uint32_t bits(float y) { return Element(y).raw(); }
+
+  // The plain store's staging pass kHalf: the accumulators of tile columns kHalf * kOutCols
+  // on, two adjacent columns (entries i = 0, 1) a 4-byte word.
+  template <int kHalf, class Acc, class Crd>
+  CUTLASS_DEVICE void store_plain(Acc const& acc, Crd const& crd, Tile const& t) const {
+    using namespace cute;
+    static_assert(decltype(size<2>(acc))::value == 1, "one wgmma along N: 8-column groups v");
+    constexpr int kV = decltype(size<0, 2>(acc))::value;
+    static_assert(kV * 8 == kTileN, "the groups cover the tile's columns");
+    CUTLASS_PRAGMA_UNROLL
+    for (int mm = 0; mm < size<1>(acc); ++mm) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < 2; ++j) {
+        const int m = get<0>(crd(make_coord(0, j, 0), mm, 0));
+        if (t.m0 + m >= t.m_end) continue;
+        CUTLASS_PRAGMA_UNROLL
+        for (int v = kHalf * kV / 2; v < (kHalf + 1) * kV / 2; ++v) {
+          const int oc = get<1>(crd(make_coord(0, j, v), mm, 0)) - kHalf * kOutCols;
+          const uint32_t pair = bits(acc(make_coord(0, j, v), mm, 0)) |
+                                bits(acc(make_coord(1, j, v), mm, 0)) << 16;
+          const int chunk = (oc >> 3) ^ (m & 7);
+          const uint32_t addr =
+              cute::cast_smem_ptr_to_uint(t.staged + m * kRowChunks + chunk) + (oc & 7) * 2;
+          asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(pair));
+        }
+      }
+    }
+  }
 
   template <activation::Kind K, class Acc, class Crd>
   CUTLASS_DEVICE void store(Acc const& acc, Crd const& crd, Tile const& t) const {
@@ -276,7 +339,8 @@ class Sm90ActEpilogueOp {
 // then exceeds the 227 KB of shared memory). The four members that take that storage are
 // redeclared for the empty type; like the adapter's, they do nothing.
 template <class Op>
-class Sm90ActAdapter : public cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<Op> {
+class Sm90EpilogueAdapter
+    : public cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<Op> {
   using Base = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<Op>;
 
  public:
@@ -299,9 +363,12 @@ class Sm90ActAdapter : public cutlass::epilogue::collective::detail::Sm90TmaWarp
                                                   int32_t) {}
 };
 
-// What the kernel takes as its collective epilogue.
+// What the kernel takes as its collective epilogue: FC1's activation, or the pairs' plain store.
 template <class Element, bool kSwapAB, int kTileM, int kTileN, bool kStaged>
 using Sm90ActEpilogue =
-    Sm90ActAdapter<Sm90ActEpilogueOp<Element, kSwapAB, kTileM, kTileN, kStaged>>;
+    Sm90EpilogueAdapter<Sm90EpilogueOp<Element, kSwapAB, kTileM, kTileN, kStaged, true>>;
+template <class Element, int kTileM, int kTileN>
+using Sm90PairStoreEpilogue =
+    Sm90EpilogueAdapter<Sm90EpilogueOp<Element, false, kTileM, kTileN, true, false>>;
 
 }  // namespace moekit::gemm::detail
