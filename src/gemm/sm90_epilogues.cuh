@@ -27,10 +27,10 @@
 // Each warp group stages and writes back its own 64 rows and meets only its own threads: a warp
 // group that finishes first (one whose rows lie past the expert's end issues no MMAs: the pair
 // tiles' idle halves) goes on to the next tile instead of waiting for the other's epilogue.
-// Forward A/B against both warp groups meeting (CUTLASS's store for FC2), session 38, two
-// machines, T=4096 / 16384: qwen3 -1.4 to -2.1 / -1.8%, gpt-oss -0.1 to -0.7 / -0.8 to -1.0%,
-// mixtral -0.5 / -0.2 to -0.3%, deepseek -1.4 to +0.4 / -0.5 to -0.9%. FC1's epilogue alone per
-// warp group gave a third of that or less.
+// Forward A/Bs against both warp groups meeting (and CUTLASS's store for FC2), session 38, three
+// machines, T=4096 and 16384: -0.2 to -2.1% on every preset (qwen3 the most), but for one
+// deepseek T=4096 at +0.4% (bench/NOTES.md). FC1's epilogue alone per warp group gave a third
+// of that or less.
 #pragma once
 #include <cstdint>
 

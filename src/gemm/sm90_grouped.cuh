@@ -32,9 +32,9 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/util/packed_stride.hpp"
 
-#include "gemm/sm90_epilogues.cuh"
 #include "gemm/sm90_cluster_pairs.cuh"
 #include "gemm/sm90_dynamic_scheduler.cuh"
+#include "gemm/sm90_epilogues.cuh"
 #include "gemm/tactic.hpp"
 
 namespace moekit::gemm::detail {
