@@ -108,7 +108,9 @@ class Sm90EpilogueOp {
   }
   template <class ProblemShape>
   static bool can_implement(ProblemShape const&, Arguments const& args) {
-    return args.ptr_out != nullptr && args.out_ld > 0 &&
+    // The staged write-back stores 16-byte rows.
+    constexpr int kRowAlign = kStaged ? 16 / int(sizeof(Element)) : 1;
+    return args.ptr_out != nullptr && args.out_ld > 0 && args.out_ld % kRowAlign == 0 &&
            (!kGated || activation::is_gated(args.act.kind));
   }
 
