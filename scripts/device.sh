@@ -58,8 +58,11 @@ fi
 
 if want prebuilt; then
   mkdir -p $bin/tools $bin/tests $bin/bench
-  if cp .prebuilt/moekit $bin/tools/ && cp .prebuilt/moekit_tests $bin/tests/ &&
-    cp .prebuilt/moekit_gemm_sweep $bin/bench/; then
+  # --remove-destination: a program still running from an earlier step cut by its time limit
+  # ("Text file busy") keeps its old file and does not stop this one (session 39).
+  if cp --remove-destination .prebuilt/moekit $bin/tools/ &&
+    cp --remove-destination .prebuilt/moekit_tests $bin/tests/ &&
+    cp --remove-destination .prebuilt/moekit_gemm_sweep $bin/bench/; then
     echo "prebuilt: $(cat .prebuilt/commit)" >>"$summary"
   else
     echo "prebuilt: .prebuilt/ is incomplete; run scripts/prebuild.sh and carry .prebuilt" | tee -a "$summary"
