@@ -609,11 +609,13 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
   // With the caller's rows (at the flag), FC1's items read them and write only what the permute
   // does not touch (with token rows, at the permute's slots: the stores wait for it); FC2's
   // stores (into the gathered rows' memory) wait for the permute.
+  // The consumers do not let the next kernel start: the producer warp does, after its PDL wait
+  // (pdl.cuh's protocol). The finalize that follows reads the permute's slots before its own
+  // wait, so it must not start before the permute has ended. With the caller's rows these warps
+  // used to trigger at their start, before any wait (until session 39; no test had shown a
+  // stale read: GemvPdl.FinalizeAfterChainedTokenRowsReadsTheWrittenSlots looks for one).
   bool waited = !kTokenRows && !p1.one_row;
-  if (waited)
-    consumers_start(p1);
-  else
-    pipeline::pdl_launch_dependents();
+  if (waited && p1.offsets_ready) pipeline::pdl_wait();  // consumers_start's wait, no trigger
   RingConsumer<kBF16, R, kStages> cons(sm, warp, lane);
   // wait_for_offsets (consumers_start) waited where neither the flag nor offsets_ready is set
   TokenRowsStore store{tokens, p1.offsets_flag == nullptr && !p1.offsets_ready};

@@ -14,10 +14,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "finalize/finalize.hpp"
 #include "gemm/grouped_gemm.hpp"
 #include "pipeline/pdl.cuh"
 #include "support/gemm_problem.hpp"
@@ -631,6 +633,90 @@ TEST_F(GemvPdlSanitizer, ChainedTokenRowsFromTheFlag) {
       c.expect_flagged_chained_matches(stream, off_src, flag, slots_late.ptr, slots_src.ptr,
                                        static_cast<int64_t>(slots_late.bytes), nullptr,
                                        TokenRows{rows.ptr, T, kTopK, late, late + pad});
+    }
+  }
+  cudaStreamDestroy(stream);
+}
+
+// The engine's decode chain with token rows (2 to 8 tokens): the permute, the chained kernel
+// (FC1 on the tokens' own rows, after the permute's end), then the finalize, which reads the
+// permute's slots before its PDL wait (slots_ready). slow_writer stands in for the permute: it
+// lets the chained kernel start at once and writes the offsets, the slots and the routing
+// weights ~30 us later. So the finalize must not start before the writer has ended: its output
+// equals the same finalize run again once everything is done, bit for bit. A stale read of the
+// slots (still poisoned: rows -1) would leave tokens without their experts' rows.
+TEST_F(GemvPdl, FinalizeAfterChainedTokenRowsReadsTheWrittenSlots) {
+  std::mt19937 rng(static_cast<unsigned>(base_seed() ^ 0x6e10));
+  constexpr int kGroups = 6, kTopK = 2, kT = 8;
+  std::vector<int32_t> slot_expert(kT * kTopK), slot_row(kT * kTopK);
+  std::vector<float> weights(kT * kTopK);
+  std::uniform_real_distribution<float> unit(0.1f, 1.0f);
+  for (int t = 0; t < kT; ++t) {  // two distinct experts per token
+    const int e0 = static_cast<int>(rng() % kGroups);
+    slot_expert[t * kTopK] = e0;
+    slot_expert[t * kTopK + 1] = (e0 + 1 + static_cast<int>(rng() % (kGroups - 1))) % kGroups;
+    for (int s = 0; s < kTopK; ++s) weights[t * kTopK + s] = unit(rng);
+  }
+  std::vector<int> counts(kGroups, 0);
+  std::vector<int> row_token;
+  for (int g = 0; g < kGroups; ++g)
+    for (int t = 0; t < kT; ++t)
+      for (int s = 0; s < kTopK; ++s)
+        if (slot_expert[t * kTopK + s] == g) {
+          slot_row[t * kTopK + s] = static_cast<int32_t>(row_token.size());
+          row_token.push_back(t);
+          ++counts[g];
+        }
+  ChainedCase c(256, 96, counts, rng);
+  std::vector<uint16_t> hidden(c.p1.a_bits.begin(), c.p1.a_bits.begin() + kT * c.H);
+  // The late part, in 16-byte vectors: offsets (padded), slot_expert, slot_row, weights.
+  const int n = kT * kTopK, pad_off = (kGroups + 1 + 3) / 4 * 4;
+  std::vector<int32_t> late(pad_off + 3 * n, -1);
+  std::copy(c.p1.offsets.begin(), c.p1.offsets.end(), late.begin());
+  std::copy(slot_expert.begin(), slot_expert.end(), late.begin() + pad_off);
+  std::copy(slot_row.begin(), slot_row.end(), late.begin() + pad_off + n);
+  std::memcpy(late.data() + pad_off + 2 * n, weights.data(), weights.size() * 4);
+  static_assert(kT * kTopK % 4 == 0, "each array a whole number of 16-byte vectors");
+  const DeviceBuffer rows(to_device(hidden)), late_src(to_device(late));
+  DeviceBuffer late_dst(late.size() * 4), out(size_t(kT) * c.H * 2), again(size_t(kT) * c.H * 2);
+  const auto* d = static_cast<const int32_t*>(late_dst.ptr);
+  finalize::DeviceFinalize fin;
+  fin.elem = DType::kBFloat16;
+  fin.hidden = c.H;
+  fin.top_k = kTopK;
+  ASSERT_TRUE(finalize::prepare(fin).ok());
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  for (const char* t : {"sm90.gemv.tma64", "sm90.gemv.tma64.s12"}) {
+    for (int run = 0; run < 3; ++run) {
+      SCOPED_TRACE(std::string(t) + " run " + std::to_string(run));
+      c.tactic = t;
+      late_dst.poison();  // the offsets too: every expert empty until the writer
+      out.poison();
+      c.reset();
+      // The writer's offsets go to late_dst's first vectors, which the GEMMs read as theirs.
+      slow_writer<<<1, 256, 0, stream>>>(nullptr, nullptr, 0, static_cast<uint4*>(late_dst.ptr),
+                                         static_cast<const uint4*>(late_src.ptr),
+                                         static_cast<int64_t>(late.size() / 4), 30000);
+      using Call = GroupedGemm::GemmCall;
+      Call c1{&c.fc1, c.x.ptr, c.w1.ptr, c.y2.ptr, c.tactic + "+act"};
+      c1.token_rows = TokenRows{rows.ptr, kT, kTopK, d + pad_off, d + pad_off + n};
+      const Call c2{&c.fc2, c.y2.ptr, c.w2.ptr, c.z2.ptr, c.tactic};
+      Status s = GroupedGemm::launch_chained(c1, c2, d, static_cast<int*>(c.done.ptr), stream);
+      ASSERT_TRUE(s.ok()) << s.message();
+      const auto* w = reinterpret_cast<const float*>(d + pad_off + 2 * n);
+      s = finalize::run(fin, kT, c.z2.ptr, d + pad_off + n, w, d + pad_off, out.ptr, stream, true);
+      ASSERT_TRUE(s.ok()) << s.message();
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      s = finalize::run(fin, kT, c.z2.ptr, d + pad_off + n, w, d + pad_off, again.ptr, stream);
+      ASSERT_TRUE(s.ok()) << s.message();
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      const auto got = to_host<uint16_t>(out.ptr, out.bytes / 2);
+      const auto want = to_host<uint16_t>(again.ptr, again.bytes / 2);
+      int64_t differ = 0;
+      for (std::size_t i = 0; i < got.size(); ++i) differ += got[i] != want[i];
+      EXPECT_EQ(differ, 0) << "of " << got.size() << " outputs differ from the finalize run after "
+                           << "everything ended (the slots read before the writer wrote them)";
     }
   }
   cudaStreamDestroy(stream);
