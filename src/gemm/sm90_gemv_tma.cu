@@ -612,8 +612,8 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
   // The consumers do not let the next kernel start: the producer warp does, after its PDL wait
   // (pdl.cuh's protocol). The finalize that follows reads the permute's slots before its own
   // wait, so it must not start before the permute has ended. With the caller's rows these warps
-  // used to trigger at their start, before any wait (until session 39; no test had shown a
-  // stale read: GemvPdl.FinalizeAfterChainedTokenRowsReadsTheWrittenSlots looks for one).
+  // used to trigger at their start, before any wait (until session 39; no stale read was ever
+  // seen: GemvPdl.FinalizeAfterChainedTokenRowsReadsTheWrittenSlots passed on that kernel too).
   bool waited = !kTokenRows && !p1.one_row;
   if (waited && p1.offsets_ready) pipeline::pdl_wait();  // consumers_start's wait, no trigger
   RingConsumer<kBF16, R, kStages> cons(sm, warp, lane);
