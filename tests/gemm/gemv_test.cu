@@ -245,6 +245,25 @@ TEST_F(GemvPdl, GridBoundedByTheRunsRows) {
   EXPECT_NE(s.message().find("rows_bound -5"), std::string::npos) << s.message();
 }
 
+// Rows in the permute's order (by expert, then token, then slot) for the slots' experts
+// slot_expert [T, top_k] (-1: none): each slot's row into slot_row (left as it is for -1), each
+// expert's row count into counts; returns each row's token.
+std::vector<int> rows_by_expert(const std::vector<int32_t>& slot_expert, int T, int top_k,
+                                int groups, std::vector<int32_t>& slot_row,
+                                std::vector<int>& counts) {
+  counts.assign(groups, 0);
+  std::vector<int> row_token;
+  for (int g = 0; g < groups; ++g)
+    for (int t = 0; t < T; ++t)
+      for (int s = 0; s < top_k; ++s)
+        if (slot_expert[t * top_k + s] == g) {
+          slot_row[t * top_k + s] = static_cast<int32_t>(row_token.size());
+          row_token.push_back(t);
+          ++counts[g];
+        }
+  return row_token;
+}
+
 // FC1 (+ its SwiGLU) and FC2 on a TMA GEMV tactic over `counts` rows per expert, with the
 // buffers of two runs: y1/z1 from two launches, y2/z2 from the chained kernel or from two
 // launches that take their items from counters (`x` their input).
@@ -600,19 +619,11 @@ TEST_F(GemvPdlSanitizer, ChainedTokenRowsFromTheFlag) {
       std::vector<int32_t> pick = {1, 2, 3, 4, 5};
       std::shuffle(pick.begin(), pick.end(), rng);
       slot_expert[t * kTopK] = 0;
-      for (int s = 1; s < kTopK; ++s)
-        slot_expert[t * kTopK + s] = rng() % 4 == 0 ? -1 : pick[s];
+      for (int s = 1; s < kTopK; ++s) slot_expert[t * kTopK + s] = rng() % 4 == 0 ? -1 : pick[s];
     }
-    std::vector<int> counts(kGroups, 0);
-    std::vector<int> row_token;
-    for (int g = 0; g < kGroups; ++g)
-      for (int t = 0; t < T; ++t)
-        for (int s = 0; s < kTopK; ++s)
-          if (slot_expert[t * kTopK + s] == g) {
-            slot_row[t * kTopK + s] = static_cast<int32_t>(row_token.size());
-            row_token.push_back(t);
-            ++counts[g];
-          }
+    std::vector<int> counts;
+    const std::vector<int> row_token =
+        rows_by_expert(slot_expert, T, kTopK, kGroups, slot_row, counts);
     ChainedCase c(256, 96, counts, rng);
     std::vector<uint16_t> hidden(c.p1.a_bits.begin(), c.p1.a_bits.begin() + T * c.H);
     for (std::size_t r = 0; r < row_token.size(); ++r)  // the gathered rows, for the reference
@@ -659,16 +670,8 @@ TEST_F(GemvPdl, FinalizeAfterChainedTokenRowsReadsTheWrittenSlots) {
     slot_expert[t * kTopK + 1] = (e0 + 1 + static_cast<int>(rng() % (kGroups - 1))) % kGroups;
     for (int s = 0; s < kTopK; ++s) weights[t * kTopK + s] = unit(rng);
   }
-  std::vector<int> counts(kGroups, 0);
-  std::vector<int> row_token;
-  for (int g = 0; g < kGroups; ++g)
-    for (int t = 0; t < kT; ++t)
-      for (int s = 0; s < kTopK; ++s)
-        if (slot_expert[t * kTopK + s] == g) {
-          slot_row[t * kTopK + s] = static_cast<int32_t>(row_token.size());
-          row_token.push_back(t);
-          ++counts[g];
-        }
+  std::vector<int> counts;
+  rows_by_expert(slot_expert, kT, kTopK, kGroups, slot_row, counts);
   ChainedCase c(256, 96, counts, rng);
   std::vector<uint16_t> hidden(c.p1.a_bits.begin(), c.p1.a_bits.begin() + kT * c.H);
   // The late part, in 16-byte vectors: offsets (padded), slot_expert, slot_row, weights.
