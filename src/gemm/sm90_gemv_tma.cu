@@ -419,13 +419,6 @@ __device__ void producer_warp(int lane, Issue&& issue) {
   pipeline::pdl_launch_dependents();
 }
 
-// The consumers' start: with offsets read before the PDL wait, they wait now, before any store
-// (the kernel before may still read what they overwrite).
-__device__ __forceinline__ void consumers_start(const GemvParams& p) {
-  if (p.offsets_ready) pipeline::pdl_wait();
-  pipeline::pdl_launch_dependents();
-}
-
 // kBlocksPerSm blocks per SM: the variants trade blocks for bytes in flight per block.
 // Its producer loop is written out here rather than through RingProducer (the chained kernel's):
 // built through it (c32eb28), this kernel measured 5-13 us slower at one token on the H200
@@ -615,9 +608,11 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
   // used to trigger at their start, before any wait (until session 39; no stale read was ever
   // seen: GemvPdl.FinalizeAfterChainedTokenRowsReadsTheWrittenSlots passed on that kernel too).
   bool waited = !kTokenRows && !p1.one_row;
-  if (waited && p1.offsets_ready) pipeline::pdl_wait();  // consumers_start's wait, no trigger
+  // With offsets read before the PDL wait, the consumers wait now, before any store (the kernel
+  // before may still read what they overwrite); ring_prologue's wait_for_offsets waited where
+  // neither the flag nor offsets_ready is set.
+  if (waited && p1.offsets_ready) pipeline::pdl_wait();
   RingConsumer<kBF16, R, kStages> cons(sm, warp, lane);
-  // wait_for_offsets (consumers_start) waited where neither the flag nor offsets_ready is set
   TokenRowsStore store{tokens, p1.offsets_flag == nullptr && !p1.offsets_ready};
   for (;;) {
     const int item = ring.read(lane);
