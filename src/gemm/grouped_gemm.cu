@@ -156,7 +156,7 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 RunArgs run_args(const GroupedGemm::GemmCall& c, const int32_t* row_offsets,
                  cudaStream_t stream) {
   return RunArgs{c.a, c.b, c.d, row_offsets, stream, c.offsets_ready, c.offsets_flag, c.one_row,
-                 c.item_counter, c.rows_bound, c.token_rows};
+                 c.item_counter, c.rows_bound, c.token_rows, c.k_slices};
 }
 
 }  // namespace
@@ -465,6 +465,14 @@ Status GroupedGemm::check_call(const GemmCall& c, const int32_t* row_offsets,
                       " tokens, top_k " + std::to_string(tr.top_k) +
                       ") need 16-byte aligned rows, 2.." + std::to_string(kMaxTokenRows) +
                       " tokens, top_k >= 1, both slot arrays and no one_row");
+  const KSlices& ks = c.k_slices;
+  const int64_t k_boxes = (st.shape.k + KSlices::kBoxK - 1) / KSlices::kBoxK;
+  if (ks.count < 1 || ks.count > k_boxes || (ks.count > 1 && !aligned16(ks.partials)) ||
+      (ks.count > 1) != (ks.partials != nullptr))
+    return Status(ErrorCode::kInvalidArgument,
+                  shape_text(st.shape) + ": k slices " + std::to_string(ks.count) +
+                      " need 1.." + std::to_string(k_boxes) +
+                      " (k in boxes of 64), and 16-byte aligned partials exactly when above 1");
   if (c.rows_bound < 0)
     return Status(ErrorCode::kInvalidArgument, shape_text(st.shape) + ": rows_bound " +
                                                    std::to_string(c.rows_bound) + " is negative");
@@ -534,6 +542,9 @@ Status GroupedGemm::launch(const GemmCall& call, const int32_t* row_offsets,
   if (call.token_rows.rows != nullptr)
     return Status(ErrorCode::kUnsupported,
                   "tactic " + call.tactic + ": token rows are read only chained (launch_chained)");
+  if (call.k_slices.count != 1)
+    return Status(ErrorCode::kUnsupported, "tactic " + call.tactic +
+                                               ": k slices are taken only chained, as FC2");
   return slot->tactic->run(run_args(call, row_offsets, stream));
 }
 
@@ -557,6 +568,9 @@ Status GroupedGemm::launch_chained(const GemmCall& first, const GemmCall& second
   if (second.token_rows.rows != nullptr)
     return Status(ErrorCode::kInvalidArgument,
                   "launch_chained: token rows are read by the first GEMM only");
+  if (first.k_slices.count != 1)
+    return Status(ErrorCode::kInvalidArgument,
+                  "launch_chained: k slices are taken by the second GEMM only");
   RunArgs a2 = run_args(second, row_offsets, stream);
   a2.offsets_ready = true;  // FC2's offsets are FC1's, read inside the one kernel
   a2.offsets_flag = nullptr;

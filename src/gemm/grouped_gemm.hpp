@@ -55,6 +55,16 @@ struct TokenRows {
   const int32_t* slot_row = nullptr;     // [count, top_k] its row of `d`
 };
 
+// FC2 (the second GEMM of launch_chained) with each item's k split into `count` slices, so
+// that the kernel's last items are shorter and its blocks end closer together: slice s sums
+// k boxes [s K / count, (s + 1) K / count) of K and stores fp32 at partials [row][count][n]
+// instead of writing `d`; finalize::run_slices adds the slices up in order. count 1: `d`.
+struct KSlices {
+  static constexpr int kBoxK = 64;  // k per box (sm90_gemv_tma.cu)
+  float* partials = nullptr;
+  int count = 1;
+};
+
 class GroupedGemm {
  public:
   // Allocates, once, every device array it needs (problem shapes, pointer and stride arrays,
@@ -154,6 +164,8 @@ class GroupedGemm {
     // Or null rows: `a` is not gathered; FC1's chained TMA GEMV (launch_chained only) reads the
     // tokens' own rows instead (see TokenRows).
     TokenRows token_rows;
+    // FC2's k slices (launch_chained's second call only; see KSlices).
+    KSlices k_slices;
     // Or null: `a` is the tokens' own rows, not gathered, and row r of A is row row_source[r]
     // of `a` (device, [max_rows]; entries of rows past row_offsets[groups] are not read).
     // Required by the gathering tactics (gathering_tactic), refused by the others.

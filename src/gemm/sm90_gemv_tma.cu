@@ -41,6 +41,7 @@ namespace moekit::gemm::detail {
 namespace {
 
 constexpr int kBoxK = 64;                       // 64 x 2 bytes: one 128-byte row
+static_assert(kBoxK == KSlices::kBoxK);
 constexpr int kTokens = 8;                      // token rows per chunk: the MMA's n
 constexpr int kActBytes = kTokens * kBoxK * 2;  // 1 KB of activations, one swizzle period
 constexpr std::size_t kRingAlign = 1024;        // the 128-byte swizzle's period
@@ -266,17 +267,19 @@ struct RingProducer {
   }
   // The boxes of one item's chunks, in the consumers' order. `caller_rows`: the activations are
   // the caller's (GemvParams::one_row, or TokenRows), from row 0, ready; `one_pass`: all of them
-  // in one chunk (TokenRows).
+  // in one chunk (TokenRows); k boxes [kb_begin, kb_end) of each (a k slice: KSlices).
   __device__ void item(const GemvParams& p, const Walk& w, const int* active, int64_t item,
                        const CUtensorMap* weights, const CUtensorMap* acts, int gate_of_g,
-                       int need_per_chunk, bool caller_rows = false, bool one_pass = false) {
+                       int need_per_chunk, bool caller_rows = false, bool one_pass = false,
+                       int kb_begin = 0, int kb_end = -1) {
+    if (kb_end < 0) kb_end = w.k_boxes;
     const int g = active[item / w.row_tiles];
     const int row = g * p.n + int(item % w.row_tiles) * R::kBoxRows;
     const int m0 = p.row_offsets[g];
     const int mg = p.row_offsets[g + 1] - m0;
     const int chunks = (mg + kTokens - 1) / kTokens;
     for (int c0 = 0; c0 < (one_pass ? 1 : mg); c0 += kTokens)
-      for (int kb = 0; kb < w.k_boxes; ++kb)
+      for (int kb = kb_begin; kb < kb_end; ++kb)
         box(weights, row, kb, acts, caller_rows ? 0 : m0 + c0,
             caller_rows ? kAlwaysOpen : gate_of_g < 0 ? -1 : g, need_per_chunk * chunks);
   }
@@ -374,6 +377,26 @@ struct RingConsumer {
     } else {
 #pragma unroll
       for (int i = 0; i < 4; ++i) store_entry<kBF16>(p, row16, c0, m0, mg, lane, i, acc[i]);
+    }
+  }
+  // FC2's k slice `slice` of `ks.count` of one item (KSlices): k_boxes of its boxes per chunk,
+  // each chunk's sums stored as fp32 at ks.partials [row][ks.count][n].
+  __device__ void item_slice(const GemvParams& p, const Walk& w, const int* active, int64_t item,
+                             int k_boxes, const KSlices& ks, int slice) {
+    const int g = active[item / w.row_tiles];
+    const int row16 = int(item % w.row_tiles) * R::kBoxRows + warp * 16;
+    const int m0 = p.row_offsets[g];
+    const int mg = p.row_offsets[g + 1] - m0;
+    for (int c0 = 0; c0 < mg; c0 += kTokens) {
+      float acc[4] = {0.f, 0.f, 0.f, 0.f};
+      accumulate(k_boxes, acc);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {  // store_entry's layout, into the slice's partial row
+        const int out_row = row16 + (lane >> 2) + (i >= 2 ? 8 : 0);
+        const int tok = c0 + (lane & 3) * 2 + (i & 1);
+        if (out_row < p.n && tok < mg)
+          ks.partials[(int64_t(m0 + tok) * ks.count + slice) * p.n + out_row] = acc[i];
+      }
     }
   }
   // Every chunk of one item (with token rows, FC1's: one pass over all tokens); returns the
@@ -548,14 +571,16 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
 // rows once the permute has ended (its PDL wait). `tokens` (kTokenRows) is an argument and a
 // kernel of its own, so that the other kernels' code stays as it was: as GemvParams fields, it
 // changed nvcc's code for every standalone GEMV (3704 -> 3256 SASS instructions) and made qwen3
-// T=1, which runs those, 0.7 us slower (session 27).
+// T=1, which runs those, 0.7 us slower (session 27). With k slices (KSlices), an FC2 item is
+// one slice of a 64-row tile's k, its fp32 sums stored for finalize::run_slices: the kernel's
+// last items are shorter, so its blocks end closer together.
 template <bool kBF16, int kRows, int kStages, int kBlocksPerSm, bool kTokenRows>
 __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
     chained_gemv_tma_kernel(const __grid_constant__ CUtensorMap w1,
                             const __grid_constant__ CUtensorMap a1,
                             const __grid_constant__ CUtensorMap w2,
                             const __grid_constant__ CUtensorMap a2, GemvParams p1, GemvParams p2,
-                            int* done, TokenRows tokens) {
+                            int* done, TokenRows tokens, KSlices ks) {
   using R = Ring<kRows, kStages>;
   extern __shared__ uint8_t smem_raw[];
   __shared__ int s_warp_live[R::kWarps];
@@ -568,7 +593,9 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
   // Fences the item barriers' initialization with the ring's and synchronizes the block.
   const int live = ring_prologue<R, kStages>(sm, p1, s_warp_live);
   const Walk fc1 = walk_of(p1, live), fc2 = walk_of(p2, live);
-  const int items1 = int(fc1.items()), items = items1 + int(fc2.items());
+  // FC2's items are (item, k slice), slice minor: ks.count of them per 64-row tile.
+  const int items1 = int(fc1.items()), items = items1 + int(fc2.items()) * ks.count;
+  const auto slice_begin = [&](int s) { return s * fc2.k_boxes / ks.count; };
   int* const next_item = done + p1.groups;
   // FC1 reads the caller's rows (one row, at the permute's flag, or the tokens' own: kTokenRows ||
   // p1.one_row). Written out where used: held in a variable, it changed nvcc's
@@ -592,8 +619,10 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
           prod.item(p1, fc1, sm.active, item, &w1, &a1, -1, 0, kTokenRows || p1.one_row != 0,
                     kTokenRows);
         else  // FC1's chunks of the expert, each counted once per consumer warp
-          prod.item(p2, fc2, sm.active, item - items1, &w2, &a2, 0,
-                    fc1.row_tiles * R::kConsumers);
+          prod.item(p2, fc2, sm.active, (item - items1) / ks.count, &w2, &a2, 0,
+                    fc1.row_tiles * R::kConsumers, false, false,
+                    slice_begin((item - items1) % ks.count),
+                    slice_begin((item - items1) % ks.count + 1));
       }
       prod.finish();
     });
@@ -634,8 +663,12 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
       if (lane == 0)
         pipeline::add_release(reinterpret_cast<uint32_t*>(done + sm.active[item / fc1.row_tiles]),
                               uint32_t(chunks));
-    } else {
+    } else if (ks.count == 1) {
       cons.template item<false>(p2, fc2, sm.active, item - items1);
+    } else {
+      const int slice = (item - items1) % ks.count;
+      cons.item_slice(p2, fc2, sm.active, (item - items1) / ks.count,
+                      slice_begin(slice + 1) - slice_begin(slice), ks, slice);
     }
   }
 }
@@ -952,10 +985,12 @@ class GemvTmaTactic final : public GemvTacticBase {
     if (!s.ok()) return s;
     const int tokens = first.token_rows.rows != nullptr ? 1 : 0;
     const int grid = static_cast<int>(std::min<int64_t>(
-        chained_slots_[tokens], live_groups(a) * (b1.p.row_tiles + b2.p.row_tiles)));
+        chained_slots_[tokens],
+        live_groups(a) * (b1.p.row_tiles + b2.p.row_tiles * next_args.k_slices.count)));
     const cudaError_t err =
         pipeline::launch_pdl(kChained[tokens], grid, R::kThreads, smem_, a.stream, *b1.weights,
-                             *b1.acts, *b2.weights, *b2.acts, b1.p, b2.p, done, first.token_rows);
+                             *b1.acts, *b2.weights, *b2.acts, b1.p, b2.p, done, first.token_rows,
+                             next_args.k_slices);
     if (err != cudaSuccess) return cuda_status(err, "chained kernel launch", what_);
     return {};
   }

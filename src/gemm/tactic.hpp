@@ -58,6 +58,7 @@ struct RunArgs {
   int32_t* item_counter = nullptr;  // or null (see GemmCall)
   int64_t rows_bound = 0;           // or 0 (see GemmCall)
   TokenRows token_rows;             // or null rows (see GemmCall)
+  KSlices k_slices;                 // count 1: none (see GemmCall)
 };
 
 class Tactic {

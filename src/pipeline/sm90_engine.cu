@@ -8,6 +8,7 @@
 // on the first call (every kernel is loaded and configured here, at construction).
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -133,7 +134,9 @@ class Sm90Engine final : public Engine {
   void* fc1_out_ = nullptr;   // [P, fc1_rows]; only for non-gated kinds (gated: FC1 applies it)
   void* act_out_ = nullptr;   // [P, I]
   void* fc2_out_ = nullptr;   // [P, H], shares the gathered input's memory (dead after FC1)
-  float* partials_ = nullptr;  // [min(k, L)][FC1 slices][H] where one token slices, or null
+  // fp32 partial sums: [min(k, L)][FC1 slices][H] where one token slices, and
+  // [kMaxTokenRows x min(k, L)][fc2_k_slices][H] where chained FC2 is sliced along k; or null.
+  float* partials_ = nullptr;
   std::size_t permuted_bytes_ = 0, act_out_bytes_ = 0, slot_count_ = 0, partials_bytes_ = 0;
   std::string slice_tactic_;  // FC1's for one token's sliced forward, or empty
   // One token through GroupedGemm::launch_sliced; false (nothing enqueued) where it does not
@@ -162,6 +165,14 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
     throw Error(ErrorCode::kUnsupported, "hidden " + std::to_string(H) + " and local intermediate " +
                                              std::to_string(I) +
                                              " must be multiples of 8 for the sm90 engine");
+  // EXPERIMENT (s43): MOEKIT_EXP_KSLICES sets fc2_k_slices.
+  if (const char* v = std::getenv("MOEKIT_EXP_KSLICES")) options_.fc2_k_slices = std::atoi(v);
+  const int64_t k_boxes = (I + gemm::KSlices::kBoxK - 1) / gemm::KSlices::kBoxK;
+  if (options_.fc2_k_slices < 1 || options_.fc2_k_slices > k_boxes)
+    throw Error(ErrorCode::kInvalidArgument,
+                "fc2_k_slices " + std::to_string(options_.fc2_k_slices) + " is outside 1.." +
+                    std::to_string(k_boxes) + " (the intermediate " + std::to_string(I) +
+                    " in boxes of " + std::to_string(gemm::KSlices::kBoxK) + ")");
   const int64_t es = 2;  // bf16 / fp16
   const int64_t w1_bytes = L * lp_.fc1_rows * H * es, w2_bytes = L * H * I * es;
   if (static_cast<int64_t>(weights.fc1.values.size()) != w1_bytes ||
@@ -321,9 +332,14 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
   // [min(k, L)][slices][H], in an allocation of their own, so that the workspace stays as it is
   // for layers that never slice.
   if (gated && options_.slice_one_token) slice_tactic_ = fc1_->sliced_tactic();
-  if (!slice_tactic_.empty()) {
-    partials_bytes_ =
-        static_cast<std::size_t>(std::min(k, L) * fc1_->slices() * H) * sizeof(float);
+  int64_t partial_rows = 0;  // rows x slices
+  if (!slice_tactic_.empty()) partial_rows = std::min(k, L) * fc1_->slices();
+  if (options_.fc2_k_slices > 1 && options_.chain_decode)
+    partial_rows = std::max<int64_t>(
+        partial_rows, std::min<int64_t>(spec.max_tokens, gemm::GroupedGemm::kMaxTokenRows) *
+                          std::min(k, L) * options_.fc2_k_slices);
+  if (partial_rows > 0) {
+    partials_bytes_ = static_cast<std::size_t>(partial_rows * H) * sizeof(float);
     partials_memory_ = device_alloc(partials_bytes_, "the sliced kernel's partial sums");
     partials_ = static_cast<float*>(partials_memory_.get());
   }
@@ -465,6 +481,7 @@ void Sm90Engine::forward(const ForwardArgs& args) {
     fc1_call.token_rows = gemm::TokenRows{args.hidden.data, static_cast<int>(T),
                                           static_cast<int>(k), pbuf_.slot_expert, pbuf_.slot_row};
   Call fc2_call{fc2_.get(), act_out_, w2_, fc2_out_, fc2_->pick_tactic(hint, chain), true};
+
   // Two TMA GEMVs take their items from counters the permute cleared, where their blocks take
   // more than one: deepseek T=1 -1.2 to -1.8 us (forward A/B, session 15; others even).
   if (!chain && permute::clears_expert_done(T)) {
@@ -476,11 +493,22 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   const Call calls[2] = {fc1_call, fc2_call};
   throw_if_error(gemm::GroupedGemm::write_problems(calls, 2, pbuf_.offsets, stream));
   Status chained(ErrorCode::kUnsupported, "not tried");
+  // Chained, FC2 may split its items along k (Sm90Options::fc2_k_slices), its sums then added
+  // by the finalize.
+  Call fc2_chained = calls[1];
+  const bool k_sliced = options_.fc2_k_slices > 1 && T <= gemm::GroupedGemm::kMaxTokenRows;
+  if (k_sliced) fc2_chained.k_slices = gemm::KSlices{partials_, options_.fc2_k_slices};
   if (chain && fused)
-    chained = gemm::GroupedGemm::launch_chained(calls[0], calls[1], pbuf_.offsets,
+    chained = gemm::GroupedGemm::launch_chained(calls[0], fc2_chained, pbuf_.offsets,
                                                 pbuf_.expert_done, stream);
   if (chained.code() != ErrorCode::kUnsupported) {
     throw_if_error(chained);
+    if (k_sliced) {  // the slots were written by the permute, before the chained kernel
+      throw_if_error(finalize::run_slices(fin_, T, partials_, options_.fc2_k_slices,
+                                          pbuf_.slot_row, pbuf_.topk_weights, pbuf_.slot_expert,
+                                          args.output.data, stream));
+      return;
+    }
   } else if (token_rows) {  // token_rows_pay said it would chain: nothing was gathered
     throw Error(ErrorCode::kInternal, "FC1 tactic " + fc1_tactic +
                                           " does not chain with FC2's: " + chained.message());

@@ -759,6 +759,41 @@ TEST_F(GemvPdl, TokenRowsRefusedOutsideTheirCase) {
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
+// FC2's k slices (KSlices) are taken only by the chained kernel's second GEMM, 1..ceil(k / 64)
+// of them, with 16-byte aligned partials exactly when above 1: anything else is refused before
+// a kernel is enqueued, the count named.
+TEST_F(GemvPdl, KSlicesRefusedOutsideTheirCase) {
+  std::mt19937 rng(static_cast<unsigned>(base_seed() ^ 0x6e10));
+  ChainedCase c(256, 96, {2, 1}, rng);  // FC2's k 96: 2 boxes
+  DeviceBuffer partials(size_t(c.P) * 2 * 256 * 4);
+  auto* part = static_cast<float*>(partials.ptr);
+  const GroupedGemm::GemmCall c1{&c.fc1, c.x.ptr, c.w1.ptr, c.y2.ptr, "sm90.gemv.tma64+act"};
+  GroupedGemm::GemmCall c2{&c.fc2, c.y2.ptr, c.w2.ptr, c.z2.ptr, "sm90.gemv.tma64"};
+  auto* done = static_cast<int*>(c.done.ptr);
+  const std::pair<int, float*> bad[] = {{0, nullptr}, {-2, part}, {3, part},  // outside 1..2
+                                        {2, nullptr}, {2, part + 1},          // partials
+                                        {1, part}};
+  for (const auto& [count, ptr] : bad) {
+    GroupedGemm::GemmCall second = c2;
+    second.k_slices = KSlices{ptr, count};
+    const Status s = GroupedGemm::launch_chained(c1, second, c.offsets(), done, nullptr);
+    EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << s.message();
+    EXPECT_NE(s.message().find("k slices " + std::to_string(count) + " need 1..2"),
+              std::string::npos)
+        << s.message();
+  }
+  // On FC1, and alone (not chained).
+  GroupedGemm::GemmCall first = c1;
+  first.k_slices = KSlices{part, 2};
+  Status s = GroupedGemm::launch_chained(first, c2, c.offsets(), done, nullptr);
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << s.message();
+  c2.k_slices = KSlices{part, 2};
+  s = c.fc2.launch(c2, c.offsets(), nullptr);
+  EXPECT_EQ(s.code(), ErrorCode::kUnsupported) << s.message();
+  EXPECT_NE(s.message().find("only chained"), std::string::npos) << s.message();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
 // The standalone TMA GEMV with GemmCall::item_counter, where its blocks take several items
 // (256 experts of one row: FC1 2048 items, FC2 4096, on at most 396 blocks), so that the item
 // ring's slots are reused: equal to the fixed shares bit for bit, every output written, and the

@@ -382,11 +382,13 @@ void expect_back_to_back_equal(const char* preset, const Sm90Options& options,
 
 TEST_F(Sm90EngineTest, BackToBackDecodeForwardsAreBitwiseEqual) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x9005);
-  for (const bool chained : {true, false})
+  for (const int mode : {0, 1, 2})  // chained, two launches, chained with FC2 in 3 k slices
     for (const int poison : {0, 1, 2, 3})  // none, gathered rows, activations, slots
       for (const char* name : {"qwen3-30b-a3b", "gpt-oss-120b"}) {
+        SCOPED_TRACE(mode == 2 ? "FC2 in 3 k slices" : "");
         Sm90Options options;
-        options.chain_decode = chained;
+        options.chain_decode = mode != 1;
+        options.fc2_k_slices = mode == 2 ? 3 : 1;
         options.poison_gathered_rows = poison == 1;
         options.poison_activations = poison == 2;
         options.poison_slots = poison == 3;
@@ -419,6 +421,53 @@ TEST_F(Sm90EngineTest, OneTokenSlicedOrNot) {
     }
     // Every shape here slices (its partial sums are allocated): the sliced run is not the other.
     EXPECT_GT(workspace[1], workspace[0]);
+  }
+}
+
+// Decode chained with FC2's items split along k (Sm90Options::fc2_k_slices), their fp32 sums
+// added by the finalize, and not: H 264 and I 200 (4 k boxes, the last one partial: 3 slices
+// take 1, 1 and 2 of them; 4 take one each), biases and the clamped SwiGLU, caller ids; and two
+// presets' shapes, bf16 and fp16. Token counts past kMaxTokenRows run unsliced.
+TEST_F(Sm90EngineTest, DecodeFc2KSlicedOrNot) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0x900c);
+  MoeSpec odd = small_spec(16, 4, 264, 200, RoutingMethod::kTopKSoftmax,
+                           ActivationKind::kSwiGLUClamped);
+  odd.fc1_bias = odd.fc2_bias = true;
+  odd.max_tokens = 64;
+  MoeSpec external = odd;
+  external.routing.method = RoutingMethod::kExternal;
+  MoeSpec qwen = scaled_preset("qwen3-30b-a3b", 64, 2048, 256, DType::kFloat16);
+  qwen.max_tokens = 64;
+  MoeSpec oss = scaled_preset("gpt-oss-120b", 32, 576, 288);
+  oss.max_tokens = 16;
+  for (const MoeSpec& s : {odd, external, qwen, oss})
+    for (const int slices : {1, 2, 3, 4}) {
+      SCOPED_TRACE(describe(s) + ", FC2 in " + std::to_string(slices) + " k slices");
+      Sm90Options options;
+      options.fc2_k_slices = slices;
+      Layer l = make_layer(s, rng(), options);
+      for (int64_t T : {1, 2, 5, 8, 16}) check_forward(l, T, ids_for(s), rng);
+    }
+}
+
+// fc2_k_slices outside 1..ceil(I / 64) is refused when the engine is built, named.
+TEST_F(Sm90EngineTest, Fc2KSlicesOutsideTheirRangeAreRefused) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0x900d);
+  const MoeSpec s = small_spec(16, 4, 264, 200, RoutingMethod::kTopKSoftmax,
+                               ActivationKind::kSwiGLUClamped);
+  for (const int slices : {0, -1, 5}) {
+    Sm90Options options;
+    options.fc2_k_slices = slices;
+    try {
+      make_layer(s, rng(), options);
+      ADD_FAILURE() << "fc2_k_slices " << slices << " was taken";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+      EXPECT_NE(std::string(e.what()).find("fc2_k_slices " + std::to_string(slices) +
+                                           " is outside 1..4"),
+                std::string::npos)
+          << e.what();
+    }
   }
 }
 
@@ -680,7 +729,7 @@ TEST(Sm90EngineLimits, RefusesFormatsOtherThanBf16AndFp16) {
 }
 
 // The small cases compute-sanitizer runs (memcheck, racecheck): routed and caller ids, a bad id,
-// and decode on 64 experts (the GEMV path).
+// and decode on 64 experts (the GEMV path, FC2 in k slices or not).
 class Sm90EngineSanitizer : public GpuTest {};
 
 TEST_F(Sm90EngineSanitizer, SmallCase) {
@@ -701,6 +750,11 @@ TEST_F(Sm90EngineSanitizer, SmallCase) {
   Layer dl = make_layer(d, rng());
   check_forward(dl, 1, Ids::kRouted, rng);
   check_forward(dl, 3, Ids::kRouted, rng);
+  // Decode chained with FC2 in two k slices (Sm90Options::fc2_k_slices): its partials.
+  Sm90Options two_slices;
+  two_slices.fc2_k_slices = 2;
+  Layer kl = make_layer(d, rng(), two_slices);
+  check_forward(kl, 3, Ids::kRouted, rng);
   // Prefill (~128 rows per expert): the cooperative CUTLASS tiles (the cases above run the
   // GEMVs and swap-AB tiles only).
   MoeSpec p = s;
