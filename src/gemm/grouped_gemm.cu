@@ -331,6 +331,24 @@ bool GroupedGemm::token_rows_pay(const std::string& tactic) const {
          static_cast<double>(sh.n) * sh.k * kElemBytes <= kSmallExpertBytes;
 }
 
+int GroupedGemm::chained_k_slices(const std::string& fc1_tactic, const GroupedGemm& fc2,
+                                  int64_t rows_bound, bool token_rows) const {
+  // Forward A/B at 2, 4 and 8 tokens, FC2 in 1, 2 and 3 slices (session 43, one H200, 2
+  // rounds): gpt-oss (45 k boxes, 45 row tiles per expert, 264 slots) T=2 112.6 -> 106.7 (2) ->
+  // 104.8 us (3), T=4 188.0 -> 182.2 (2) / 183.5 (3), T=8 +1.2 / +1.9; deepseek (32 k boxes,
+  // 112 tiles) T=2 even, T=4 +2.7, T=8 +7.7; qwen3 (12 k boxes) within 0.5 us. So: FC2's items
+  // of 24 boxes or more, about 3 x slots over FC2's items (bound by rows_bound's experts).
+  const Slot* slot = state_->find(fc1_tactic);
+  const GroupedShape& s2 = fc2.state_->shape;
+  const int64_t k_boxes = (s2.k + KSlices::kBoxK - 1) / KSlices::kBoxK;
+  const int64_t slots = slot != nullptr ? slot->tactic->chained_slots(token_rows) : 0;
+  const int64_t live = std::min<int64_t>(s2.groups, rows_bound > 0 ? rows_bound : s2.max_rows);
+  const int64_t items = live * ((s2.n + KSlices::kBoxK - 1) / KSlices::kBoxK);
+  if (k_boxes < 24 || slots <= 0 || items <= 0) return 1;
+  const int64_t want = (3 * slots + items - 1) / items;
+  return static_cast<int>(std::clamp<int64_t>(want, 1, std::min<int64_t>(kMaxKSlices, k_boxes)));
+}
+
 std::string GroupedGemm::pick_tactic(double rows_per_group_hint, bool chained) const {
   const double h = std::isfinite(rows_per_group_hint) ? std::max(rows_per_group_hint, 0.0) : 0.0;
   const GroupedShape& sh = state_->shape;

@@ -114,6 +114,12 @@ class GroupedGemm {
   // Whether `tactic`, chained, reads GemmCall::token_rows (FC1's TMA GEMV with its activation)
   // and that is measured faster than the gathered rows for this shape.
   bool token_rows_pay(const std::string& tactic) const;
+  // FC2's k slices (KSlices) for launch_chained on FC1's `fc1_tactic` (this GEMM) and `fc2`, at
+  // most rows_bound rows (GemmCall::rows_bound), with token rows or not: where FC2's items are
+  // long and few per block, so that the kernel's last ones would leave blocks idle; else 1.
+  int chained_k_slices(const std::string& fc1_tactic, const GroupedGemm& fc2, int64_t rows_bound,
+                       bool token_rows) const;
+  static constexpr int kMaxKSlices = 4;
   static constexpr int kMaxTokenRows = 8;  // the TMA GEMV's token columns
 
   // Enqueues on `stream`: a tiny kernel that writes per-group shapes and pointers from

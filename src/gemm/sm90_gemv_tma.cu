@@ -968,6 +968,9 @@ class GemvTmaTactic final : public GemvTacticBase {
   }
 
   // FC1 (this, "+act") then FC2 (`next`: the same variant without the activation).
+  int64_t chained_slots(bool token_rows) const override {
+    return kAct ? chained_slots_[token_rows ? 1 : 0] : 0;
+  }
   Status run_chained(const RunArgs& a, Tactic& next, const RunArgs& next_args,
                      int* done) override {
     using Second = GemvTmaTactic<kBF16, false, kRows, kStages, kBlocksPerSm, kDefaultStages>;

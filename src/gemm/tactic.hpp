@@ -91,6 +91,12 @@ class Tactic {
   virtual std::size_t workspace_bytes() const = 0;
   // Whether run_chained reads RunArgs::token_rows (GemmCall::token_rows).
   virtual bool reads_token_rows() const { return false; }
+  // The chained kernel's blocks that fit on the device at once (its grid's bound), with token
+  // rows or not; 0 where the tactic does not chain.
+  virtual int64_t chained_slots(bool token_rows) const {
+    (void)token_rows;
+    return 0;
+  }
 };
 
 struct TacticEntry {

@@ -142,6 +142,17 @@ class Sm90Engine final : public Engine {
   // One token through GroupedGemm::launch_sliced; false (nothing enqueued) where it does not
   // slice (no sliced tactic, or a permute that cannot hand over at its flag).
   bool forward_sliced(const ForwardArgs& args, permute::Inputs in, cudaStream_t stream);
+  // Rows per expert if routing were uniform: only a hint for the GEMMs' tactics.
+  double hint_of(int64_t T) const {
+    return static_cast<double>(T) * lp_.top_k / static_cast<double>(lp_.num_experts_global);
+  }
+  // FC2's k slices chained at T tokens on FC1's `fc1_tactic` (Sm90Options::fc2_k_slices).
+  int fc2_k_slices(int64_t T, const std::string& fc1_tactic, bool token_rows) const {
+    if (T > gemm::GroupedGemm::kMaxTokenRows) return 1;
+    if (options_.fc2_k_slices > 0) return options_.fc2_k_slices;
+    return fc1_->chained_k_slices(fc1_tactic, *fc2_, T * std::min(lp_.top_k, lp_.num_experts),
+                                  token_rows);
+  }
   std::unique_ptr<gemm::GroupedGemm> fc1_, fc2_;
 };
 
@@ -168,11 +179,12 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
   // EXPERIMENT (s43): MOEKIT_EXP_KSLICES sets fc2_k_slices.
   if (const char* v = std::getenv("MOEKIT_EXP_KSLICES")) options_.fc2_k_slices = std::atoi(v);
   const int64_t k_boxes = (I + gemm::KSlices::kBoxK - 1) / gemm::KSlices::kBoxK;
-  if (options_.fc2_k_slices < 1 || options_.fc2_k_slices > k_boxes)
+  if (options_.fc2_k_slices < 0 || options_.fc2_k_slices > k_boxes)
     throw Error(ErrorCode::kInvalidArgument,
-                "fc2_k_slices " + std::to_string(options_.fc2_k_slices) + " is outside 1.." +
-                    std::to_string(k_boxes) + " (the intermediate " + std::to_string(I) +
-                    " in boxes of " + std::to_string(gemm::KSlices::kBoxK) + ")");
+                "fc2_k_slices " + std::to_string(options_.fc2_k_slices) + " is outside 0.." +
+                    std::to_string(k_boxes) + " (0: the engine's pick; the intermediate " +
+                    std::to_string(I) + " in boxes of " + std::to_string(gemm::KSlices::kBoxK) +
+                    ")");
   const int64_t es = 2;  // bf16 / fp16
   const int64_t w1_bytes = L * lp_.fc1_rows * H * es, w2_bytes = L * H * I * es;
   if (static_cast<int64_t>(weights.fc1.values.size()) != w1_bytes ||
@@ -334,10 +346,14 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
   if (gated && options_.slice_one_token) slice_tactic_ = fc1_->sliced_tactic();
   int64_t partial_rows = 0;  // rows x slices
   if (!slice_tactic_.empty()) partial_rows = std::min(k, L) * fc1_->slices();
-  if (options_.fc2_k_slices > 1 && options_.chain_decode)
-    partial_rows = std::max<int64_t>(
-        partial_rows, std::min<int64_t>(spec.max_tokens, gemm::GroupedGemm::kMaxTokenRows) *
-                          std::min(k, L) * options_.fc2_k_slices);
+  for (int64_t T = 1; options_.chain_decode && T <= std::min<int64_t>(
+                                                     spec.max_tokens, gemm::GroupedGemm::kMaxTokenRows);
+       ++T)
+    for (const bool token_rows : {false, true}) {
+      const int slices = fc2_k_slices(T, fc1_->pick_tactic(hint_of(T), true), token_rows);
+      if (slices > 1)
+        partial_rows = std::max<int64_t>(partial_rows, T * std::min(k, L) * slices);
+    }
   if (partial_rows > 0) {
     partials_bytes_ = static_cast<std::size_t>(partial_rows * H) * sizeof(float);
     partials_memory_ = device_alloc(partials_bytes_, "the sliced kernel's partial sums");
@@ -421,8 +437,7 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   } else {
     in.logits = args.router_logits.as<const float>();
   }
-  // Rows per expert if routing were uniform: only a hint for the GEMM's tactic.
-  const double hint = static_cast<double>(T) * k / static_cast<double>(lp_.num_experts_global);
+  const double hint = hint_of(T);
   if (T == 1 && forward_sliced(args, in, stream)) return;
   const int64_t rows = T * std::min<int64_t>(k, lp_.num_experts);
   // Decode with the TMA GEMV on both: one kernel, FC2's weights streaming while FC1 ends
@@ -496,15 +511,19 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   // Chained, FC2 may split its items along k (Sm90Options::fc2_k_slices), its sums then added
   // by the finalize.
   Call fc2_chained = calls[1];
-  const bool k_sliced = options_.fc2_k_slices > 1 && T <= gemm::GroupedGemm::kMaxTokenRows;
-  if (k_sliced) fc2_chained.k_slices = gemm::KSlices{partials_, options_.fc2_k_slices};
+  int k_slices = chain ? fc2_k_slices(T, fc1_tactic, token_rows) : 1;
+  // The partials were sized for the picks the constructor foresaw; none other writes them.
+  if (static_cast<std::size_t>(rows * k_slices * H) * sizeof(float) > partials_bytes_)
+    k_slices = 1;
+  const bool k_sliced = k_slices > 1;
+  if (k_sliced) fc2_chained.k_slices = gemm::KSlices{partials_, k_slices};
   if (chain && fused)
     chained = gemm::GroupedGemm::launch_chained(calls[0], fc2_chained, pbuf_.offsets,
                                                 pbuf_.expert_done, stream);
   if (chained.code() != ErrorCode::kUnsupported) {
     throw_if_error(chained);
     if (k_sliced) {  // the slots were written by the permute, before the chained kernel
-      throw_if_error(finalize::run_slices(fin_, T, partials_, options_.fc2_k_slices,
+      throw_if_error(finalize::run_slices(fin_, T, partials_, k_slices,
                                           pbuf_.slot_row, pbuf_.topk_weights, pbuf_.slot_expert,
                                           args.output.data, stream));
       return;

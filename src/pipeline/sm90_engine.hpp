@@ -34,8 +34,9 @@ struct Sm90Options {
   // off: FC1 reads the rows the permute gathered.
   bool gather_in_fc1 = true;
   // Chained, up to GroupedGemm::kMaxTokenRows tokens: FC2's items split along k into this many
-  // slices (gemm::KSlices), their fp32 sums added up by the finalize; 1: none.
-  int fc2_k_slices = 1;
+  // slices (gemm::KSlices), their fp32 sums added up by the finalize; 1: none; 0: where
+  // GroupedGemm::chained_k_slices says it pays.
+  int fc2_k_slices = 0;
   // Test hooks: fill the gathered rows (which FC2's output shares) or FC1's activated output
   // (and the sliced kernel's partial sums) with NaN before each forward, so that a read of an
   // element the forward has not written yet shows in the output. They add a memset each and change

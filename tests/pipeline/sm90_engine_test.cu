@@ -427,7 +427,8 @@ TEST_F(Sm90EngineTest, OneTokenSlicedOrNot) {
 // Decode chained with FC2's items split along k (Sm90Options::fc2_k_slices), their fp32 sums
 // added by the finalize, and not: H 264 and I 200 (4 k boxes, the last one partial: 3 slices
 // take 1, 1 and 2 of them; 4 take one each), biases and the clamped SwiGLU, caller ids; and two
-// presets' shapes, bf16 and fp16. Token counts past kMaxTokenRows run unsliced.
+// presets' shapes, bf16 and fp16; and gpt-oss's with an I of 1536 (24 k boxes, 9 row tiles),
+// where the engine's pick (0) slices FC2. Token counts past kMaxTokenRows run unsliced.
 TEST_F(Sm90EngineTest, DecodeFc2KSlicedOrNot) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x900c);
   MoeSpec odd = small_spec(16, 4, 264, 200, RoutingMethod::kTopKSoftmax,
@@ -440,22 +441,35 @@ TEST_F(Sm90EngineTest, DecodeFc2KSlicedOrNot) {
   qwen.max_tokens = 64;
   MoeSpec oss = scaled_preset("gpt-oss-120b", 32, 576, 288);
   oss.max_tokens = 16;
-  for (const MoeSpec& s : {odd, external, qwen, oss})
-    for (const int slices : {1, 2, 3, 4}) {
+  MoeSpec long_k = scaled_preset("gpt-oss-120b", 32, 576, 1536);
+  long_k.max_tokens = 16;
+  for (const MoeSpec* spec : {&odd, &external, &qwen, &oss, &long_k}) {
+    const MoeSpec& s = *spec;
+    std::size_t workspace[5] = {};
+    for (const int slices : {0, 1, 2, 3, 4}) {  // 0: the engine's pick
       SCOPED_TRACE(describe(s) + ", FC2 in " + std::to_string(slices) + " k slices");
       Sm90Options options;
       options.fc2_k_slices = slices;
       Layer l = make_layer(s, rng(), options);
+      workspace[slices] = l.engine->workspace_bytes();
       for (int64_t T : {1, 2, 5, 8, 16}) check_forward(l, T, ids_for(s), rng);
     }
+    // The partials are allocated where FC2 is sliced: with the pick only on long k.
+    EXPECT_GT(workspace[2], workspace[1]) << describe(s);
+    if (spec == &long_k)
+      EXPECT_GT(workspace[0], workspace[1]) << describe(s) << ": the pick does not slice";
+    else
+      EXPECT_EQ(workspace[0], workspace[1]) << describe(s) << ": the pick slices";
+  }
 }
 
-// fc2_k_slices outside 1..ceil(I / 64) is refused when the engine is built, named.
+// fc2_k_slices outside 0..ceil(I / 64) (0: the engine's pick) is refused when the engine is
+// built, named.
 TEST_F(Sm90EngineTest, Fc2KSlicesOutsideTheirRangeAreRefused) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x900d);
   const MoeSpec s = small_spec(16, 4, 264, 200, RoutingMethod::kTopKSoftmax,
                                ActivationKind::kSwiGLUClamped);
-  for (const int slices : {0, -1, 5}) {
+  for (const int slices : {-1, 5, 1000}) {
     Sm90Options options;
     options.fc2_k_slices = slices;
     try {
@@ -464,7 +478,7 @@ TEST_F(Sm90EngineTest, Fc2KSlicesOutsideTheirRangeAreRefused) {
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
       EXPECT_NE(std::string(e.what()).find("fc2_k_slices " + std::to_string(slices) +
-                                           " is outside 1..4"),
+                                           " is outside 0..4"),
                 std::string::npos)
           << e.what();
     }
