@@ -8,7 +8,6 @@
 // on the first call (every kernel is loaded and configured here, at construction).
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -176,8 +175,6 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
     throw Error(ErrorCode::kUnsupported, "hidden " + std::to_string(H) + " and local intermediate " +
                                              std::to_string(I) +
                                              " must be multiples of 8 for the sm90 engine");
-  // EXPERIMENT (s43): MOEKIT_EXP_KSLICES sets fc2_k_slices.
-  if (const char* v = std::getenv("MOEKIT_EXP_KSLICES")) options_.fc2_k_slices = std::atoi(v);
   const int64_t k_boxes = (I + gemm::KSlices::kBoxK - 1) / gemm::KSlices::kBoxK;
   if (options_.fc2_k_slices < 0 || options_.fc2_k_slices > k_boxes)
     throw Error(ErrorCode::kInvalidArgument,
