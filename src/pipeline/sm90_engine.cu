@@ -343,9 +343,11 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
   if (gated && options_.slice_one_token) slice_tactic_ = fc1_->sliced_tactic();
   int64_t partial_rows = 0;  // rows x slices
   if (!slice_tactic_.empty()) partial_rows = std::min(k, L) * fc1_->slices();
-  for (int64_t T = 1; options_.chain_decode && T <= std::min<int64_t>(
-                                                     spec.max_tokens, gemm::GroupedGemm::kMaxTokenRows);
-       ++T)
+  // And chained decode's FC2 k slices, for every pick forward() can make.
+  const int64_t chained_max =
+      options_.chain_decode ? std::min<int64_t>(spec.max_tokens, gemm::GroupedGemm::kMaxTokenRows)
+                            : 0;
+  for (int64_t T = 1; T <= chained_max; ++T)
     for (const bool token_rows : {false, true}) {
       const int slices = fc2_k_slices(T, fc1_->pick_tactic(hint_of(T), true), token_rows);
       if (slices > 1)
@@ -353,7 +355,7 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
     }
   if (partial_rows > 0) {
     partials_bytes_ = static_cast<std::size_t>(partial_rows * H) * sizeof(float);
-    partials_memory_ = device_alloc(partials_bytes_, "the sliced kernel's partial sums");
+    partials_memory_ = device_alloc(partials_bytes_, "the sliced kernels' partial sums");
     partials_ = static_cast<float*>(partials_memory_.get());
   }
 
@@ -493,7 +495,6 @@ void Sm90Engine::forward(const ForwardArgs& args) {
     fc1_call.token_rows = gemm::TokenRows{args.hidden.data, static_cast<int>(T),
                                           static_cast<int>(k), pbuf_.slot_expert, pbuf_.slot_row};
   Call fc2_call{fc2_.get(), act_out_, w2_, fc2_out_, fc2_->pick_tactic(hint, chain), true};
-
   // Two TMA GEMVs take their items from counters the permute cleared, where their blocks take
   // more than one: deepseek T=1 -1.2 to -1.8 us (forward A/B, session 15; others even).
   if (!chain && permute::clears_expert_done(T)) {
