@@ -967,10 +967,10 @@ class GemvTmaTactic final : public GemvTacticBase {
     return {};
   }
 
-  // FC1 (this, "+act") then FC2 (`next`: the same variant without the activation).
   int64_t chained_slots(bool token_rows) const override {
     return kAct ? chained_slots_[token_rows ? 1 : 0] : 0;
   }
+  // FC1 (this, "+act") then FC2 (`next`: the same variant without the activation).
   Status run_chained(const RunArgs& a, Tactic& next, const RunArgs& next_args,
                      int* done) override {
     using Second = GemvTmaTactic<kBF16, false, kRows, kStages, kBlocksPerSm, kDefaultStages>;
