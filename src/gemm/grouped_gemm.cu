@@ -340,10 +340,10 @@ int GroupedGemm::chained_k_slices(const std::string& fc1_tactic, const GroupedGe
   // of 24 boxes or more, about 3 x slots over FC2's items (bound by rows_bound's experts).
   const Slot* slot = state_->find(fc1_tactic);
   const GroupedShape& s2 = fc2.state_->shape;
-  const int64_t k_boxes = (s2.k + KSlices::kBoxK - 1) / KSlices::kBoxK;
+  const int64_t k_boxes = KSlices::boxes(s2.k);
   const int64_t slots = slot != nullptr ? slot->tactic->chained_slots(token_rows) : 0;
   const int64_t live = std::min<int64_t>(s2.groups, rows_bound > 0 ? rows_bound : s2.max_rows);
-  const int64_t items = live * ((s2.n + KSlices::kBoxK - 1) / KSlices::kBoxK);
+  const int64_t items = live * KSlices::boxes(s2.n);
   if (k_boxes < 24 || slots <= 0 || items <= 0) return 1;
   const int64_t want = (3 * slots + items - 1) / items;
   return static_cast<int>(std::clamp<int64_t>(want, 1, std::min<int64_t>(kMaxKSlices, k_boxes)));
@@ -484,7 +484,7 @@ Status GroupedGemm::check_call(const GemmCall& c, const int32_t* row_offsets,
                       ") need 16-byte aligned rows, 2.." + std::to_string(kMaxTokenRows) +
                       " tokens, top_k >= 1, both slot arrays and no one_row");
   const KSlices& ks = c.k_slices;
-  const int64_t k_boxes = (st.shape.k + KSlices::kBoxK - 1) / KSlices::kBoxK;
+  const int64_t k_boxes = KSlices::boxes(st.shape.k);
   if (ks.count < 1 || ks.count > k_boxes || (ks.count > 1 && !aligned16(ks.partials)) ||
       (ks.count > 1) != (ks.partials != nullptr))
     return Status(ErrorCode::kInvalidArgument,

@@ -61,6 +61,8 @@ struct TokenRows {
 // instead of writing `d`; finalize::run_slices adds the slices up in order. count 1: `d`.
 struct KSlices {
   static constexpr int kBoxK = 64;  // k per box (sm90_gemv_tma.cu)
+  // Boxes of kBoxK that cover k (what count may reach), and 64-row tiles that cover n rows.
+  static constexpr int64_t boxes(int64_t k) { return (k + kBoxK - 1) / kBoxK; }
   float* partials = nullptr;
   int count = 1;
 };

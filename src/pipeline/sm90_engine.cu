@@ -175,7 +175,7 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
     throw Error(ErrorCode::kUnsupported, "hidden " + std::to_string(H) + " and local intermediate " +
                                              std::to_string(I) +
                                              " must be multiples of 8 for the sm90 engine");
-  const int64_t k_boxes = (I + gemm::KSlices::kBoxK - 1) / gemm::KSlices::kBoxK;
+  const int64_t k_boxes = gemm::KSlices::boxes(I);
   if (options_.fc2_k_slices < 0 || options_.fc2_k_slices > k_boxes)
     throw Error(ErrorCode::kInvalidArgument,
                 "fc2_k_slices " + std::to_string(options_.fc2_k_slices) + " is outside 0.." +
