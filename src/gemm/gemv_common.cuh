@@ -75,12 +75,17 @@ __device__ __forceinline__ void wait_for_offsets(const GemvParams& p) {
 
 // Entry i (0..3) of lane l's m16n8k16 C fragment for the 16 weight rows from row16 of group g
 // and the 8 token rows from c0 of its m0..m0+mg: c0, c1 at (row l/4, token 2(l%4) + {0, 1}),
-// c2, c3 at row l/4 + 8.
+// c2, c3 at row l/4 + 8. entry_row / entry_token: where entry i lies.
+__device__ __forceinline__ int entry_row(int row16, int l, int i) {
+  return row16 + (l >> 2) + (i >= 2 ? 8 : 0);
+}
+__device__ __forceinline__ int entry_token(int c0, int l, int i) {
+  return c0 + (l & 3) * 2 + (i & 1);
+}
 template <bool kBF16>
 __device__ __forceinline__ void store_entry(const GemvParams& p, int row16, int c0, int m0, int mg,
                                             int l, int i, float s) {
-  const int out_row = row16 + (l >> 2) + (i >= 2 ? 8 : 0);
-  const int tok = c0 + (l & 3) * 2 + (i & 1);
+  const int out_row = entry_row(row16, l, i), tok = entry_token(c0, l, i);
   if (out_row < p.n && tok < mg) p.d[int64_t(m0 + tok) * p.n + out_row] = to_elem<kBF16>(s);
 }
 

@@ -392,8 +392,7 @@ struct RingConsumer {
       accumulate(k_boxes, acc);
 #pragma unroll
       for (int i = 0; i < 4; ++i) {  // store_entry's layout, into the slice's partial row
-        const int out_row = row16 + (lane >> 2) + (i >= 2 ? 8 : 0);
-        const int tok = c0 + (lane & 3) * 2 + (i & 1);
+        const int out_row = entry_row(row16, lane, i), tok = entry_token(c0, lane, i);
         if (out_row < p.n && tok < mg)
           ks.partials[(int64_t(m0 + tok) * ks.count + slice) * p.n + out_row] = acc[i];
       }
