@@ -43,11 +43,19 @@ constexpr int kConsumers = 4;
 // consumer warps the second half themselves, by plain 16-byte loads kLdgAhead steps ahead into
 // registers, a step of theirs per ring stage: whether bytes in flight in registers add to the
 // ring's.
-template <int kRows, int kBoxes, int kStages, int kPerSm, int kLdgAhead = 0>
+//
+// kGroup > 1: the producer waits until kGroup stages are free and then issues them back to back,
+// so that kGroup consecutive 128-byte pieces of each row are asked for together (a DRAM page
+// opened once for them) while the stage's layout stays the GEMV's. kActs: every stage also
+// copies 1 KB of activations (8 rows x 64 k of a small matrix the L2 keeps), as the GEMV does.
+template <int kRows, int kBoxes, int kStages, int kPerSm, int kLdgAhead = 0, int kGroup = 1,
+          bool kActs = false>
 __global__ void __launch_bounds__((kConsumers + 1) * 32, kPerSm)
-    tma_stream_kernel(const __grid_constant__ CUtensorMap map, const uint4* raw, int rows, int k,
-                      unsigned* sink) {
+    tma_stream_kernel(const __grid_constant__ CUtensorMap map, const __grid_constant__ CUtensorMap acts,
+                      const uint4* raw, int rows, int k, unsigned* sink) {
   static_assert(kRows * kBoxes * kBoxK * 2 == kStageBytes);
+  static_assert(kStages % kGroup == 0);
+  constexpr int kActStage = kActs ? 1024 : 0;
   extern __shared__ __align__(1024) uint8_t smem[];
   __shared__ uint64_t full[kStages], empty[kStages];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -60,13 +68,21 @@ __global__ void __launch_bounds__((kConsumers + 1) * 32, kPerSm)
     if (lane == 0)
       for (int t = blockIdx.x; t < ring_tiles; t += gridDim.x)
         for (int j = 0; j < steps; ++j) {
+          // The group's last stage is freed last (the consumers go in order).
+          if (kGroup > 1 && stage % kGroup == 0)
+            EmptyBarrier::wait(&empty[stage + kGroup - 1], phase ^ 1);
           EmptyBarrier::wait(&empty[stage], phase ^ 1);
-          FullBarrier::arrive_and_expect_tx(&full[stage], kStageBytes);
+          FullBarrier::arrive_and_expect_tx(&full[stage], kStageBytes + kActStage);
           for (int b = 0; b < kBoxes; ++b)
             cute::SM90_TMA_LOAD_2D::copy(&map, &full[stage],
                                          uint64_t(cute::TMA::CacheHintSm90::EVICT_FIRST),
                                          smem + stage * kStageBytes + b * kRows * 128,
                                          (j * kBoxes + b) * kBoxK, t * kRows);
+          if constexpr (kActs)
+            cute::SM90_TMA_LOAD_2D::copy(&acts, &full[stage],
+                                         uint64_t(cute::TMA::CacheHintSm90::EVICT_LAST),
+                                         smem + kStages * kStageBytes + stage * kActStage,
+                                         j * kBoxK, 0);
           if (++stage == kStages) stage = 0, phase ^= 1;
         }
     return;
@@ -154,22 +170,27 @@ __global__ void __launch_bounds__(256) plain_tiles_kernel(const uint4* p, int ro
   if (acc == 0x12345678u) *sink = acc;
 }
 
-template <int kRows, int kBoxes, int kStages, int kPerSm, int kLdgAhead = 0>
+// Activations for the kActs variants: 8 rows x k, read by every block.
+void* g_acts = nullptr;
+
+template <int kRows, int kBoxes, int kStages, int kPerSm, int kLdgAhead = 0, int kGroup = 1,
+          bool kActs = false>
 void run_variant(const char* name, void* base, int64_t rows, int64_t k, int sms, unsigned* sink,
                  MapStyle style = {}, int blocks = 0) {
-  const auto kernel = tma_stream_kernel<kRows, kBoxes, kStages, kPerSm, kLdgAhead>;
-  const int smem = kStages * kStageBytes + 1024;
+  const auto kernel = tma_stream_kernel<kRows, kBoxes, kStages, kPerSm, kLdgAhead, kGroup, kActs>;
+  const int smem = kStages * (kStageBytes + (kActs ? 1024 : 0)) + 1024;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), "attr");
   int per_sm = 0;
   check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, (kConsumers + 1) * 32,
                                                       smem),
         "occupancy");
   const CUtensorMap map = make_map(base, rows, k, kRows, style);
+  const CUtensorMap acts = make_map(g_acts, 8, k, 8, {});
   const int tiles = int(rows / kRows);
   const int grid = std::min(tiles, blocks > 0 ? blocks : per_sm * sms);
   const double us = median_us([&] {
-    kernel<<<grid, (kConsumers + 1) * 32, smem>>>(map, static_cast<const uint4*>(base), int(rows),
-                                                  int(k), sink);
+    kernel<<<grid, (kConsumers + 1) * 32, smem>>>(map, acts, static_cast<const uint4*>(base),
+                                                  int(rows), int(k), sink);
   });
   check(cudaGetLastError(), name);
   const double bytes = double(rows) * double(k) * 2;
@@ -190,6 +211,8 @@ int main(int argc, char** argv) {
               sms);
   unsigned* sink = nullptr;
   check(cudaMalloc(&sink, 4), "malloc");
+  check(cudaMalloc(&g_acts, 8 * 32768 * 2), "malloc");
+  check(cudaMemset(g_acts, 1, 8 * 32768 * 2), "memset");
   for (int64_t k : ks) {
     if (k % 64 != 0) continue;
     const int64_t rows = (int64_t(1) << 30) / (k * 2) / 64 * 64;
@@ -211,6 +234,13 @@ int main(int argc, char** argv) {
     std::printf("  %-34s        %8.1f us  %5.2f TB/s\n", "plain loads, 64-row tiles, 4 ahead",
                 tiles_us, rows * k * 2.0 / tiles_us * 1e-6);
     run_variant<64, 1, 8, 3>("64 rows x 64 k (the GEMV's box)", base, rows, k, sms, sink);
+    run_variant<64, 1, 8, 3, 0, 1, true>("64 x 64 + 1 KB acts (the GEMV's stage)", base, rows,
+                                         k, sms, sink);
+    run_variant<64, 1, 8, 3, 0, 2, true>("  + issued 2 stages at a time", base, rows, k, sms,
+                                         sink);
+    run_variant<64, 1, 8, 3, 0, 4, true>("  + issued 4 stages at a time", base, rows, k, sms,
+                                         sink);
+    run_variant<64, 1, 8, 3, 0, 4>("64 x 64 issued 4 at a time", base, rows, k, sms, sink);
     run_variant<64, 1, 12, 2>("64 rows x 64 k, 12 stages", base, rows, k, sms, sink);
     // Fewer blocks than slots, as the decode GEMVs at one token (gpt-oss FC1 360 and FC2 180,
     // qwen3 FC1 192, mixtral FC2 128): the stream rate against the bytes in flight.

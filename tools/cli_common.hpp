@@ -58,9 +58,11 @@ struct BenchRow {
 struct Floors {
   double copy_bytes_per_s = 0;  // device-to-device copy, read + write bytes counted
   double gemm_flops_per_s = 0;  // dense BF16 GEMM 8192^3 through cuBLAS
+  // A graph of one empty kernel, replayed and timed as the bench's rows (L2 flush before each):
+  // the part of every row that launching the graph takes, whatever runs in it.
+  double launch_us = 0;
   std::string gpu_name;
 };
-Floors measure_floors();
 // How the benchmark empties the 60 MiB L2 before each replay, so weights come from HBM:
 //   kRead  reads 256 MiB (the L2 is left holding clean lines, as after an attention layer that
 //          streamed its KV cache and weights);
@@ -68,6 +70,7 @@ Floors measure_floors();
 //          with the MoE's own reads: up to 60 MiB of extra traffic, a visible share at decode);
 //   kNone  keeps whatever the previous replay left (weights of small layers stay cached).
 enum class L2Flush { kRead, kWrite, kNone };
+Floors measure_floors(L2Flush flush);
 // "read", "write" or "none"; Error(kInvalidArgument) names any other value.
 L2Flush parse_l2_flush(const std::string& text);
 const char* to_string(L2Flush f);

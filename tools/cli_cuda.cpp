@@ -14,6 +14,9 @@
 #include "moekit/status.hpp"
 
 namespace moekit::cli {
+
+cudaError_t launch_empty_kernel(cudaStream_t stream);  // empty_kernel.cu
+
 namespace {
 
 void check(cudaError_t e, const char* what) {
@@ -141,21 +144,22 @@ class L2Flusher {
   cublasHandle_t handle_ = nullptr;
 };
 
-// One forward of `layer` captured on `stream` into an instantiated graph.
-class ForwardGraph {
+// What `body` launches on `stream`, captured into an instantiated graph (one forward of a layer).
+class ReplayGraph {
  public:
-  ForwardGraph(MoeLayer& layer, const ForwardArgs& args, cudaStream_t stream) : stream_(stream) {
+  template <class Body>
+  ReplayGraph(cudaStream_t stream, Body&& body) : stream_(stream) {
     check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
-    layer.forward(args);
+    body();
     check(cudaStreamEndCapture(stream, &graph_), "end capture");
     check(cudaGraphInstantiate(&exec_, graph_, 0), "graph instantiate");
   }
-  ~ForwardGraph() {
+  ~ReplayGraph() {
     cudaGraphExecDestroy(exec_);
     cudaGraphDestroy(graph_);
   }
-  ForwardGraph(const ForwardGraph&) = delete;
-  ForwardGraph& operator=(const ForwardGraph&) = delete;
+  ReplayGraph(const ReplayGraph&) = delete;
+  ReplayGraph& operator=(const ReplayGraph&) = delete;
   void launch() { check(cudaGraphLaunch(exec_, stream_), "graph launch"); }
 
  private:
@@ -164,19 +168,9 @@ class ForwardGraph {
   cudaGraphExec_t exec_ = nullptr;
 };
 
-void bench_layer_on_device(MoeLayer& layer, const HostInputs& in, L2Flush flush_mode, BenchRow& row,
-                           int trace_replays) {
-  int device = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice");
-  DeviceInputs d(layer.spec(), in, device);
-  cudaStream_t stream;
-  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  d.args.stream = stream;
-  layer.forward(d.args);  // eager warm-up; the graph below replays the same work
-  check(cudaStreamSynchronize(stream), "warm-up forward");
-  throw_if_error(layer.poll_errors());
-  ForwardGraph graph(layer, d.args, stream);
-  L2Flusher flush(flush_mode, stream);
+// Times replays of `graph` on `stream` (each after an L2 flush, between two events): at least
+// 30 and at most 500, until 1.5 s of replays.
+std::vector<double> time_replays(ReplayGraph& graph, L2Flusher& flush, cudaStream_t stream) {
   cudaEvent_t start, stop;
   check(cudaEventCreate(&start), "cudaEventCreate");
   check(cudaEventCreate(&stop), "cudaEventCreate");
@@ -193,10 +187,30 @@ void bench_layer_on_device(MoeLayer& layer, const HostInputs& in, L2Flush flush_
     us.push_back(ms * 1e3);
     total += ms * 1e3;
   }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return us;
+}
+
+void bench_layer_on_device(MoeLayer& layer, const HostInputs& in, L2Flush flush_mode, BenchRow& row,
+                           int trace_replays) {
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  DeviceInputs d(layer.spec(), in, device);
+  cudaStream_t stream;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  d.args.stream = stream;
+  layer.forward(d.args);  // eager warm-up; the graph below replays the same work
+  check(cudaStreamSynchronize(stream), "warm-up forward");
+  throw_if_error(layer.poll_errors());
+  const auto forward = [&] { layer.forward(d.args); };
+  ReplayGraph graph(stream, forward);
+  L2Flusher flush(flush_mode, stream);
+  const std::vector<double> us = time_replays(graph, flush, stream);
   throw_if_error(layer.poll_errors());
   if (trace_replays > 0) {
     KernelTracer tracer;
-    ForwardGraph traced(layer, d.args, stream);  // captured under the tracer
+    ReplayGraph traced(stream, forward);  // captured under the tracer
     for (int rep = 0; rep < trace_replays; ++rep) {  // as the timed loop: flush, replay, wait
       flush.run(rep);
       traced.launch();
@@ -208,12 +222,10 @@ void bench_layer_on_device(MoeLayer& layer, const HostInputs& in, L2Flush flush_
   row.median_us = quantile(us, 0.5);
   row.p10_us = quantile(us, 0.1);
   row.p90_us = quantile(us, 0.9);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   cudaStreamDestroy(stream);
 }
 
-Floors measure_floors() {
+Floors measure_floors(L2Flush flush_mode) {
   Floors f;
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
@@ -248,6 +260,16 @@ Floors measure_floors() {
     }, 10);
     cublasDestroy(h);
     f.gemm_flops_per_s = 2.0 * n * double(n) * n / s;
+  }
+  {  // Launching a graph: one empty kernel, replayed as the rows are.
+    cudaStream_t stream;
+    check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    {
+      ReplayGraph graph(stream, [&] { check(launch_empty_kernel(stream), "the empty kernel"); });
+      L2Flusher flush(flush_mode, stream);
+      f.launch_us = quantile(time_replays(graph, flush, stream), 0.5);
+    }
+    cudaStreamDestroy(stream);
   }
   return f;
 }

@@ -10,5 +10,5 @@ namespace {
 }  // namespace
 RunResult run_layer_on_device(MoeLayer&, const HostInputs&) { no_cuda("running on the device"); }
 void bench_layer_on_device(MoeLayer&, const HostInputs&, L2Flush, BenchRow&, int) { no_cuda("moekit bench"); }
-Floors measure_floors() { no_cuda("moekit bench"); }
+Floors measure_floors(L2Flush) { no_cuda("moekit bench"); }
 }  // namespace moekit::cli

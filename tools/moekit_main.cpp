@@ -219,9 +219,11 @@ int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& f
     std::string p;
     while (std::getline(ss, p, ',')) presets.push_back(p);
   }
-  const Floors floors = measure_floors();
-  std::printf("# moekit bench on %s; floors: copy %.2f TB/s (read+write), BF16 GEMM %.0f TFLOP/s (cuBLAS 8192^3)\n",
-              floors.gpu_name.c_str(), floors.copy_bytes_per_s / 1e12, floors.gemm_flops_per_s / 1e12);
+  const Floors floors = measure_floors(flush);
+  std::printf("# moekit bench on %s; floors: copy %.2f TB/s (read+write), BF16 GEMM %.0f TFLOP/s (cuBLAS 8192^3), "
+              "graph launch %.1f us (an empty kernel's replay, timed as the rows)\n",
+              floors.gpu_name.c_str(), floors.copy_bytes_per_s / 1e12, floors.gemm_flops_per_s / 1e12,
+              floors.launch_us);
   std::printf(
       "# median of graph replays, L2 flush before each: %s; routing included; random routing; "
       "workspace for %lld tokens\n",
@@ -283,7 +285,8 @@ int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& f
   if (!json_path.empty()) {
     nlohmann::json doc = {{"gpu", floors.gpu_name},
                           {"environment", Environment::detected().fingerprint()},
-                          {"floors", {{"copy_bytes_per_s", floors.copy_bytes_per_s}, {"gemm_flops_per_s", floors.gemm_flops_per_s}}},
+                          {"floors", {{"copy_bytes_per_s", floors.copy_bytes_per_s}, {"gemm_flops_per_s", floors.gemm_flops_per_s},
+                                      {"graph_launch_us", floors.launch_us}}},
                           {"rows", rows}};
     std::ofstream f(json_path);
     if (!f) throw Error(ErrorCode::kIo, "cannot write " + json_path);

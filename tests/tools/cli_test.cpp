@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "moekit/io.hpp"
@@ -84,6 +85,20 @@ TEST(Cli, BenchTraceListsTheForwardsKernels) {
   ASSERT_NE(head, std::string::npos) << r.out;
   EXPECT_NE(r.out.find("permute", head), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("finalize", head), std::string::npos) << r.out;
+}
+
+// bench measures the launch floor (an empty kernel's graph replay) and reports it in its header
+// and JSON beside the copy and GEMM floors.
+TEST(Cli, BenchReportsTheGraphLaunchFloor) {
+  const std::string reason = moekit::devtest::gpu_skip_reason();
+  if (!reason.empty()) GTEST_SKIP() << reason;
+  const std::string json = tmp_dir() + "/launch.json";
+  Ran r = moekit("bench --preset qwen3-30b-a3b --experts 8 --hidden 256 --intermediate 128 "
+                 "--tokens 2 --json " + json);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("graph launch"), std::string::npos) << r.out;
+  const nlohmann::json doc = nlohmann::json::parse(slurp(json));
+  EXPECT_GT(doc.at("floors").at("graph_launch_us").get<double>(), 0.0) << doc.dump();
 }
 #endif
 
