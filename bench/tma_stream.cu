@@ -47,7 +47,9 @@ constexpr int kConsumers = 4;
 // kGroup > 1: the producer waits until kGroup stages are free and then issues them back to back,
 // so that kGroup consecutive 128-byte pieces of each row are asked for together (a DRAM page
 // opened once for them) while the stage's layout stays the GEMV's. kActs: every stage also
-// copies 1 KB of activations (8 rows x 64 k of a small matrix the L2 keeps), as the GEMV does.
+// copies the 8 token rows of activations for its k (1 KB per 64 k, from a small matrix the L2
+// keeps), as the GEMV does; with 16 x 256 stages that is 4 KB per 8 KB of weights, what a layout
+// with one consumer warp per stage would load.
 template <int kRows, int kBoxes, int kStages, int kPerSm, int kLdgAhead = 0, int kGroup = 1,
           bool kActs = false>
 __global__ void __launch_bounds__((kConsumers + 1) * 32, kPerSm)
@@ -55,7 +57,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 32, kPerSm)
                       const uint4* raw, int rows, int k, unsigned* sink) {
   static_assert(kRows * kBoxes * kBoxK * 2 == kStageBytes);
   static_assert(kStages % kGroup == 0);
-  constexpr int kActStage = kActs ? 1024 : 0;
+  constexpr int kActStage = kActs ? 1024 * kBoxes : 0;
   extern __shared__ __align__(1024) uint8_t smem[];
   __shared__ uint64_t full[kStages], empty[kStages];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -79,10 +81,12 @@ __global__ void __launch_bounds__((kConsumers + 1) * 32, kPerSm)
                                          smem + stage * kStageBytes + b * kRows * 128,
                                          (j * kBoxes + b) * kBoxK, t * kRows);
           if constexpr (kActs)
-            cute::SM90_TMA_LOAD_2D::copy(&acts, &full[stage],
-                                         uint64_t(cute::TMA::CacheHintSm90::EVICT_LAST),
-                                         smem + kStages * kStageBytes + stage * kActStage,
-                                         j * kBoxK, 0);
+            for (int b = 0; b < kBoxes; ++b)
+              cute::SM90_TMA_LOAD_2D::copy(&acts, &full[stage],
+                                           uint64_t(cute::TMA::CacheHintSm90::EVICT_LAST),
+                                           smem + kStages * kStageBytes + stage * kActStage +
+                                               b * 1024,
+                                           (j * kBoxes + b) * kBoxK, 0);
           if (++stage == kStages) stage = 0, phase ^= 1;
         }
     return;
@@ -178,7 +182,7 @@ template <int kRows, int kBoxes, int kStages, int kPerSm, int kLdgAhead = 0, int
 void run_variant(const char* name, void* base, int64_t rows, int64_t k, int sms, unsigned* sink,
                  MapStyle style = {}, int blocks = 0) {
   const auto kernel = tma_stream_kernel<kRows, kBoxes, kStages, kPerSm, kLdgAhead, kGroup, kActs>;
-  const int smem = kStages * (kStageBytes + (kActs ? 1024 : 0)) + 1024;
+  const int smem = kStages * (kStageBytes + (kActs ? 1024 * kBoxes : 0)) + 1024;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), "attr");
   int per_sm = 0;
   check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, (kConsumers + 1) * 32,
@@ -255,7 +259,15 @@ int main(int argc, char** argv) {
                              {CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B});
     run_variant<64, 1, 8, 3>("64 x 64, no swizzle", base, rows, k, sms, sink,
                              {CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B});
-    if (k % 256 == 0) run_variant<16, 4, 8, 3>("16 rows x 256 k", base, rows, k, sms, sink);
+    if (k % 256 == 0) {
+      run_variant<16, 4, 8, 3>("16 rows x 256 k", base, rows, k, sms, sink);
+      // With their activations (4 KB a stage), at the GEMV's shared memory (72 KB a block) or
+      // at 2 blocks per SM.
+      run_variant<16, 4, 6, 3, 0, 1, true>("16 x 256 + 4 KB acts, 6 stages", base, rows, k, sms,
+                                           sink);
+      run_variant<16, 4, 9, 2, 0, 1, true>("16 x 256 + 4 KB acts, 9 st., 2/SM", base, rows, k,
+                                           sms, sink);
+    }
     if (k % 512 == 0) run_variant<8, 8, 8, 3>("8 rows x 512 k", base, rows, k, sms, sink);
     // The same bytes as [rows * k / 64, 64]: every box 8 KB contiguous.
     run_variant<64, 1, 8, 3>("contiguous 8 KB boxes", base, rows * k / 64, 64, sms, sink);
