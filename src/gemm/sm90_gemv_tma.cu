@@ -616,7 +616,7 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
       // Each block's first item is its own (blockIdx.x), so that its first weight request waits
       // for no L2 atomic; the counter hands out the rest from gridDim.x on. Session 46, 3 rounds
       // x 2 calls against the counter alone: qwen3 T=2-8 -0.3 to -0.8 us, deepseek -0.6 to -1.1,
-      // mixtral T=4 +1.0, the rest within 1 us either way.
+      // mixtral T=4 +1.0 (even on a third machine), the rest within 1 us either way.
       for (int first = blockIdx.x;; first = -1) {
         const int item = ring.take_and_publish(next_item, items, first, gridDim.x);
         if (item < 0) break;
