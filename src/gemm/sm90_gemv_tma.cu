@@ -102,8 +102,8 @@ __device__ __forceinline__ Walk walk_of(const GemvParams& p, int live) {
 }
 
 // Item ids handed from the producer thread to the consumer warps through kSlots slots, taken
-// one at a time from a counter: a block takes its next item only once a slot is free.
-// -1: no more items.
+// one at a time from a counter (the chained kernel's first one per block is the block's own):
+// a block takes its next item only once a slot is free. -1: no more items.
 template <int kSlots>
 struct ItemRing {
   uint64_t* full;   // [kSlots]: the id is written
