@@ -101,9 +101,10 @@ __device__ __forceinline__ Walk walk_of(const GemvParams& p, int live) {
   return Walk{live, p.row_tiles, (p.k + kBoxK - 1) / kBoxK};
 }
 
-// Item ids handed from the producer thread to the consumer warps through kSlots slots, taken
-// one at a time from a counter (the chained kernel's first one per block is the block's own):
-// a block takes its next item only once a slot is free. -1: no more items.
+// Item ids handed from the producer thread to the consumer warps through kSlots slots: a
+// block's first item is its own (blockIdx.x), taken without waiting for an L2 atomic; the rest
+// come one at a time from a counter, from gridDim.x on. A block takes its next item only once a
+// slot is free. -1: no more items.
 template <int kSlots>
 struct ItemRing {
   uint64_t* full;   // [kSlots]: the id is written
@@ -111,6 +112,7 @@ struct ItemRing {
   int* ids;         // [kSlots]
   int slot = 0;
   uint32_t phase = 0;
+  bool took_first = false;
 
   __device__ static void init(uint64_t* full, uint64_t* empty, int consumers) {  // one thread
     for (int s = 0; s < kSlots; ++s) {
@@ -124,12 +126,12 @@ struct ItemRing {
       phase ^= 1;
     }
   }
-  // The producer thread: the next id, published; -1 once it passes `items`. The id is `first`
-  // where that is >= 0 (no atomic), else *counter's next plus `offset` (the span of the ids that
-  // were handed out as firsts).
-  __device__ int take_and_publish(int* counter, int items, int first = -1, int offset = 0) {
+  // The producer thread: the next id, published; -1 once it passes `items`. `counter` is zero
+  // before the kernel.
+  __device__ int take_and_publish(int* counter, int items) {
     EmptyBarrier::wait(&empty[slot], phase ^ 1);
-    int id = first >= 0 ? first : atomicAdd(counter, 1) + offset;
+    int id = took_first ? atomicAdd(counter, 1) + int(gridDim.x) : int(blockIdx.x);
+    took_first = true;
     if (id >= items) id = -1;
     ids[slot] = id;
     EmptyBarrier::arrive(&full[slot]);
@@ -613,12 +615,11 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
       typename Producer::Noted noted[kStages];
       Producer prod(sm, noted, done, s_opened, !p1.offsets_ready);
       prod.counters_at_flag = kTokenRows || p1.one_row != 0;
-      // Each block's first item is its own (blockIdx.x), so that its first weight request waits
-      // for no L2 atomic; the counter hands out the rest from gridDim.x on. Session 46, 3 rounds
-      // x 2 calls against the counter alone: qwen3 T=2-8 -0.3 to -0.8 us, deepseek -0.6 to -1.1,
-      // mixtral T=4 +1.0 (even on a third machine), the rest within 1 us either way.
-      for (int first = blockIdx.x;; first = -1) {
-        const int item = ring.take_and_publish(next_item, items, first, gridDim.x);
+      // ItemRing's first item per block is the block's own. Session 46, 3 rounds x 2 calls
+      // against the counter alone: qwen3 T=2-8 -0.3 to -0.8 us, deepseek -0.6 to -1.1, mixtral
+      // T=4 +1.0 (even on a third machine), the rest within 1 us either way.
+      for (;;) {
+        const int item = ring.take_and_publish(next_item, items);
         if (item < 0) break;
         if (item < items1)
           prod.item(p1, fc1, sm.active, item, &w1, &a1, -1, 0, kTokenRows || p1.one_row != 0,
