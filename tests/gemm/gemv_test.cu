@@ -812,9 +812,10 @@ TEST_F(GemvPdlSanitizer, CountedItemsEqualFixedShares) {
     const std::vector<int32_t> counters = c.counted_launches(stream);
     EXPECT_EQ(c.first_difference(), "");
     EXPECT_EQ(c.unwritten(), 0);
-    // Each block takes ids until one passes the end: items + grid.
-    EXPECT_GT(counters[0], 256 * 8);
-    EXPECT_GT(counters[1], 256 * 16);
+    // A block's first id is its own; it takes the rest from the counter (from the grid on)
+    // until one passes the end: (items - grid) + grid takes, exactly the items.
+    EXPECT_EQ(counters[0], 256 * 8);
+    EXPECT_EQ(counters[1], 256 * 16);
   }
   cudaStreamDestroy(stream);
 }
