@@ -12,8 +12,10 @@
 // - kDeepSeekV3: a group's score is the sum of its two best selection scores (its one score when
 //   a group holds a single expert); weights are the plain sigmoid scores (no bias), divided by
 //   (their sum + 1e-20) when renormalize, as in the DeepSeek-V3 reference code.
-// - Weights are computed in double and rounded once to fp32; routed_scaling_factor multiplies
-//   the weights of every method.
+// - Softmax weights: each term exp(logit - max) in fp32 (routing/softmax_math.hpp, the same bits
+//   as the device's), the sum of the terms in double, then term / sum * routed_scaling_factor in
+//   fp32. Sigmoid weights are computed in double and rounded once to fp32. The scaling factor
+//   multiplies the weights of every method.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include "routing/routing.hpp"
+#include "routing/softmax_math.hpp"
 
 namespace moekit::routing {
 namespace {
@@ -54,10 +57,9 @@ void softmax_weights(const float* keys, int64_t n, const float* all_keys, int64_
     return;
   }
   double denom = 0.0;
-  for (int64_t i = 0; i < all_n; ++i) denom += std::exp(static_cast<double>(all_keys[i]) - mx);
-  for (int64_t i = 0; i < n; ++i) {
-    w[i] = static_cast<float>(std::exp(static_cast<double>(keys[i]) - mx) / denom * scale);
-  }
+  for (int64_t i = 0; i < all_n; ++i) denom += exp_nonpositive(all_keys[i] - mx);
+  for (int64_t i = 0; i < n; ++i)
+    w[i] = softmax_weight(exp_nonpositive(keys[i] - mx), denom, static_cast<float>(scale));
 }
 
 Status check_args(const RoutingParams& p, int64_t tokens, int64_t experts, int64_t top_k,

@@ -1,7 +1,8 @@
 // The per-token routing of one warp, shared by route_device() and the fused permute kernels so
 // the selection rules exist once on the device. Semantics: routing_host.cpp (route_host), which
-// it mirrors operation for operation: sigmoid and softmax in double, rounded once to fp32, so
-// ids and weights match the host bit for bit (up to the summation order of the full softmax).
+// it mirrors operation for operation (sigmoids in double, rounded once to fp32; softmax terms in
+// fp32 through routing/softmax_math.hpp, their sum in double), so ids and weights match the host
+// bit for bit (up to the summation order of the full softmax's sum).
 // Lane l holds experts l, l + 32, ...; after route_token() lane s < top_k holds slot s.
 #pragma once
 #include <cstdint>
@@ -10,6 +11,7 @@
 
 #include "moekit/types.hpp"
 #include "routing/routing_device.hpp"
+#include "routing/softmax_math.hpp"
 
 namespace moekit::routing::warp {
 
@@ -231,21 +233,19 @@ __device__ Slot route_token(const DeviceRouting& r, const Logits<kPerLane>& logi
     sk[kPerLane - 1] = taken ? 0u : sk[kPerLane - 1];
   }
 
-  // Weights, in double as on the host; sums over the k slots run in slot order.
+  // Weights as on the host; sums over the k slots run in slot order.
   const bool mine = lane < r.top_k && slot.id >= 0;
-  double w = 0.0;
   if (method == static_cast<int>(RoutingMethod::kSoftmaxTopK) ||
       method == static_cast<int>(RoutingMethod::kTopKSoftmax)) {
     const float mx = __shfl_sync(kFull, my_x, 0);  // the first pick holds the largest logit
-    // The slot's own term, computed once for the sum over the k slots and for its weight (a
-    // double exp is a long dependent chain on the one-token critical path).
-    const double ex = mine ? exp(static_cast<double>(my_x) - mx) : 0.0;
+    // The slot's own term, computed once for the sum over the k slots and for its weight.
+    const float ex = mine ? exp_nonpositive(my_x - mx) : 0.0f;
     double denom = 0.0;
     if (method == static_cast<int>(RoutingMethod::kSoftmaxTopK)) {  // over all experts
       double part = 0.0;
 #pragma unroll
       for (int j = 0; j < kPerLane; ++j)
-        if (lane + 32 * j < r.experts) part += exp(static_cast<double>(x[j]) - mx);
+        if (lane + 32 * j < r.experts) part += exp_nonpositive(x[j] - mx);
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) part += __shfl_xor_sync(kFull, part, o);
       denom = part;
@@ -254,8 +254,11 @@ __device__ Slot route_token(const DeviceRouting& r, const Logits<kPerLane>& logi
       for (int i = 0; i < r.top_k; ++i) denom += __shfl_sync(kFull, ex, i);
     }
     // Every logit -inf (or NaN): zeros, not NaN.
-    w = mx == -INFINITY ? 0.0 : ex / denom * r.scale;
-  } else if (deepseek) {
+    slot.weight = mine && mx != -INFINITY ? softmax_weight(ex, denom, r.scale) : 0.0f;
+    return slot;
+  }
+  double w = 0.0;
+  if (deepseek) {
     const float s = !mine ? 0.0f : pre.sigmoid != nullptr ? pre.sigmoid[slot.id] : sigmoid_f(my_x);
     double denom = 1.0;
     if (r.renormalize) {
