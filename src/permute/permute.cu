@@ -226,14 +226,14 @@ __device__ void scatter_row(const Args& a, int64_t t, int32_t row, int lane) {
 
 // DeepSeek-V3 at a few tokens, by the whole block, into `pre`: [tokens][E] selection scores,
 // [tokens][E] sigmoids, then [tokens][n_group] group scores, one warp per (token, group). One
-// warp per token would otherwise run all of its 256 double-precision sigmoids and 8 group scans
-// as one dependent chain while the block's other warps wait (~5 us of the T=1 permute, bench/
-// results session 6). Ends with the block synchronized. int indices: tokens <= kPreScoreMaxTokens.
+// warp per token would otherwise run all of its 256 sigmoids and 8 group scans as one dependent
+// chain while the block's other warps wait (~5 us of the T=1 permute with sigmoids in double,
+// bench/results session 6). Ends with the block synchronized. int indices: tokens <= kPreScoreMaxTokens.
 __device__ void score_tokens(const Args& a, float* pre) {
   const int E = a.r.experts, G = a.r.n_group, T = static_cast<int>(a.tokens);
   for (int t = 0; t < T; ++t)
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
-      const float s = routing::warp::sigmoid_f(routing::warp::clean(__ldg(a.logits + t * E + e)));
+      const float s = routing::sigmoid_fp32(routing::warp::clean(__ldg(a.logits + t * E + e)));
       pre[t * E + e] = routing::warp::selection_score(a.r, s, e);
       pre[(T + t) * E + e] = s;
     }

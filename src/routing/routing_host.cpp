@@ -12,10 +12,10 @@
 // - kDeepSeekV3: a group's score is the sum of its two best selection scores (its one score when
 //   a group holds a single expert); weights are the plain sigmoid scores (no bias), divided by
 //   (their sum + 1e-20) when renormalize, as in the DeepSeek-V3 reference code.
-// - Softmax weights: each term exp(logit - max) in fp32 (routing/softmax_math.hpp, the same bits
-//   as the device's), the sum of the terms in double, then term / sum * routed_scaling_factor in
-//   fp32. Sigmoid weights are computed in double and rounded once to fp32. The scaling factor
-//   multiplies the weights of every method.
+// - Weights (routing/weight_math.hpp, the same bits as the device's): each term in fp32 (softmax:
+//   exp(logit - max); DeepSeek-V3 and Llama-4: the sigmoid), the sum that normalizes them in
+//   double, then term / sum * routed_scaling_factor in fp32. The scaling factor multiplies the
+//   weights of every method.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "routing/routing.hpp"
-#include "routing/softmax_math.hpp"
+#include "routing/weight_math.hpp"
 
 namespace moekit::routing {
 namespace {
@@ -32,8 +32,6 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 float key_of(float x) { return std::isnan(x) ? kNegInf : x; }
-
-double sigmoid_d(float x) { return 1.0 / (1.0 + std::exp(-static_cast<double>(x))); }
 
 Status invalid(std::string msg) { return Status(ErrorCode::kInvalidArgument, std::move(msg)); }
 
@@ -59,7 +57,7 @@ void softmax_weights(const float* keys, int64_t n, const float* all_keys, int64_
   double denom = 0.0;
   for (int64_t i = 0; i < all_n; ++i) denom += exp_nonpositive(all_keys[i] - mx);
   for (int64_t i = 0; i < n; ++i)
-    w[i] = softmax_weight(exp_nonpositive(keys[i] - mx), denom, static_cast<float>(scale));
+    w[i] = normalized_weight(exp_nonpositive(keys[i] - mx), denom, static_cast<float>(scale));
 }
 
 Status check_args(const RoutingParams& p, int64_t tokens, int64_t experts, int64_t top_k,
@@ -112,7 +110,7 @@ void route_deepseek_v3(const RoutingParams& p, int64_t experts, int64_t top_k,
                        std::vector<float>& sel, std::vector<int32_t>& cand, int32_t* ids,
                        float* w) {
   for (int64_t e = 0; e < experts; ++e) {
-    score[e] = static_cast<float>(sigmoid_d(key_of(logits[e])));
+    score[e] = sigmoid_fp32(key_of(logits[e]));
     sel[e] = key_of(p.correction_bias ? score[e] + bias[e] : score[e]);
   }
   const int64_t n_group = p.n_group, per_group = experts / n_group;
@@ -141,9 +139,8 @@ void route_deepseek_v3(const RoutingParams& p, int64_t experts, int64_t top_k,
   double sum = 0.0;
   for (int64_t j = 0; j < top_k; ++j) sum += score[ids[j]];
   const double denom = p.renormalize ? sum + 1e-20 : 1.0;
-  for (int64_t j = 0; j < top_k; ++j) {
-    w[j] = static_cast<float>(score[ids[j]] / denom * p.routed_scaling_factor);
-  }
+  for (int64_t j = 0; j < top_k; ++j)
+    w[j] = normalized_weight(score[ids[j]], denom, p.routed_scaling_factor);
 }
 
 }  // namespace
@@ -178,7 +175,7 @@ Status route_host(const RoutingParams& params, int64_t tokens, int64_t experts, 
         softmax_weights(sel_keys.data(), top_k, sel_keys.data(), top_k, scale, w);
         break;
       default:  // kLlama4 (top_k == 1)
-        w[0] = static_cast<float>(sigmoid_d(sel_keys[0]) * scale);
+        w[0] = normalized_weight(sigmoid_fp32(sel_keys[0]), 1.0, static_cast<float>(scale));
         break;
     }
   }

@@ -1,8 +1,8 @@
 // The per-token routing of one warp, shared by route_device() and the fused permute kernels so
 // the selection rules exist once on the device. Semantics: routing_host.cpp (route_host), which
-// it mirrors operation for operation (sigmoids in double, rounded once to fp32; softmax terms in
-// fp32 through routing/softmax_math.hpp, their sum in double), so ids and weights match the host
-// bit for bit (up to the summation order of the full softmax's sum).
+// it mirrors operation for operation (the weights' terms in fp32 through routing/weight_math.hpp,
+// their sums in double), so ids and weights match the host bit for bit (up to the summation order
+// of the full softmax's sum).
 // Lane l holds experts l, l + 32, ...; after route_token() lane s < top_k holds slot s.
 #pragma once
 #include <cstdint>
@@ -11,7 +11,7 @@
 
 #include "moekit/types.hpp"
 #include "routing/routing_device.hpp"
-#include "routing/softmax_math.hpp"
+#include "routing/weight_math.hpp"
 
 namespace moekit::routing::warp {
 
@@ -30,10 +30,6 @@ __device__ __forceinline__ uint32_t order_key(float f) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-__device__ __forceinline__ double sigmoid_d(float x) {
-  return 1.0 / (1.0 + exp(-static_cast<double>(x)));
-}
-
 // Shared-memory index of expert e among the group scores: skewed by one word per 32 so that
 // lanes scanning different groups hit different banks.
 __device__ __forceinline__ int skew(int e) { return e + (e >> 5); }
@@ -47,13 +43,12 @@ __device__ __forceinline__ int warp_argmax(uint32_t key, int id) {
   return static_cast<int>(__reduce_min_sync(kFull, cand));
 }
 
-// DeepSeek-V3 selection score of expert e from its sigmoid s (double, rounded once: also its
-// weight): s plus the correction bias.
+// DeepSeek-V3 selection score of expert e from its sigmoid s (also its weight's term): s plus
+// the correction bias.
 __device__ __forceinline__ float selection_score(const DeviceRouting& r, float s, int e) {
   if (r.correction_bias != nullptr && e < r.experts) s += __ldg(r.correction_bias + e);
   return clean(s);
 }
-__device__ __forceinline__ float sigmoid_f(float x) { return static_cast<float>(sigmoid_d(x)); }
 
 // One token's DeepSeek-V3 scores computed beforehand by the whole block (the fused permute at a
 // few tokens), so the routing warp's chain skips the sigmoids and the group scan. Null: the
@@ -168,7 +163,7 @@ __device__ Slot route_token(const DeviceRouting& r, const Logits<kPerLane>& logi
     for (int j = 0; j < kPerLane; ++j) {
       const int e = lane + 32 * j;
       sel[j] = pre.sel != nullptr ? (e < r.experts ? pre.sel[e] : -INFINITY)
-                                  : selection_score(r, sigmoid_f(x[j]), e);
+                                  : selection_score(r, sigmoid_fp32(x[j]), e);
       key[j] = e < r.experts ? order_key(sel[j]) : 0u;
     }
     if (r.n_group > 1) {
@@ -254,24 +249,23 @@ __device__ Slot route_token(const DeviceRouting& r, const Logits<kPerLane>& logi
       for (int i = 0; i < r.top_k; ++i) denom += __shfl_sync(kFull, ex, i);
     }
     // Every logit -inf (or NaN): zeros, not NaN.
-    slot.weight = mine && mx != -INFINITY ? softmax_weight(ex, denom, r.scale) : 0.0f;
+    slot.weight = mine && mx != -INFINITY ? normalized_weight(ex, denom, r.scale) : 0.0f;
     return slot;
   }
-  double w = 0.0;
+  float s = 0.0f;  // the sigmoid methods' term
+  double denom = 1.0;
   if (deepseek) {
-    const float s = !mine ? 0.0f : pre.sigmoid != nullptr ? pre.sigmoid[slot.id] : sigmoid_f(my_x);
-    double denom = 1.0;
+    s = !mine ? 0.0f : pre.sigmoid != nullptr ? pre.sigmoid[slot.id] : sigmoid_fp32(my_x);
     if (r.renormalize) {
       double sum = 0.0;
 #pragma unroll 8
       for (int i = 0; i < r.top_k; ++i) sum += __shfl_sync(kFull, s, i);
       denom = sum + 1e-20;
     }
-    w = s / denom * r.scale;
   } else {  // kLlama4
-    w = sigmoid_d(my_x) * r.scale;
+    s = sigmoid_fp32(my_x);
   }
-  slot.weight = mine ? static_cast<float>(w) : 0.0f;
+  slot.weight = mine ? normalized_weight(s, denom, r.scale) : 0.0f;
   return slot;
 }
 

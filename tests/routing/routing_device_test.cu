@@ -1,7 +1,7 @@
 // Device routing (route_device) against route_host for every method on fresh random logits
 // (NaN and -inf sprinkled in), on logits built for exact ties, for E up to 512 and tokens 1, 7,
-// 64, 513 and 4096. Ids must match exactly; weights exactly for top-k softmax, else to a few
-// fp32 ulps (the host sums the full softmax in another order; sigmoids use the libraries' exp).
+// 64, 513 and 4096. Ids must match exactly; weights exactly, except the full softmax's to a few
+// fp32 ulps (the host sums its terms in another order).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,7 +14,7 @@
 
 #include "routing/routing.hpp"
 #include "routing/routing_device.hpp"
-#include "routing/softmax_math.hpp"
+#include "routing/weight_math.hpp"
 #include "support/gpu.hpp"
 
 namespace moekit::routing {
@@ -93,38 +93,43 @@ float float_of(uint32_t u) {
   return f;
 }
 
-__global__ void softmax_math_kernel(const float* d, float* term, float* weight, int n) {
+// Per argument d: exp_nonpositive(d), a weight from it, sigmoid_fp32(d) and sigmoid_fp32(-d).
+constexpr int kWeightMathOuts = 4;
+struct WeightMathOuts {
+  float v[kWeightMathOuts];
+};
+__host__ __device__ WeightMathOuts weight_math_of(float d) {
+  const float t = exp_nonpositive(d);
+  return {{t, normalized_weight(t, 1.0 + static_cast<double>(-d), 1.5f), sigmoid_fp32(d),
+           sigmoid_fp32(-d)}};
+}
+__global__ void weight_math_kernel(const float* d, float* out, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  term[i] = exp_nonpositive(d[i]);
-  weight[i] = softmax_weight(term[i], 1.0 + static_cast<double>(-d[i]), 1.5f);
+  const WeightMathOuts o = weight_math_of(d[i]);
+  for (int j = 0; j < kWeightMathOuts; ++j) out[i * kWeightMathOuts + j] = o.v[j];
 }
 
-// The softmax term and weight give the host's bits on the GPU (no contraction, no approximate
-// divide), over every 4099th float of [-88, 0] and the edges.
-TEST_F(RoutingDeviceTest, SoftmaxMathMatchesHostBitForBit) {
+// The weights' fp32 arithmetic gives the host's bits on the GPU (no contraction, no approximate
+// divide), over every 4099th float of [-88, 0] (the sigmoid at both signs) and the edges.
+TEST_F(RoutingDeviceTest, WeightMathMatchesHostBitForBit) {
   std::vector<float> d = {0.0f, -0.0f, -87.0f, -87.5f, -INFINITY, NAN};
   for (uint32_t bits = 0x80000000u; bits <= bits_of(-88.0f); bits += 4099)
     d.push_back(float_of(bits));
   const int n = static_cast<int>(d.size());
-  DeviceBuffer d_d = to_device(d), d_term(d.size() * 4), d_weight(d.size() * 4);
-  d_term.poison();
-  d_weight.poison();
-  softmax_math_kernel<<<(n + 255) / 256, 256>>>(d_d.as<float>(), d_term.as<float>(),
-                                                 d_weight.as<float>(), n);
+  DeviceBuffer d_d = to_device(d), d_out(d.size() * kWeightMathOuts * 4);
+  d_out.poison();
+  weight_math_kernel<<<(n + 255) / 256, 256>>>(d_d.as<float>(), d_out.as<float>(), n);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const auto term = to_host<float>(d_term.ptr, d.size());
-  const auto weight = to_host<float>(d_weight.ptr, d.size());
+  const auto got = to_host<float>(d_out.ptr, d.size() * kWeightMathOuts);
   int bad = 0;
   for (int i = 0; i < n; ++i) {
-    const float want_t = exp_nonpositive(d[i]);
-    const float want_w = softmax_weight(want_t, 1.0 + static_cast<double>(-d[i]), 1.5f);
-    const bool same = bits_of(term[i]) == bits_of(want_t) &&
-                      (bits_of(weight[i]) == bits_of(want_w) ||
-                       (std::isnan(weight[i]) && std::isnan(want_w)));
-    if (!same && ++bad <= 3)
-      ADD_FAILURE() << "d " << d[i] << ": device " << term[i] << " / " << weight[i] << ", host "
-                    << want_t << " / " << want_w;
+    const WeightMathOuts want = weight_math_of(d[i]);
+    for (int j = 0; j < kWeightMathOuts; ++j) {
+      const float g = got[i * kWeightMathOuts + j], w = want.v[j];
+      if (bits_of(g) != bits_of(w) && !(std::isnan(g) && std::isnan(w)) && ++bad <= 3)
+        ADD_FAILURE() << "d " << d[i] << " output " << j << ": device " << g << ", host " << w;
+    }
   }
   EXPECT_EQ(bad, 0);
 }
@@ -173,10 +178,10 @@ TEST_F(RoutingDeviceTest, MatchesHostForEveryMethod) {
                             << got_ids[i] << ", host " << ids[i];
             continue;
           }
-          // Top-k softmax sums its k terms in slot order on both sides: the same bits.
-          const float tol = c.params.method == RoutingMethod::kTopKSoftmax
-                                ? 0.0f
-                                : 4e-7f * std::fabs(w[i]) + 1e-30f;
+          // Every sum but the full softmax's runs in slot order on both sides: the same bits.
+          const float tol = c.params.method == RoutingMethod::kSoftmaxTopK
+                                ? 4e-7f * std::fabs(w[i]) + 1e-30f
+                                : 0.0f;
           if (!(std::fabs(got_w[i] - w[i]) <= tol) && ++bad_w <= 3)
             ADD_FAILURE() << "token " << i / k << " slot " << i % k << ": device weight "
                           << got_w[i] << ", host " << w[i];

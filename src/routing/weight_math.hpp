@@ -1,9 +1,10 @@
-// The softmax weights' arithmetic, one definition for the host reference (routing_host.cpp) and
+// The routing weights' arithmetic, one definition for the host reference (routing_host.cpp) and
 // the routing warp (routing_warp.cuh), so both give the same bits. Every step is a single IEEE
 // operation (fmaf, float multiply, add, divide, rintf), which rounds the same on the CPU and the
 // GPU; nothing is left for a compiler to contract.
 // Why not exp() in double, as until session 48: on the one-token critical path a double exp and
-// a double divide were 0.55-0.7 us of a token's routing (session 47, call 6).
+// a double divide were 0.55-0.7 us of a token's routing (session 47, call 6); the fp32 softmax
+// took 0.3-0.6 us off every softmax preset's decode rows (session 48, call 2).
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -38,9 +39,17 @@ MOEKIT_HD float exp_nonpositive(float d) {
   return e * two_n;
 }
 
-// One slot's weight from its term exp(x - max) and the sum of the terms (accumulated in double,
-// so that the full softmax's sum, added in another order on the GPU, still rounds alike).
-MOEKIT_HD float softmax_weight(float term, double denom, float scale) {
+// 1 / (1 + exp(-x)) through exp of -|x| only (nothing overflows); NaN gives 0, as -inf does.
+MOEKIT_HD float sigmoid_fp32(float x) {
+  if (x >= 0.0f) return 1.0f / (1.0f + exp_nonpositive(-x));
+  const float t = exp_nonpositive(x);
+  return t / (1.0f + t);
+}
+
+// One slot's weight from its term (softmax: exp(x - max); sigmoid methods: the sigmoid) and the
+// sum it is normalized by (accumulated in double, so that the full softmax's sum, added in
+// another order on the GPU, still rounds alike; 1 where nothing normalizes).
+MOEKIT_HD float normalized_weight(float term, double denom, float scale) {
   return term / static_cast<float>(denom) * scale;
 }
 
