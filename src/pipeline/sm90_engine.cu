@@ -454,9 +454,10 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   const std::string& fc1_tactic = gathering ? fc1_gathering : fc1_picked;
   // From two tokens up to the GEMV's 8 token columns, the chained FC1 reads the tokens' own rows
   // where that pays (GroupedGemm::token_rows_pay), and nothing is gathered. The chained kernel
-  // then follows the permute's end, not its flag: starting at the flag was 0.25-0.6 us slower
-  // on qwen3 with a PDL wait per FC1 chunk (session 26), and even with one per warp (session 27,
-  // 3 rounds): without a gather, the permute has little left to do after its flag.
+  // starts at the permute's flag, its stores after one PDL wait per consumer warp: the flag comes
+  // ~1.6 us before the permute's end lets a waiting kernel go (session 49's stamps, qwen3 T=8),
+  // and starting there gained qwen3 T=2 / 4 0.3-0.4 us, even at T=8 and on mixtral (session 49,
+  // 3 rounds; even in session 27, slower with a wait per FC1 chunk in session 26).
   const bool token_rows = options_.token_rows && chain && T >= 2 &&
                           T <= gemm::GroupedGemm::kMaxTokenRows &&
                           fc1_->token_rows_pay(fc1_tactic);
@@ -465,7 +466,7 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   // elsewhere (CUTLASS) the permute leaves the flag alone: its fences would only delay FC1.
   const permute::OffsetsFinal ready = permute::offsets_final_for_next_kernel(
       pcfg_, T, permute::Path::kAuto, in.gather);
-  const bool at_flag = ready == permute::OffsetsFinal::kAtFlag && !token_rows &&
+  const bool at_flag = ready == permute::OffsetsFinal::kAtFlag &&
                        fc1_->reads_row_offsets(fc1_tactic);
   permute::Buffers buffers = pbuf_;
   if (!at_flag) buffers.offsets_flag = nullptr;
