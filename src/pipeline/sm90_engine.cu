@@ -455,9 +455,10 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   // From two tokens up to the GEMV's 8 token columns, the chained FC1 reads the tokens' own rows
   // where that pays (GroupedGemm::token_rows_pay), and nothing is gathered. The chained kernel
   // starts at the permute's flag, its stores after one PDL wait per consumer warp: the flag comes
-  // ~1.6 us before the permute's end lets a waiting kernel go (session 49's stamps, qwen3 T=8),
-  // and starting there gained qwen3 T=2 / 4 0.3-0.4 us, even at T=8 and on mixtral (session 49,
-  // 3 rounds; even in session 27, slower with a wait per FC1 chunk in session 26).
+  // 1-1.6 us before the permute's end lets a waiting kernel go (qwen3 T=8, session 49's stamps,
+  // whose own L2 loads add up to ~0.5 us), and starting there gained qwen3 T=2 / 4 0.3-0.4 us,
+  // even at T=8 and on mixtral (session 49, 3 rounds; even in session 27, slower with a wait per
+  // FC1 chunk in session 26).
   const bool token_rows = options_.token_rows && chain && T >= 2 &&
                           T <= gemm::GroupedGemm::kMaxTokenRows &&
                           fc1_->token_rows_pay(fc1_tactic);
