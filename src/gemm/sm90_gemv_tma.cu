@@ -35,6 +35,7 @@
 
 #include "gemm/gemv_common.cuh"
 #include "gemm/live_groups.cuh"
+#include "pipeline/block_use.hpp"
 #include "pipeline/pdl.cuh"
 
 namespace moekit::gemm::detail {
@@ -860,6 +861,13 @@ struct Bound {
   const CUtensorMap* acts;
 };
 
+// How many blocks of one kernel fit on the device at once, and per SM.
+struct Slots {
+  int64_t all = 0;
+  int per_sm = 0;
+  pipeline::BlockUse block;
+};
+
 template <bool kBF16, bool kAct, int kRows, int kStages, int kBlocksPerSm, int kDefaultStages>
 class GemvTmaTactic final : public GemvTacticBase {
   using R = Ring<kRows, kStages>;
@@ -887,6 +895,8 @@ class GemvTmaTactic final : public GemvTacticBase {
     s = size_grid(reinterpret_cast<const void*>(kernel), ctx, R::smem_bytes(ctx.shape.groups),
                   R::kThreads);
     if (!s.ok() || !kAct) return s;
+    s = pipeline::sm_limits(ctx.device, sm_);
+    if (!s.ok()) return Status(s.code(), what_ + ": " + s.message());
     if constexpr (kRows == 64) {  // and the one-token sliced kernel
       s = slots_on_device(reinterpret_cast<const void*>(kSliced<>), ctx, sliced_slots_);
       if (!s.ok()) return s;
@@ -900,8 +910,8 @@ class GemvTmaTactic final : public GemvTacticBase {
   }
 
   // Another kernel of this variant (chained, sliced), with its shared memory: how many of its
-  // blocks fit on the device at once.
-  Status slots_on_device(const void* kernel, const TacticContext& ctx, int64_t& slots) const {
+  // blocks fit on the device at once, and what each holds of its SM.
+  Status slots_on_device(const void* kernel, const TacticContext& ctx, Slots& slots) const {
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(smem_));
     if (err != cudaSuccess) return cuda_status(err, "cudaFuncSetAttribute", what_);
@@ -909,8 +919,23 @@ class GemvTmaTactic final : public GemvTacticBase {
     err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, R::kThreads, smem_);
     if (err != cudaSuccess)
       return cuda_status(err, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", what_);
-    slots = int64_t(std::max(per_sm, 1)) * ctx.sm_count;
-    return {};
+    slots.per_sm = std::max(per_sm, 1);
+    slots.all = int64_t(slots.per_sm) * ctx.sm_count;
+    const Status s = pipeline::block_use_of(kernel, R::kThreads, smem_, slots.block);
+    return s.ok() ? s : Status(s.code(), what_ + ": " + s.message());
+  }
+
+  // The grid's bound for a kernel of this variant. From the permute's flag on, one SM holds the
+  // permute's block until it ends (RunArgs::flag_block): a block that fits only once it ends
+  // would start its first item late, on the forward's critical path, so none is launched.
+  // qwen3 T=8: three tma64 ring blocks of ~76.6 KB per SM, two beside the permute's ~21 KB, 396
+  // blocks -> 395; from 17 tokens the permute's 1024 threads hold all registers (-3). Forward
+  // A/B, one H200, 3 rounds (session 51): qwen3 T=8 -0.3 us, gpt-oss T=2 -0.5, mixtral T=16
+  // -1.3 (wide spread), qwen3 T=2 +0.2, the rest of T=1-64 on three presets within 0.2.
+  int64_t grid_bound(const Slots& slots, const RunArgs& a) const {
+    if (a.offsets_flag == nullptr) return slots.all;
+    return slots.all - slots.per_sm +
+           pipeline::blocks_beside(slots.block, slots.per_sm, a.flag_block, sm_);
   }
 
   // This run's parameters and tensor maps (made again only when their tensors move, so graph
@@ -951,8 +976,8 @@ class GemvTmaTactic final : public GemvTacticBase {
         s = fc2_slices_.map(w2, p_.n / 2, int64_t(p_.groups) * p_.k, kSlice, kSliceRows,
                             CU_TENSOR_MAP_SWIZZLE_128B, "FC2 weights", *this);
       if (!s.ok()) return s;
-      const int grid = static_cast<int>(
-          std::min<int64_t>(sliced_slots_, live_groups(a) * slices_of(p_.row_tiles)));
+      const int grid = static_cast<int>(std::min<int64_t>(grid_bound(sliced_slots_, a),
+                                                          live_groups(a) * slices_of(p_.row_tiles)));
       const cudaError_t err =
           pipeline::launch_pdl(kSliced<>, grid, R::kThreads, smem_, a.stream, *b1.weights,
                                *b1.acts, fc2_slices_.map_, b1.p, partials, next_item);
@@ -976,7 +1001,7 @@ class GemvTmaTactic final : public GemvTacticBase {
   }
 
   int64_t chained_slots(bool token_rows) const override {
-    return kAct ? chained_slots_[token_rows ? 1 : 0] : 0;
+    return kAct ? chained_slots_[token_rows ? 1 : 0].all : 0;
   }
   // FC1 (this, "+act") then FC2 (`next`: the same variant without the activation).
   Status run_chained(const RunArgs& a, Tactic& next, const RunArgs& next_args,
@@ -996,7 +1021,7 @@ class GemvTmaTactic final : public GemvTacticBase {
     if (!s.ok()) return s;
     const int tokens = first.token_rows.rows != nullptr ? 1 : 0;
     const int grid = static_cast<int>(std::min<int64_t>(
-        chained_slots_[tokens],
+        grid_bound(chained_slots_[tokens], first),
         live_groups(a) * (b1.p.row_tiles + b2.p.row_tiles * next_args.k_slices.count)));
     const cudaError_t err =
         pipeline::launch_pdl(kChained[tokens], grid, R::kThreads, smem_, a.stream, *b1.weights,
@@ -1052,8 +1077,10 @@ class GemvTmaTactic final : public GemvTacticBase {
   };
 
   PFN_cuTensorMapEncodeTiled_v12000 encode_ = nullptr;
-  int64_t max_rows_ = 0, chained_slots_[2] = {0, 0};  // [kTokenRows]
-  int64_t sliced_slots_ = 0;
+  int64_t max_rows_ = 0;
+  Slots chained_slots_[2];  // [kTokenRows]
+  Slots sliced_slots_;
+  pipeline::SmLimits sm_;
   // one_row_: RunArgs::one_row, [1, k]; token_rows_: RunArgs::token_rows, [count, k];
   // fc2_slices_: run_sliced's FC2 weights
   TensorMap weights_, acts_, one_row_, token_rows_, fc2_slices_;

@@ -619,6 +619,17 @@ OffsetsFinal offsets_final_for_next_kernel(const Config& c, int64_t tokens, Path
              : OffsetsFinal::kAtItsStart;
 }
 
+Status flag_block_use(const Config& c, int64_t tokens, bool gather, pipeline::BlockUse& out) {
+  out = pipeline::BlockUse{};
+  if (offsets_final_for_next_kernel(c, tokens, Path::kAuto, gather) != OffsetsFinal::kAtFlag)
+    return {};
+  const int warps = single_warps(c.routing.per_lane, tokens);
+  const bool pre_scored = pre_scoring(c) && tokens <= kPreScoreMaxTokens;
+  return pipeline::block_use_of(
+      reinterpret_cast<const void*>(pick_single(c.routing.per_lane, gather, pre_scored)),
+      warps * 32, single_smem(c, warps), out);
+}
+
 Status run(const Config& c, const Buffers& b, int64_t tokens, const Inputs& in,
            cudaStream_t stream, Path path) {
   if (tokens < 0 || tokens > c.max_tokens)
