@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <string>
 
+#include "common/cuda_status.hpp"
 #include "permute/permute.hpp"
 #include "pipeline/pdl.cuh"
 #include "routing/routing_warp.cuh"
@@ -528,11 +529,6 @@ std::size_t scatter_smem(const Config& c, int segments) {
 std::size_t multi_smem(const Config& c) {
   return sizeof(int) * static_cast<std::size_t>(kMultiWarps) *
          static_cast<std::size_t>(c.local_experts + routing_floats(c));
-}
-
-Status cuda_status(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return {};
-  return Status(ErrorCode::kCuda, std::string(what) + " failed: " + cudaGetErrorString(e));
 }
 
 Status load(KernelFn f, std::size_t smem) {

@@ -1,6 +1,7 @@
 // Standalone device routing (routing_device.hpp): one warp per token.
 #include <string>
 
+#include "common/cuda_status.hpp"
 #include "routing/routing_device.hpp"
 #include "routing/routing_warp.cuh"
 
@@ -40,11 +41,6 @@ RouteKernel pick_kernel(int per_lane) {
     case 8: return route_kernel<8>;
     default: return route_kernel<16>;
   }
-}
-
-Status cuda_status(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return {};
-  return Status(ErrorCode::kCuda, std::string(what) + " failed: " + cudaGetErrorString(e));
 }
 
 }  // namespace
