@@ -931,8 +931,7 @@ class GemvTmaTactic final : public GemvTacticBase {
   // qwen3 T=8: three tma64 ring blocks of ~76.6 KB per SM, two beside the permute's ~21 KB, 396
   // blocks -> 395; from 17 tokens the permute's 1024 threads hold all registers (-3). Forward
   // A/Bs on two H200s (session 51): qwen3 T=8 -0.3 / 0 us, gpt-oss T=2 -0.5 / 0, deepseek T=2 /
-  // 8 -1.2 / -0.4, qwen3 T=2 +0.2 / +0.4 (a short routing: the permute ends soon after its
-  // flag), the rest of T=1-64 within 0.2.
+  // 8 -1.2 / -0.4, qwen3 T=2 +0.2 / +0.4 (not explained), the rest of T=1-64 within 0.2.
   int64_t grid_bound(const Slots& slots, const RunArgs& a) const {
     if (a.offsets_flag == nullptr) return slots.all;
     return slots.all - slots.per_sm +
