@@ -28,6 +28,7 @@
 #include <cute/arch/copy_sm90_desc.hpp>
 #include <cute/arch/copy_sm90_tma.hpp>
 
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -931,11 +932,17 @@ class GemvTmaTactic final : public GemvTacticBase {
   // qwen3 T=8: three tma64 ring blocks of ~76.6 KB per SM, two beside the permute's ~21 KB, 396
   // blocks -> 395; from 17 tokens the permute's 1024 threads hold all registers (-3). Forward
   // A/Bs on two H200s (session 51): qwen3 T=8 -0.3 / 0 us, gpt-oss T=2 -0.5 / 0, deepseek T=2 /
-  // 8 -1.2 / -0.4, qwen3 T=2 +0.2 / +0.4 (not explained), the rest of T=1-64 within 0.2.
-  int64_t grid_bound(const Slots& slots, const RunArgs& a) const {
+  // 8 -1.2 / -0.4, qwen3 T=2 +0.2 / +0.4, the rest of T=1-64 within 0.2.
+  // `gated_from`: the first item whose block waits for other blocks' items anyway (the chained
+  // kernel's FC2 items wait for their expert's FC1 items). Where every late block's first item
+  // (its blockIdx.x) is such an item, starting late costs it nothing and it adds a worker, so
+  // the whole grid goes: qwen3 T=2 has at most 16 experts x 24 FC1 items = 384 < 395.
+  int64_t grid_bound(const Slots& slots, const RunArgs& a,
+                     int64_t gated_from = std::numeric_limits<int64_t>::max()) const {
     if (a.offsets_flag == nullptr) return slots.all;
-    return slots.all - slots.per_sm +
-           pipeline::blocks_beside(slots.block, slots.per_sm, a.flag_block, sm_);
+    const int64_t beside = slots.all - slots.per_sm +
+                           pipeline::blocks_beside(slots.block, slots.per_sm, a.flag_block, sm_);
+    return gated_from <= beside ? slots.all : beside;
   }
 
   // This run's parameters and tensor maps (made again only when their tensors move, so graph
@@ -1021,7 +1028,7 @@ class GemvTmaTactic final : public GemvTacticBase {
     if (!s.ok()) return s;
     const int tokens = first.token_rows.rows != nullptr ? 1 : 0;
     const int grid = static_cast<int>(std::min<int64_t>(
-        grid_bound(chained_slots_[tokens], first),
+        grid_bound(chained_slots_[tokens], first, live_groups(a) * b1.p.row_tiles),
         live_groups(a) * (b1.p.row_tiles + b2.p.row_tiles * next_args.k_slices.count)));
     const cudaError_t err =
         pipeline::launch_pdl(kChained[tokens], grid, R::kThreads, smem_, a.stream, *b1.weights,
