@@ -156,7 +156,7 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 RunArgs run_args(const GroupedGemm::GemmCall& c, const int32_t* row_offsets,
                  cudaStream_t stream) {
   return RunArgs{c.a, c.b, c.d, row_offsets, stream, c.offsets_ready, c.offsets_flag, c.one_row,
-                 c.item_counter, c.rows_bound, c.token_rows, c.k_slices, c.flag_block};
+                 c.item_counter, c.rows_bound, c.token_rows, c.k_slices};
 }
 
 }  // namespace

@@ -13,7 +13,6 @@
 
 #include "activation/activation_math.hpp"
 #include "moekit/status.hpp"
-#include "pipeline/block_use.hpp"
 
 namespace moekit::gemm {
 
@@ -156,10 +155,6 @@ class GroupedGemm {
     // runs while this one starts (the permute, permute::OffsetsFinal::kAtFlag). The GEMV waits
     // for it instead of the previous kernel before it reads them; other tactics ignore it.
     const uint32_t* offsets_flag = nullptr;
-    // With offsets_flag: the block of the kernel that sets it (permute::flag_block_use), which
-    // holds its SM until that kernel ends; the TMA GEMV's grid leaves out its blocks that fit
-    // there only afterwards. No threads: none.
-    pipeline::BlockUse flag_block;
     // Or null: every row of `a` is this one row (device, [k], 16-byte aligned): one token sent
     // to each of its experts. The TMA GEMV then reads it instead of `a`, and as the kernel
     // before must neither write it nor read `d`, it waits for that kernel only for the offsets

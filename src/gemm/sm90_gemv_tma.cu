@@ -28,7 +28,6 @@
 #include <cute/arch/copy_sm90_desc.hpp>
 #include <cute/arch/copy_sm90_tma.hpp>
 
-#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -36,7 +35,6 @@
 
 #include "gemm/gemv_common.cuh"
 #include "gemm/live_groups.cuh"
-#include "pipeline/block_use.hpp"
 #include "pipeline/pdl.cuh"
 
 namespace moekit::gemm::detail {
@@ -862,13 +860,6 @@ struct Bound {
   const CUtensorMap* acts;
 };
 
-// How many blocks of one kernel fit on the device at once, and per SM.
-struct Slots {
-  int64_t all = 0;
-  int per_sm = 0;
-  pipeline::BlockUse block;
-};
-
 template <bool kBF16, bool kAct, int kRows, int kStages, int kBlocksPerSm, int kDefaultStages>
 class GemvTmaTactic final : public GemvTacticBase {
   using R = Ring<kRows, kStages>;
@@ -896,8 +887,6 @@ class GemvTmaTactic final : public GemvTacticBase {
     s = size_grid(reinterpret_cast<const void*>(kernel), ctx, R::smem_bytes(ctx.shape.groups),
                   R::kThreads);
     if (!s.ok() || !kAct) return s;
-    s = pipeline::sm_limits(ctx.device, sm_);
-    if (!s.ok()) return Status(s.code(), what_ + ": " + s.message());
     if constexpr (kRows == 64) {  // and the one-token sliced kernel
       s = slots_on_device(reinterpret_cast<const void*>(kSliced<>), ctx, sliced_slots_);
       if (!s.ok()) return s;
@@ -910,8 +899,14 @@ class GemvTmaTactic final : public GemvTacticBase {
     return {};
   }
 
+  // How many blocks of a kernel fit on the device at once, and per SM.
+  struct Slots {
+    int64_t all = 0;
+    int per_sm = 0;
+  };
+
   // Another kernel of this variant (chained, sliced), with its shared memory: how many of its
-  // blocks fit on the device at once, and what each holds of its SM.
+  // blocks fit on the device at once.
   Status slots_on_device(const void* kernel, const TacticContext& ctx, Slots& slots) const {
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(smem_));
@@ -922,27 +917,23 @@ class GemvTmaTactic final : public GemvTacticBase {
       return cuda_status(err, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", what_);
     slots.per_sm = std::max(per_sm, 1);
     slots.all = int64_t(slots.per_sm) * ctx.sm_count;
-    const Status s = pipeline::block_use_of(kernel, R::kThreads, smem_, slots.block);
-    return s.ok() ? s : Status(s.code(), what_ + ": " + s.message());
+    return {};
   }
 
-  // The grid's bound for a kernel of this variant. From the permute's flag on, one SM holds the
-  // permute's block until it ends (RunArgs::flag_block): a block that fits only once it ends
-  // would start its first item late, on the forward's critical path, so none is launched.
-  // qwen3 T=8: three tma64 ring blocks of ~76.6 KB per SM, two beside the permute's ~21 KB, 396
-  // blocks -> 395; from 17 tokens the permute's 1024 threads hold all registers (-3). Forward
-  // A/Bs on two H200s (session 51): qwen3 T=8 -0.3 / 0 us, gpt-oss T=2 -0.5 / 0, deepseek T=2 /
-  // 8 -1.2 / -0.4, qwen3 T=2 +0.2 / +0.4, the rest of T=1-64 within 0.2.
-  // `gated_from`: the first item whose block waits for other blocks' items anyway (the chained
-  // kernel's FC2 items wait for their expert's FC1 items). Where every late block's first item
-  // (its blockIdx.x) is such an item, starting late costs it nothing and it adds a worker, so
-  // the whole grid goes: qwen3 T=2 has at most 16 experts x 24 FC1 items = 384 < 395.
-  int64_t grid_bound(const Slots& slots, const RunArgs& a,
-                     int64_t gated_from = std::numeric_limits<int64_t>::max()) const {
-    if (a.offsets_flag == nullptr) return slots.all;
-    const int64_t beside = slots.all - slots.per_sm +
-                           pipeline::blocks_beside(slots.block, slots.per_sm, a.flag_block, sm_);
-    return gated_from <= beside ? slots.all : beside;
+  // The chained kernel's grid. From the permute's flag on, it starts beside the permute's single
+  // block, and none of its blocks is placed on that block's SM until the permute ends: the
+  // driver sizes that SM's shared memory for the permute alone (session 52's stamps, qwen3 T=8:
+  // of 395 blocks the last started at the permute's end, 3 us after block 0; of 393, with it).
+  // A block that late has its first item (blockIdx.x, an FC1 item) on the forward's critical
+  // path, so the SM's slots are left out (session 52, two H200s: qwen3 T=8 -0.3 / -0.2 us,
+  // mixtral T=4 -0.9, the rest of T=1-8 within 0.3). Unless every left-out block's first item is
+  // an FC2 item (the at most `fc1_items` FC1 items come first), which waits for its expert's FC1
+  // items anyway: then the late start costs nothing and the block adds a worker (qwen3 T=2, at
+  // most 16 experts x 24 FC1 items = 384: -0.4 / -0.3 us). The sliced kernel (one token, no
+  // waits between items) takes every slot: leaving its late blocks out lost 1 us on mixtral T=1.
+  static int64_t chained_grid_bound(const Slots& slots, const RunArgs& a, int64_t fc1_items) {
+    const int64_t early = slots.all - slots.per_sm;
+    return a.offsets_flag == nullptr || fc1_items <= early ? slots.all : early;
   }
 
   // This run's parameters and tensor maps (made again only when their tensors move, so graph
@@ -983,8 +974,8 @@ class GemvTmaTactic final : public GemvTacticBase {
         s = fc2_slices_.map(w2, p_.n / 2, int64_t(p_.groups) * p_.k, kSlice, kSliceRows,
                             CU_TENSOR_MAP_SWIZZLE_128B, "FC2 weights", *this);
       if (!s.ok()) return s;
-      const int grid = static_cast<int>(std::min<int64_t>(grid_bound(sliced_slots_, a),
-                                                          live_groups(a) * slices_of(p_.row_tiles)));
+      const int grid = static_cast<int>(
+          std::min<int64_t>(sliced_slots_.all, live_groups(a) * slices_of(p_.row_tiles)));
       const cudaError_t err =
           pipeline::launch_pdl(kSliced<>, grid, R::kThreads, smem_, a.stream, *b1.weights,
                                *b1.acts, fc2_slices_.map_, b1.p, partials, next_item);
@@ -1028,7 +1019,7 @@ class GemvTmaTactic final : public GemvTacticBase {
     if (!s.ok()) return s;
     const int tokens = first.token_rows.rows != nullptr ? 1 : 0;
     const int grid = static_cast<int>(std::min<int64_t>(
-        grid_bound(chained_slots_[tokens], first, live_groups(a) * b1.p.row_tiles),
+        chained_grid_bound(chained_slots_[tokens], first, live_groups(a) * b1.p.row_tiles),
         live_groups(a) * (b1.p.row_tiles + b2.p.row_tiles * next_args.k_slices.count)));
     const cudaError_t err =
         pipeline::launch_pdl(kChained[tokens], grid, R::kThreads, smem_, a.stream, *b1.weights,
@@ -1087,7 +1078,6 @@ class GemvTmaTactic final : public GemvTacticBase {
   int64_t max_rows_ = 0;
   Slots chained_slots_[2];  // [kTokenRows]
   Slots sliced_slots_;
-  pipeline::SmLimits sm_;
   // one_row_: RunArgs::one_row, [1, k]; token_rows_: RunArgs::token_rows, [count, k];
   // fc2_slices_: run_sliced's FC2 weights
   TensorMap weights_, acts_, one_row_, token_rows_, fc2_slices_;

@@ -59,7 +59,6 @@ struct RunArgs {
   int64_t rows_bound = 0;           // or 0 (see GemmCall)
   TokenRows token_rows;             // or null rows (see GemmCall)
   KSlices k_slices;                 // count 1: none (see GemmCall)
-  pipeline::BlockUse flag_block;    // or no threads (see GemmCall)
 };
 
 class Tactic {

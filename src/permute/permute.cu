@@ -599,8 +599,7 @@ bool fused_gather(const Config& c, int64_t tokens) {
   return tokens * std::min<int64_t>(c.routing.top_k, c.local_experts) * c.row_bytes <=
          kFusedGatherMaxBytes;
 }
-// The single-block kernel run() launches at `tokens` (`gather`: Inputs::gather), so that
-// flag_block_use() describes the same launch.
+// The single-block kernel run() launches at `tokens` (`gather`: Inputs::gather).
 struct SingleLaunch {
   KernelFn kernel;
   int warps;
@@ -628,15 +627,6 @@ OffsetsFinal offsets_final_for_next_kernel(const Config& c, int64_t tokens, Path
   return single_block(tokens, path) && (!gather || fused_gather(c, tokens))
              ? OffsetsFinal::kAtFlag
              : OffsetsFinal::kAtItsStart;
-}
-
-Status flag_block_use(const Config& c, int64_t tokens, bool gather, pipeline::BlockUse& out) {
-  out = pipeline::BlockUse{};
-  if (offsets_final_for_next_kernel(c, tokens, Path::kAuto, gather) != OffsetsFinal::kAtFlag)
-    return {};
-  const SingleLaunch s = single_launch(c, tokens, gather);
-  return pipeline::block_use_of(reinterpret_cast<const void*>(s.kernel), s.warps * 32, s.smem,
-                                out);
 }
 
 Status run(const Config& c, const Buffers& b, int64_t tokens, const Inputs& in,

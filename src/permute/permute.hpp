@@ -8,7 +8,6 @@
 #include <cuda_runtime_api.h>
 
 #include "moekit/status.hpp"
-#include "pipeline/block_use.hpp"
 #include "routing/routing_device.hpp"
 
 namespace moekit::permute {
@@ -114,11 +113,6 @@ enum class OffsetsFinal {
 // `gather`: Inputs::gather of the run.
 OffsetsFinal offsets_final_for_next_kernel(const Config& c, int64_t tokens, Path path = Path::kAuto,
                                            bool gather = true);
-
-// The block of run()'s kernel that sets Buffers::offsets_flag (kAtFlag), which holds one SM
-// until that kernel ends; no threads where the offsets are not final at the flag. `gather`:
-// Inputs::gather of the run.
-Status flag_block_use(const Config& c, int64_t tokens, bool gather, pipeline::BlockUse& out);
 
 // Whether run() takes the single-block path for `tokens` (else the multi-block one).
 bool single_block_path(int64_t tokens, Path path = Path::kAuto);

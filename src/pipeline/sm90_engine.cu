@@ -11,7 +11,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -154,15 +153,6 @@ class Sm90Engine final : public Engine {
                                   token_rows);
   }
   std::unique_ptr<gemm::GroupedGemm> fc1_, fc2_;
-  // permute::flag_block_use at T tokens, asked of the driver once per token count and gather.
-  BlockUse flag_block(int64_t T, bool gather) {
-    const int64_t key = T * 2 + (gather ? 1 : 0);
-    if (const auto it = flag_blocks_.find(key); it != flag_blocks_.end()) return it->second;
-    BlockUse use;
-    throw_if_error(permute::flag_block_use(pcfg_, T, gather, use));
-    return flag_blocks_[key] = use;
-  }
-  std::unordered_map<int64_t, BlockUse> flag_blocks_;
 };
 
 Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int device,
@@ -387,7 +377,6 @@ bool Sm90Engine::forward_sliced(const ForwardArgs& args, permute::Inputs in,
   throw_if_error(permute::run(pcfg_, pbuf_, 1, in, stream));
   gemm::GroupedGemm::GemmCall fc1{fc1_.get(), pbuf_.permuted, w1_, act_out_, slice_tactic_};
   fc1.offsets_flag = pbuf_.offsets_flag;
-  fc1.flag_block = flag_block(1, false);
   fc1.one_row = args.hidden.data;
   fc1.rows_bound = std::min<int64_t>(lp_.top_k, lp_.num_experts);
   throw_if_error(gemm::GroupedGemm::launch_sliced(fc1, w2_, partials_,
@@ -499,10 +488,7 @@ void Sm90Engine::forward(const ForwardArgs& args) {
                 fused ? act_out_ : fc1_out_, fc1_tactic};
   if (gathering) fc1_call.row_source = pbuf_.row_token;
   fc1_call.offsets_ready = ready == permute::OffsetsFinal::kAtItsStart;
-  if (at_flag) {
-    fc1_call.offsets_flag = pbuf_.offsets_flag;
-    fc1_call.flag_block = flag_block(T, in.gather);
-  }
+  if (at_flag) fc1_call.offsets_flag = pbuf_.offsets_flag;
   // One token: each of its experts' rows is the caller's hidden row, which the permute only
   // reads (and it touches none of FC1's outputs), so the TMA GEMV streams from it at the flag
   // instead of waiting for the permute's gather and its end; chained as well.
