@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include "gemm/grouped_gemm.hpp"
+#include "common/cuda_status.hpp"
 #include "gemm/tactic.hpp"
 #include "pipeline/pdl.cuh"
 
@@ -19,8 +20,7 @@ namespace moekit::gemm {
 namespace detail {
 
 Status cuda_status(cudaError_t err, const char* what, const std::string& context) {
-  return Status(ErrorCode::kCuda,
-                context + ": " + what + " failed: " + cudaGetErrorString(err));
+  return moekit::cuda_status(err, context + ": " + what);
 }
 
 std::vector<TacticEntry> all_tactics(Elem elem) {

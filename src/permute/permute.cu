@@ -599,20 +599,6 @@ bool fused_gather(const Config& c, int64_t tokens) {
   return tokens * std::min<int64_t>(c.routing.top_k, c.local_experts) * c.row_bytes <=
          kFusedGatherMaxBytes;
 }
-// The single-block kernel run() launches at `tokens` (`gather`: Inputs::gather).
-struct SingleLaunch {
-  KernelFn kernel;
-  int warps;
-  std::size_t smem;
-  bool pre_scored;
-};
-SingleLaunch single_launch(const Config& c, int64_t tokens, bool gather) {
-  const int warps = single_warps(c.routing.per_lane, tokens);
-  const bool pre_scored = pre_scoring(c) && tokens <= kPreScoreMaxTokens;
-  return SingleLaunch{
-      pick_single(c.routing.per_lane, gather && fused_gather(c, tokens), pre_scored), warps,
-      single_smem(c, warps), pre_scored};
-}
 }  // namespace
 
 bool single_block_path(int64_t tokens, Path path) { return single_block(tokens, path); }
@@ -656,12 +642,14 @@ Status run(const Config& c, const Buffers& b, int64_t tokens, const Inputs& in,
   a.routing_floats = routing_floats(c);
   a.gather = in.gather;
   if (single_block(tokens, path)) {
-    const SingleLaunch s = single_launch(c, tokens, in.gather);
-    a.chunk_tokens = static_cast<int>((tokens + s.warps - 1) / s.warps);
+    const int warps = single_warps(c.routing.per_lane, tokens);
+    a.chunk_tokens = static_cast<int>((tokens + warps - 1) / warps);
     a.n_chunks = static_cast<int>((tokens + a.chunk_tokens - 1) / a.chunk_tokens);
-    a.pre_scored = s.pre_scored;
-    s.kernel<<<1, s.warps * 32, s.smem, stream>>>(a);
-    if (in.gather && !fused_gather(c, tokens)) {
+    a.pre_scored = pre_scoring(c) && tokens <= kPreScoreMaxTokens;
+    const bool fused = fused_gather(c, tokens);
+    pick_single(c.routing.per_lane, in.gather && fused,
+                a.pre_scored)<<<1, warps * 32, single_smem(c, warps), stream>>>(a);
+    if (in.gather && !fused) {
       const cudaError_t e = cudaGetLastError();
       if (e != cudaSuccess) return cuda_status(e, "launching the permute kernels");
       const int blocks = grid_for(tokens * a.row_vecs, 256, 4096);
