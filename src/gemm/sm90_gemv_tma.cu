@@ -606,6 +606,14 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
   // p1.one_row). Written out where used: held in a variable, it changed nvcc's
   // code for the kernel without token rows (3376 -> 3384 SASS instructions, reordered).
   if (warp == R::kConsumers) {
+    // At the permute's flag, where FC1's items outnumber the blocks, lanes 1-31 leave at once:
+    // in producer_warp they fall through to griddepcontrol.wait (SASS ACQBULK) while lane 0
+    // branches to the ring, and can hold its first boxes until the permute ends; lane 0 waits
+    // for it in finish() and lets the next kernel start, as the warp did. Session 53, 4 rounds:
+    // gpt-oss T=2 -1.4 us, mixtral T=4 -1.4, qwen3 T=8 -0.4. Where every block has at most one
+    // FC1 item (qwen3 T=2, the whole grid) it lost 0.8, in the FC1 blocks (not found why);
+    // behind a gather kernel, 1.4 on gpt-oss T=8 (session 52): both keep the warp.
+    if (lane != 0 && p1.offsets_flag != nullptr && items1 > int(gridDim.x)) return;
     producer_warp(lane, [&] {
       cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&w1));
       cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&a1));
