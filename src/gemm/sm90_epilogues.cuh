@@ -248,6 +248,12 @@ class Sm90EpilogueOp {
     // compiler interleaves more pairs, and eight spilled 56 bytes in the 128x256 tile.
     // This epilogue runs while both warp groups' tensor cores idle (ncu, session 17: +5% cycles
     // over the plain store for qwen3's FC1, +13% for gpt-oss's), so its instructions count.
+    // The SwiGLU kinds take x * sigmoid(a x) through one MUFU operation (tanh.approx,
+    // activation::x_sigmoid_fast; within 2^-14 |x|) instead of two (ex2, rcp): by count, the
+    // 16 MUFU lanes per SM bounded the pair loop (2 x 64 MUFU and ~12 x 64 other instructions
+    // per thread in the 128x256 tile). Forward A/B at T=16384 (session 54, two machines, 3 and 2
+    // rounds): mixtral -0.8 / -1.1%, gpt-oss -0.7 / -0.3%, deepseek -0.4 / -0.3%, qwen3 even /
+    // -0.6%; T=4096 mixtral -1.1 / -0.4%.
     if constexpr (!kSwapAB) {
       constexpr int kGroups = decltype(size<0, 2>(acc))::value / 2;  // gate groups of 8 columns
       constexpr int kBiasGroups = kGroups < 4 ? kGroups : 4;
@@ -288,8 +294,8 @@ class Sm90EpilogueOp {
                 const float g1v = acc(make_coord(1, j, v), mm, nn) + bias[gi].y;
                 const float u0v = acc(make_coord(0, j, v + 1), mm, nn) + bias[gi].z;
                 const float u1v = acc(make_coord(1, j, v + 1), mm, nn) + bias[gi].w;
-                const uint32_t pair = bits(activation::apply_gated(p, g0v, u0v)) |
-                                      bits(activation::apply_gated(p, g1v, u1v)) << 16;
+                const uint32_t pair = bits(activation::apply_gated_t<true>(p, g0v, u0v)) |
+                                      bits(activation::apply_gated_t<true>(p, g1v, u1v)) << 16;
                 if constexpr (kStaged) {  // shared memory: conflict-free, see write_back
                   const int m = get<0>(c), oc = (get<1>(c) >> 4) * 8 + (get<1>(c) & 7);
                   const int chunk = (oc >> 3) ^ (m & 7);
@@ -326,7 +332,7 @@ class Sm90EpilogueOp {
               const float g = acc(make_coord(i, 0, v), mm, nn) + bias_gate;
               const float u = acc(make_coord(i, 1, v), mm, nn) + bias_up;
               const int64_t out_col = (feat >> 4) * 8 + (feat & 7);
-              t.out[tok * ld + out_col] = Element(activation::apply_gated(p, g, u));
+              t.out[tok * ld + out_col] = Element(activation::apply_gated_t<true>(p, g, u));
             }
           }
         }

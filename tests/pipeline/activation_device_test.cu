@@ -5,12 +5,15 @@
 // must stay untouched.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "activation/activation_device.hpp"
+#include "activation/activation_math.hpp"
 #include "support/gpu.hpp"
 
 namespace moekit::activation {
@@ -134,6 +137,43 @@ TEST_F(ActivationDeviceTest, ClampedKindKeepsNaN) {
       const float ulp = elem == DType::kBFloat16 ? 0x1p-7f : 0x1p-10f;
       EXPECT_LE(std::fabs(g - want), ulp * std::fabs(want) + 1e-6f) << "output " << i;
     }
+  }
+}
+
+__global__ void x_sigmoid_fast_kernel(const float* x, float a, float* out, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = x_sigmoid_fast(x[i], a);
+}
+
+// The fused FC1 epilogue's x * sigmoid(a x) through tanh.approx (activation_math.hpp), against
+// the exact value in double: within 2^-14 |x| over [-40, 40] in steps of 2^-8 (a = 1, SwiGLU;
+// a = 1.702, gpt-oss), where a bf16 ulp of x is 2^-8 |x| or more (the H200 measured 2^-18 |x|);
+// +-inf and NaN as the exact form gives them (+inf, NaN, NaN).
+TEST_F(ActivationDeviceTest, FastXSigmoidWithinItsBound) {
+  std::vector<float> x;
+  for (int i = -40 * 256; i <= 40 * 256; ++i) x.push_back(float(i) / 256.0f);
+  const int finite = int(x.size());
+  x.insert(x.end(), {INFINITY, -INFINITY, NAN});
+  DeviceBuffer d_x = to_device(x), d_out(x.size() * sizeof(float));
+  for (float a : {1.0f, 1.702f}) {
+    SCOPED_TRACE("a = " + std::to_string(a));
+    d_out.poison();
+    const int n = int(x.size());
+    x_sigmoid_fast_kernel<<<(n + 255) / 256, 256>>>(d_x.as<float>(), a, d_out.as<float>(), n);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto got = to_host<float>(d_out.ptr, x.size());
+    double worst = 0;  // the largest |error| / |x|
+    for (int i = 0; i < finite; ++i) {
+      const double xd = x[i], exact = xd / (1.0 + std::exp(-double(a) * xd));
+      const double err = std::fabs(double(got[i]) - exact);
+      EXPECT_LE(err, 0x1p-14 * std::fabs(xd) + 1e-30) << "x = " << x[i];
+      if (xd != 0) worst = std::max(worst, err / std::fabs(xd));
+    }
+    std::printf("x_sigmoid_fast(a = %.3f): largest |error| / |x| = %.3g (2^%.2f)\n", a, worst,
+                std::log2(worst));
+    EXPECT_EQ(got[finite], INFINITY);
+    EXPECT_TRUE(std::isnan(got[finite + 1]));
+    EXPECT_TRUE(std::isnan(got[finite + 2]));
   }
 }
 
