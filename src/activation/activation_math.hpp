@@ -34,10 +34,9 @@ MOEKIT_HD long long blocked_up_row(long long j) { return blocked_gate_row(j) + k
 
 // On the device: the fast exp and divide (a few fp32 ulps, far below a bf16 ulp), so the
 // kernels' activation stays short (the fused FC1 epilogue's SwiGLU kinds go further:
-// x_sigmoid_fast). The exp flushes
-// subnormal results to zero (ex2 .ftz): __expf's non-ftz ex2 costs three more instructions per
-// value to rescale them, and 1 / (1 + e) is 1 either way. 1 / (1 + inf) = 0 and a NaN stays NaN
-// in both forms.
+// x_sigmoid_fast). The exp flushes subnormal results to zero (ex2 .ftz): __expf's non-ftz ex2
+// costs three more instructions per value to rescale them, and 1 / (1 + e) is 1 either way.
+// 1 / (1 + inf) = 0 and a NaN stays NaN in both forms.
 MOEKIT_HD float sigmoid(float x) {
 #ifdef __CUDA_ARCH__
   float e;
@@ -85,7 +84,8 @@ MOEKIT_HD float x_sigmoid_fast(float x, float a) {
 #endif
 }
 
-// Gated activation of one (gate, up) pair; kFast: x_sigmoid_fast for the sigmoid kinds.
+// Gated activation of one (gate, up) pair; kFast: x_sigmoid_fast for the SwiGLU kinds (the fused
+// FC1 epilogue; everything else takes the exact form, apply_gated).
 template <bool kFast>
 MOEKIT_HD float apply_gated_t(const Params& p, float gate, float up) {
   switch (p.kind) {
