@@ -13,6 +13,7 @@
 
 #include "gemm/grouped_gemm.hpp"
 #include "common/cuda_status.hpp"
+#include "gemm/pair_units.hpp"
 #include "gemm/tactic.hpp"
 #include "pipeline/pdl.cuh"
 
@@ -432,7 +433,15 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint, bool chained) c
     // sm90_cluster_pairs.cuh). gpt-oss's FC2 (n 2880) had its own 128x192 dynamic-order tile
     // (session 20: -0.9% against 256); pairs beat it by 0.9% at T=16384 and 1.4% at 4096 (3
     // rounds), 256 or 192 wide alike, so it takes these too.
-    names = {"sm90.coop.128x256x64.c2x1.dyn.pairs", "sm90.coop.128x256x64.c1x1.dyn",
+    // The 240-wide pair tile where it pads fewer columns than 256 (gpt-oss's 5760 and 2880):
+    // the 256-wide tile's narrow last column issues narrow MMAs but still fills a whole stage.
+    // gpt-oss at T=16384 (session 57, two machines, 3 rounds each against main's binary):
+    // -0.27% / -0.33% (5785 -> 5770, 5708 -> 5690 us); T=4096 even. Traced (replays with a sync
+    // between them, so further from the power cap) FC1 -2.1%, FC2 -4.8%: it saves cycles more
+    // than energy, and the forward there runs at the 700 W cap.
+    names = {pair_tile_pads_less(sh.n, 240, 256) ? "sm90.coop.128x240x64.c2x1.dyn.pairs"
+                                                 : "sm90.coop.128x256x64.c2x1.dyn.pairs",
+             "sm90.coop.128x256x64.c2x1.dyn.pairs", "sm90.coop.128x256x64.c1x1.dyn",
              "sm90.coop.128x256x64.c1x1", "sm90.coop.128x128x64.c1x1"};
   // With an epilogue activation, FC1 takes the "+act" kernel of the same tile where one is built:
   // it saves the activation pass over FC1's output (bench/results).

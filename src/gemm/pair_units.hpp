@@ -37,4 +37,11 @@ struct PairUnits {
   MOEKIT_HD bool single(int m) const { return m >= 2 * p; }
 };
 
+// Whether column tiles `w` wide pad a width of n columns with fewer columns than tiles `wide`
+// wide (ties keep the wide tile, whose MMAs do more per instruction).
+MOEKIT_HD bool pair_tile_pads_less(int64_t n, int w, int wide) {
+  const auto pad = [n](int t) { return (n + t - 1) / t * t - n; };
+  return pad(w) < pad(wide);
+}
+
 }  // namespace moekit::gemm

@@ -14,6 +14,9 @@
 // run(stream) then only computes the (sm_count-sized persistent) grid from Params and launches.
 // The arrays the Params point at keep their addresses; only their contents change per run.
 #pragma once
+// cute's wgmma shapes whose N is not a multiple of 32 (the 128x240 pair tile's m64n240k16); this
+// must precede every cute include of the translation unit.
+#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -312,6 +315,11 @@ std::vector<TacticEntry> sm90_grouped_tactics() {
   add_tactic<Element, TacticCfg<128, 256, 64, S::kCoop, false, 2, 1, true, 0, true>>(v);
   add_gather_tactic<Element, TacticCfg<128, 256, 64, S::kCoop, false, 2, 1, true, 0, true, true>>(v);
 #if !defined(MOEKIT_ONE_TACTIC)
+  // The pair tile 240 wide, for widths it divides and 256 does not (gpt-oss: FC1 5760 = 24 x 240,
+  // FC2 2880 = 12 x 240), where the 256-wide tile's last column tile is narrow (128 or 64 of 256
+  // columns) but still moves a whole weight tile into shared memory (pick_tactic).
+  add_tactic<Element, TacticCfg<128, 240, 64, S::kCoop, false, 2, 1, true, 0, true>>(v);
+  add_gather_tactic<Element, TacticCfg<128, 240, 64, S::kCoop, false, 2, 1, true, 0, true, true>>(v);
   add_tactic<Element, TacticCfg<128, 256, 64, S::kCoop, false, 1, 1, true, 64>>(v);
   add_tactic<Element, TacticCfg<128, 256, 64, S::kCoop>>(v);
   add_tactic<Element, TacticCfg<64, 128, 64, S::kPingpong>>(v);

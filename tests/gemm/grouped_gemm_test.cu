@@ -295,8 +295,11 @@ TEST_F(GroupedGemmActivation, EveryTacticAppliesBiasAndGatedActivation) {
             EXPECT_EQ(fused - gathering, static_cast<int>(tactic_names(elem).size()))
                 << "every tactic has a +act kernel";
             // The prefill pairs read their rows by index too (the engine's FC1 past the
-            // single-block permute, where n <= GroupedGemm::kMaxGatheringWidth).
-            EXPECT_EQ(gathering, 1);
+            // single-block permute, where n <= GroupedGemm::kMaxGatheringWidth), each width.
+            const auto names = tactic_names(elem);
+            EXPECT_EQ(gathering, std::count_if(names.begin(), names.end(), [](const auto& t) {
+                        return t.find(".pairs") != std::string::npos;
+                      }));
             EXPECT_EQ(gemm.gathering_tactic("sm90.coop.128x256x64.c2x1.dyn.pairs+act"),
                       "sm90.coop.128x256x64.c2x1.dyn.pairs.gather+act");
           }
@@ -521,14 +524,19 @@ void expect_each_matches_twice(const std::vector<std::string>& tactics, const Pr
   cudaStreamDestroy(stream);
 }
 
-// The gathering pair tactic with SwiGLU (FC1 reading its rows by index), twice on `p` against
-// the host's gated reference; false where this build has no gathering tactic.
+// Every gathering pair tactic (each tile width built) with SwiGLU (FC1 reading its rows by
+// index), twice on `p` against the host's gated reference; false where this build has none.
 bool expect_gathering_pairs_match_twice(const Problem& p, std::mt19937& rng) {
   EpilogueActivation act;
   act.params.kind = activation::Kind::kSwiGLU;
   GroupedGemm gemm(GroupedShape{Elem::kBF16, p.groups, p.n, p.k, p.max_rows}, 0, act);
-  const std::string tactic = gemm.gathering_tactic("sm90.coop.128x256x64.c2x1.dyn.pairs+act");
-  if (tactic.empty()) return false;
+  std::vector<std::string> tactics;
+  for (const auto& t : bf16_tactics_with(".pairs"))
+    if (t.find('+') == std::string::npos && t.find(".gather") == std::string::npos) {
+      const std::string gathering = gemm.gathering_tactic(t + "+act");
+      if (!gathering.empty()) tactics.push_back(gathering);
+    }
+  if (tactics.empty()) return false;
   const Problem want = gated_reference(p, act.params, {});
   DeviceProblem dp(p);
   cudaStream_t stream;
@@ -536,16 +544,17 @@ bool expect_gathering_pairs_match_twice(const Problem& p, std::mt19937& rng) {
     ADD_FAILURE() << "cudaStreamCreate failed";
     return true;
   }
-  for (int round = 0; round < 2; ++round) {
-    SCOPED_TRACE(tactic + ", round " + std::to_string(round));
-    std::vector<uint16_t> out = run_gathered(gemm, dp, p, tactic, rng, stream);
-    if (out.empty()) {  // a failed launch or a fault in the kernel (run_gathered's sync)
-      ADD_FAILURE() << "no output";
-      break;
+  for (const auto& tactic : tactics)
+    for (int round = 0; round < 2; ++round) {
+      SCOPED_TRACE(tactic + ", round " + std::to_string(round));
+      std::vector<uint16_t> out = run_gathered(gemm, dp, p, tactic, rng, stream);
+      if (out.empty()) {  // a failed launch or a fault in the kernel (run_gathered's sync)
+        ADD_FAILURE() << "no output";
+        break;
+      }
+      out.resize(static_cast<std::size_t>(p.max_rows * want.n));
+      expect_matches(want, out);
     }
-    out.resize(static_cast<std::size_t>(p.max_rows * want.n));
-    expect_matches(want, out);
-  }
   cudaStreamDestroy(stream);
   return true;
 }
@@ -613,7 +622,7 @@ TEST_F(GroupedGemmRun, PairIdleHalvesOverManyStages) {
 
 // The last column tile with 64 (n 320) or 128 (n 384) of its 256 columns in the group issues
 // m64n64 or m64n128 MMAs, with idle halves beside it; the kernels with the activation have
-// m64n128 only. The pairs' staged store (Sm90PairStoreEpilogue) drops the columns past n: at
+// m64n128 only. The 240-wide tile: 80 columns (narrow MMAs of 128) and 144 (whole MMAs). The pairs' staged store (Sm90PairStoreEpilogue) drops the columns past n: at
 // n 320 its second 128-column pass lies wholly past n.
 TEST_F(GroupedGemmRun, PairNarrowColumnTiles) {
   const std::vector<std::string> pairs = bf16_tactics_with(".pairs");
@@ -693,8 +702,14 @@ TEST_F(GroupedGemmRun, PickTakesTheTwoPerSmGemvWhereItMeasuredFaster) {
 }
 
 // At prefill FC1 (with its activation) and FC2 take the 2x1 pair tile (forward A/Bs, session
-// 23), gpt-oss's FC1 (n 5760) and FC2 (n 2880) too.
+// 23); gpt-oss's FC1 (n 5760) and FC2 (n 2880) its 240-wide form where the build has it (it
+// pads fewer columns there), else the 256-wide one.
 TEST_F(GroupedGemmRun, PickTakesClusterPairsAtPrefill) {
+  const auto names = tactic_names(Elem::kBF16);
+  const std::string oss_pairs =
+      std::find(names.begin(), names.end(), "sm90.coop.128x240x64.c2x1.dyn.pairs") != names.end()
+          ? "sm90.coop.128x240x64.c2x1.dyn.pairs"
+          : "sm90.coop.128x256x64.c2x1.dyn.pairs";
   const GroupedGemm fc1(GroupedShape{Elem::kBF16, 256, 4096, 7168, 4096}, 0,
                         EpilogueActivation{});
   const GroupedGemm fc2(GroupedShape{Elem::kBF16, 256, 7168, 2048, 4096}, 0);
@@ -704,8 +719,8 @@ TEST_F(GroupedGemmRun, PickTakesClusterPairsAtPrefill) {
   for (double h : {64.0, 512.0}) {
     EXPECT_EQ(fc1.pick_tactic(h), "sm90.coop.128x256x64.c2x1.dyn.pairs+act") << h;
     EXPECT_EQ(fc2.pick_tactic(h), "sm90.coop.128x256x64.c2x1.dyn.pairs") << h;
-    EXPECT_EQ(gpt_oss_fc1.pick_tactic(h), "sm90.coop.128x256x64.c2x1.dyn.pairs+act") << h;
-    EXPECT_EQ(gpt_oss_fc2.pick_tactic(h), "sm90.coop.128x256x64.c2x1.dyn.pairs") << h;
+    EXPECT_EQ(gpt_oss_fc1.pick_tactic(h), oss_pairs + "+act") << h;
+    EXPECT_EQ(gpt_oss_fc2.pick_tactic(h), oss_pairs) << h;
   }
 }
 

@@ -12,11 +12,14 @@ namespace {
 
 using moekit::gemm::PairUnits;
 
-TEST(PairUnits, EveryTileOnceInUnitsBothBlocksAgreeOn) {
+// The tiles built: 128 x 256 and 128 x 240 (sm90_grouped.cuh).
+template <int TileN>
+void expect_every_tile_once() {
   for (int m : {1, 64, 128, 129, 256, 300, 512, 640, 1000, 4096})
-    for (int n : {64, 200, 256, 257, 1536, 2048, 2880, 5760, 7168}) {
-      SCOPED_TRACE("m " + std::to_string(m) + " n " + std::to_string(n));
-      const PairUnits<128, 256> pu(m, n);
+    for (int n : {64, 200, 240, 256, 257, 1536, 2048, 2880, 5760, 7168}) {
+      SCOPED_TRACE("tile n " + std::to_string(TileN) + " m " + std::to_string(m) + " n " +
+                   std::to_string(n));
+      const PairUnits<128, TileN> pu(m, n);
       std::map<std::pair<int, int>, int> seen;
       int empty = 0;
       for (int64_t v = 0; v < pu.units(); ++v) {
@@ -47,6 +50,22 @@ TEST(PairUnits, EveryTileOnceInUnitsBothBlocksAgreeOn) {
       for (const auto& [tile, count] : seen) EXPECT_EQ(count, 1);
       EXPECT_EQ(empty, pu.s * (pu.nt % 2));  // one per expert with a single and odd columns
     }
+}
+
+TEST(PairUnits, EveryTileOnceInUnitsBothBlocksAgreeOn) {
+  expect_every_tile_once<256>();
+  expect_every_tile_once<240>();
+}
+
+// The pick's rule between the two widths: 240 only where it pads fewer columns.
+TEST(PairUnits, TileWidthPaddingLeast) {
+  using moekit::gemm::pair_tile_pads_less;
+  EXPECT_TRUE(pair_tile_pads_less(2880, 240, 256));   // gpt-oss FC2: 0 against 192
+  EXPECT_TRUE(pair_tile_pads_less(5760, 240, 256));   // gpt-oss FC1: 0 against 128
+  EXPECT_FALSE(pair_tile_pads_less(1536, 240, 256));  // qwen3 FC1: 256 divides it
+  EXPECT_FALSE(pair_tile_pads_less(7168, 240, 256));  // deepseek FC2
+  EXPECT_FALSE(pair_tile_pads_less(3000, 240, 256));  // 120 against 72
+  EXPECT_FALSE(pair_tile_pads_less(3840, 240, 256));  // both divide it: a tie keeps 256
 }
 
 TEST(PairUnits, NoRowsNoUnits) { EXPECT_EQ((PairUnits<128, 256>(0, 2048).units()), 0); }
