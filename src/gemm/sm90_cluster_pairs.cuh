@@ -210,10 +210,11 @@ struct Sm90PairMainloop : Base {
   }
 
   // A column tile with at most 64 or 128 columns in the group (256 wide on gpt-oss, before it took
-  // the 240-wide tile: FC2's last of 12 had 64 of 2880, FC1's last of 23 128 of 5760) issues m64n64 or m64n128 MMAs on the tile's own
-  // descriptors (a K-major descriptor holds no N; the instruction reads B's first W rows) into the
-  // first W / 2 accumulators of each thread (a wgmma's accumulators go by 8-column chunks, so those
-  // are columns 0 to W - 1 at any N). The epilogues store no column past the group.
+  // the 240-wide tile: FC2's last of 12 had 64 of 2880, FC1's last of 23 128 of 5760) issues
+  // m64n64 or m64n128 MMAs on the tile's own descriptors (a K-major descriptor holds no N; the
+  // instruction reads B's first W rows) into the first W / 2 accumulators of each thread (a
+  // wgmma's accumulators go by 8-column chunks, so those are columns 0 to W - 1 at any N). The
+  // epilogues store no column past the group.
   template <int W>
   using NarrowOp = decltype(cute::GMMA::ss_op_selector<
                             typename TiledMma::ValTypeA, typename TiledMma::ValTypeB,

@@ -257,7 +257,8 @@ class Sm90EpilogueOp {
     if constexpr (!kSwapAB) {
       constexpr int kGroups = decltype(size<0, 2>(acc))::value / 2;  // gate groups of 8 columns
       // The largest of 4, 3, 2, 1 that divides them (the 240-wide tile has 15).
-      constexpr int kBiasGroups = kGroups % 4 == 0 ? 4 : kGroups % 3 == 0 ? 3 : kGroups % 2 == 0 ? 2 : 1;
+      constexpr int kBiasGroups =
+          kGroups % 4 == 0 ? 4 : kGroups % 3 == 0 ? 3 : kGroups % 2 == 0 ? 2 : 1;
       static_assert(kGroups % kBiasGroups == 0);
       CUTLASS_PRAGMA_UNROLL
       for (int nn = 0; nn < size<2>(acc); ++nn) {
