@@ -436,9 +436,7 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint, bool chained) c
     // The 240-wide pair tile where it pads fewer columns than 256 (gpt-oss's 5760 and 2880):
     // the 256-wide tile's narrow last column issues narrow MMAs but still fills a whole stage.
     // gpt-oss at T=16384 (session 57, two machines, 3 rounds each against main's binary):
-    // -0.27% / -0.33% (5785 -> 5770, 5708 -> 5690 us); T=4096 even. Traced (replays with a sync
-    // between them, so further from the power cap) FC1 -2.1%, FC2 -4.8%: it saves cycles more
-    // than energy, and the forward there runs at the 700 W cap.
+    // -0.27% / -0.33% (5785 -> 5770, 5708 -> 5690 us), every round; T=4096 even.
     names = {pair_tile_pads_less(sh.n, 240, 256) ? "sm90.coop.128x240x64.c2x1.dyn.pairs"
                                                  : "sm90.coop.128x256x64.c2x1.dyn.pairs",
              "sm90.coop.128x256x64.c2x1.dyn.pairs", "sm90.coop.128x256x64.c1x1.dyn",
