@@ -435,8 +435,9 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint, bool chained) c
     // rounds), 256 or 192 wide alike, so it takes these too.
     // The 240-wide pair tile where it pads fewer columns than 256 (gpt-oss's 5760 and 2880):
     // the 256-wide tile's narrow last column issues narrow MMAs but still fills a whole stage.
-    // gpt-oss at T=16384 (session 57, two machines, 3 rounds each against main's binary):
-    // -0.27% / -0.33% (5785 -> 5770, 5708 -> 5690 us), every round; T=4096 even.
+    // gpt-oss at T=16384 (session 57, three machines, 3 rounds each against main's binary):
+    // -0.27 / -0.32 / -0.39% (5785 -> 5770, 5708 -> 5690, 5833 -> 5810 us); T=4096 even. The
+    // gain is FC2's: with 240 for FC2 only -0.28%, for FC1 only +0.25% on the third machine.
     names = {pair_tile_pads_less(sh.n, 240, 256) ? "sm90.coop.128x240x64.c2x1.dyn.pairs"
                                                  : "sm90.coop.128x256x64.c2x1.dyn.pairs",
              "sm90.coop.128x256x64.c2x1.dyn.pairs", "sm90.coop.128x256x64.c1x1.dyn",
