@@ -424,7 +424,7 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint, bool chained) c
   else if (h <= 48)
     names = {"sm90.pingpong.64x128x64.c1x1", "sm90.swapab.128x32x128.c1x1",
              "sm90.coop.128x128x64.c1x1"};
-  else
+  else {
     // 2x1 cluster pairs (weights multicast to two row tiles of an expert) in a dynamic order,
     // FC1 (with its activation) and FC2 alike. Forward A/B against the dynamic 1x1 tile
     // (session 23, static pairs, 3 rounds, T=16384 / 4096): qwen3 -0.5 / -1.3%, deepseek -1.2 /
@@ -438,10 +438,11 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint, bool chained) c
     // gpt-oss at T=16384 (session 57, three machines, 3 rounds each against main's binary):
     // -0.27 / -0.32 / -0.39% (5785 -> 5770, 5708 -> 5690, 5833 -> 5810 us); T=4096 even. The
     // gain is FC2's: with 240 for FC2 only -0.28%, for FC1 only +0.25% on the third machine.
-    names = {pair_tile_pads_less(sh.n, 240, 256) ? "sm90.coop.128x240x64.c2x1.dyn.pairs"
-                                                 : "sm90.coop.128x256x64.c2x1.dyn.pairs",
-             "sm90.coop.128x256x64.c2x1.dyn.pairs", "sm90.coop.128x256x64.c1x1.dyn",
+    names = {"sm90.coop.128x256x64.c2x1.dyn.pairs", "sm90.coop.128x256x64.c1x1.dyn",
              "sm90.coop.128x256x64.c1x1", "sm90.coop.128x128x64.c1x1"};
+    if (pair_tile_pads_less(sh.n, 240, 256))
+      names.insert(names.begin(), "sm90.coop.128x240x64.c2x1.dyn.pairs");
+  }
   // With an epilogue activation, FC1 takes the "+act" kernel of the same tile where one is built:
   // it saves the activation pass over FC1's output (bench/results).
   for (const char* n : names) {

@@ -16,7 +16,9 @@
 #pragma once
 // cute's wgmma shapes whose N is not a multiple of 32 (the 128x240 pair tile's m64n240k16); this
 // must precede every cute include of the translation unit.
+#ifndef CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
 #define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+#endif
 #include <cstdint>
 #include <cstring>
 #include <memory>
