@@ -11,6 +11,8 @@
 namespace moekit::finalize {
 namespace {
 
+constexpr int kThreads = 256, kMaxBlocks = 132 * 16;
+
 struct Args {
   const uint4* y;
   const int32_t* slot_row;
@@ -26,7 +28,7 @@ struct Args {
 };
 
 // kN slots of token t from s0: their rows, weights and, with an FC2 bias, their experts' bias
-// at this thread's eight columns (vector v).
+// at this thread's eight columns (vector v). A dead item (past the last) holds no slot.
 template <int kN, bool kBias>
 struct Slots {
   int32_t row[kN];
@@ -35,11 +37,11 @@ struct Slots {
 };
 
 template <int kN, bool kBias>
-__device__ __forceinline__ void load_slots(const Args& a, int64_t t, int64_t v, int s0,
+__device__ __forceinline__ void load_slots(const Args& a, int64_t t, int64_t v, int s0, bool live,
                                            Slots<kN, kBias>& sl) {
 #pragma unroll
   for (int j = 0; j < kN; ++j) {
-    const bool in = s0 + j < a.top_k;
+    const bool in = live && s0 + j < a.top_k;
     const int64_t i = t * a.top_k + s0 + j;
     sl.row[j] = in ? __ldg(a.slot_row + i) : -1;
     sl.w[j] = in ? __ldg(a.weights + i) : 0.0f;
@@ -54,47 +56,76 @@ __device__ __forceinline__ void load_slots(const Args& a, int64_t t, int64_t v, 
   }
 }
 
-// kBias: FC2 has a bias. Its slots then go four at a time (gpt-oss has four), so that rows and
-// bias of a batch stay in registers (8 would take 148 registers, one block per SM).
-template <class T, bool kBias>
-__global__ void __launch_bounds__(256) finalize_kernel(Args a) {
-  constexpr int kN = kBias ? 4 : 8;
+// Each thread sums kItems (token, 8 columns) items per step, kN slots at a time: the items'
+// slot indices load together, then all their rows, so that a thread keeps kItems x kN row
+// vectors in flight (the rows come from DRAM behind the slot indices). One item of 8 slots at
+// k = 2 (2 rows in flight) ran mixtral's finalize at 48% of the copy rate at T=16384, against
+// 93-96% for qwen3 and deepseek (k = 8); 2 slots x 4 items took it from 195 to 126 us (session
+// 58). Each item sums its slots in slot order.
+// kBias: FC2 has a bias, whose eight fp32 values per slot load with the slots and take registers
+// (kN = 8 took 148, one block per SM), so its slots go four at a time, one item per thread. Two
+// items with the bias loaded after the rows, to fit, made gpt-oss's finalize 166 -> 217 us.
+template <class T, bool kBias, int kN, int kItems>
+__global__ void __launch_bounds__(kThreads) finalize_kernel(Args a) {
+  static_assert(!kBias || kItems == 1, "the bias of several items' slots is too many registers");
   const int64_t n = a.tokens * a.vecs;
+  const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;  // item u at + u x this
   int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  // Settled slots (slots_ready): the first batch of this thread's first token loads before the
+  int64_t t[kItems], v[kItems];
+  auto locate = [&] {
+#pragma unroll
+    for (int u = 0; u < kItems; ++u) {
+      t[u] = (idx + u * threads) / a.vecs;
+      v[u] = idx + u * threads - t[u] * a.vecs;
+    }
+  };
+  Slots<kN, kBias> sl[kItems];
+  auto load = [&](int s0) {
+#pragma unroll
+    for (int u = 0; u < kItems; ++u) load_slots(a, t[u], v[u], s0, idx + u * threads < n, sl[u]);
+  };
+  // Settled slots (slots_ready): the first batch of this thread's first items loads before the
   // wait, so after FC2 only its output remains to be read.
   bool preloaded = a.slots_ready && idx < n;
-  Slots<kN, kBias> sl;
-  if (preloaded) load_slots(a, idx / a.vecs, idx % a.vecs, 0, sl);
+  if (preloaded) {
+    locate();
+    load(0);
+  }
   pipeline::pdl_wait();  // FC2's output (and, unless settled, the slots) come from earlier kernels
   pipeline::pdl_launch_dependents();
-  for (; idx < n; idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t t = idx / a.vecs, v = idx - t * a.vecs;
-    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    // kN slots at a time: their indices, then their rows, load together (latency matters for
-    // small batches); the sum still runs in slot order.
+  for (; idx < n; idx += kItems * threads) {
+    if (!preloaded) locate();
+    float acc[kItems][8] = {};
     for (int s0 = 0; s0 < a.top_k; s0 += kN) {
-      if (!preloaded) load_slots(a, t, v, s0, sl);
+      if (!preloaded) load(s0);
       preloaded = false;
-      uint4 yv[kN];
+      uint4 yv[kItems][kN];
 #pragma unroll
-      for (int j = 0; j < kN; ++j)
-        yv[j] = sl.row[j] >= 0 ? __ldg(a.y + static_cast<int64_t>(sl.row[j]) * a.vecs + v) : uint4{};
+      for (int u = 0; u < kItems; ++u)
 #pragma unroll
-      for (int j = 0; j < kN; ++j) {
-        if (sl.row[j] < 0) continue;
-        float y[8];
-        pipeline::unpack8<T>(yv[j], y);
-        if constexpr (kBias) {  // pipeline::add8, from registers
-          const float4 b0 = sl.bias[j][0], b1 = sl.bias[j][1];
-          y[0] += b0.x; y[1] += b0.y; y[2] += b0.z; y[3] += b0.w;
-          y[4] += b1.x; y[5] += b1.y; y[6] += b1.z; y[7] += b1.w;
+        for (int j = 0; j < kN; ++j)
+          yv[u][j] = sl[u].row[j] >= 0
+                         ? __ldg(a.y + static_cast<int64_t>(sl[u].row[j]) * a.vecs + v[u])
+                         : uint4{};
+#pragma unroll
+      for (int u = 0; u < kItems; ++u)
+#pragma unroll
+        for (int j = 0; j < kN; ++j) {
+          if (sl[u].row[j] < 0) continue;
+          float y[8];
+          pipeline::unpack8<T>(yv[u][j], y);
+          if constexpr (kBias) {  // pipeline::add8, from registers
+            const float4 b0 = sl[u].bias[j][0], b1 = sl[u].bias[j][1];
+            y[0] += b0.x; y[1] += b0.y; y[2] += b0.z; y[3] += b0.w;
+            y[4] += b1.x; y[5] += b1.y; y[6] += b1.z; y[7] += b1.w;
+          }
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[u][i] = fmaf(sl[u].w[j], y[i], acc[u][i]);
         }
-#pragma unroll
-        for (int i = 0; i < 8; ++i) acc[i] = fmaf(sl.w[j], y[i], acc[i]);
-      }
     }
-    a.out[idx] = pipeline::pack8<T>(acc);
+#pragma unroll
+    for (int u = 0; u < kItems; ++u)
+      if (idx + u * threads < n) a.out[idx + u * threads] = pipeline::pack8<T>(acc[u]);
   }
 }
 
@@ -216,10 +247,22 @@ SliceKernelFn pick_slices(DType elem, bool bias) {
 
 using KernelFn = void (*)(Args);
 
-KernelFn pick(DType elem, bool bias) {
+// Slots per batch and items per thread: 2 x 4 where k <= 2 without a bias and the grid's
+// threads would otherwise hold more than one item each (past kMaxBlocks x kThreads; below, the
+// finalize is the forward's latency-bound tail); else 8 slots a batch (4 with a bias), one item.
+// k 3-4 without a bias stays on one item: no preset has such a k to measure 4 x 2 on.
+template <class T, bool kBias>
+KernelFn pick_shape(int top_k, int64_t work) {
+  if constexpr (!kBias)
+    if (top_k <= 2 && work > int64_t(kMaxBlocks) * kThreads) return finalize_kernel<T, false, 2, 4>;
+  return finalize_kernel<T, kBias, kBias ? 4 : 8, 1>;
+}
+
+KernelFn pick(DType elem, bool bias, int top_k, int64_t work) {
   if (elem == DType::kFloat16)
-    return bias ? finalize_kernel<__half, true> : finalize_kernel<__half, false>;
-  return bias ? finalize_kernel<__nv_bfloat16, true> : finalize_kernel<__nv_bfloat16, false>;
+    return bias ? pick_shape<__half, true>(top_k, work) : pick_shape<__half, false>(top_k, work);
+  return bias ? pick_shape<__nv_bfloat16, true>(top_k, work)
+              : pick_shape<__nv_bfloat16, false>(top_k, work);
 }
 
 Status check(const DeviceFinalize& f) {
@@ -240,9 +283,11 @@ Status prepare(const DeviceFinalize& f) {
   Status s = check(f);
   if (!s.ok()) return s;
   cudaFuncAttributes attr;
-  cudaError_t e = cudaFuncGetAttributes(&attr, pick(f.elem, f.fc2_bias != nullptr));
+  const bool bias = f.fc2_bias != nullptr;
+  cudaError_t e = cudaFuncGetAttributes(&attr, pick(f.elem, bias, f.top_k, 0));
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, pick(f.elem, bias, f.top_k, INT64_MAX));
   if (e == cudaSuccess)
-    e = cudaFuncGetAttributes(&attr, pick_slices(f.elem, f.fc2_bias != nullptr));
+    e = cudaFuncGetAttributes(&attr, pick_slices(f.elem, bias));
   if (e != cudaSuccess)
     return Status(ErrorCode::kCuda,
                   std::string("loading the finalize kernels failed: ") + cudaGetErrorString(e));
@@ -268,9 +313,11 @@ Status run(const DeviceFinalize& f, int64_t tokens, const void* y, const int32_t
   a.top_k = f.top_k;
   a.slots_ready = slots_ready ? 1 : 0;
   const int64_t work = tokens * a.vecs;
-  const int blocks = static_cast<int>(std::clamp<int64_t>((work + 255) / 256, 1, 132 * 16));
+  const int blocks =
+      static_cast<int>(std::clamp<int64_t>((work + kThreads - 1) / kThreads, 1, kMaxBlocks));
   const cudaError_t e =
-      pipeline::launch_pdl(pick(f.elem, a.bias != nullptr), blocks, 256, 0, stream, a);
+      pipeline::launch_pdl(pick(f.elem, a.bias != nullptr, f.top_k, work), blocks, kThreads, 0,
+                           stream, a);
   if (e != cudaSuccess)
     return Status(ErrorCode::kCuda,
                   std::string("launching the finalize kernel failed: ") + cudaGetErrorString(e));

@@ -94,7 +94,7 @@ TEST_F(FinalizeTest, MatchesHostSumInSlotOrder) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0xf1a1);
   for (DType elem : {DType::kBFloat16, DType::kFloat16})
     for (bool bias : {false, true})
-      for (int k : {1, 2, 8, 11})
+      for (int k : {1, 2, 3, 4, 8, 11})
         for (int64_t tokens : {1, 7, 513})
           for (bool settled : {false, true}) {
             SCOPED_TRACE(std::string(to_string(elem)) + (bias ? " bias" : "") + " k" +
@@ -114,6 +114,29 @@ TEST_F(FinalizeTest, MatchesHostSumInSlotOrder) {
             ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
             expect_exact(c, d_out, H);
           }
+}
+
+// Past one item per thread of the grid (132 x 16 blocks of 256) each thread sums 4 items at a
+// time where k <= 2 without a bias (the grid's last step then holds dead items); the other
+// cases as a check that the large-T pick keeps them right.
+TEST_F(FinalizeTest, ManyItemsPerThreadMatchHostSum) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0xf1a3);
+  const int64_t H = 264, tokens = 20011;  // 33 vectors a token: 660363 items, 1.22 per thread
+  for (bool bias : {false, true})
+    for (int k : {2, 4, 8}) {
+      SCOPED_TRACE(std::string(bias ? "bias" : "no bias") + " k" + std::to_string(k));
+      const Case c = make_case(DType::kBFloat16, bias, k, tokens, H, rng);
+      DeviceBuffer d_y = to_device(c.y), d_rows = to_device(c.slot_row);
+      DeviceBuffer d_w = to_device(c.w), d_e = to_device(c.slot_expert), d_b = to_device(c.b);
+      DeviceBuffer d_out(c.want.size() * 2);
+      d_out.poison();
+      const DeviceFinalize f = prepared(DType::kBFloat16, H, k, bias ? d_b.as<float>() : nullptr);
+      ASSERT_TRUE(run(f, tokens, d_y.ptr, d_rows.as<int32_t>(), d_w.as<float>(),
+                      d_e.as<int32_t>(), d_out.ptr, nullptr, true)
+                      .ok());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      expect_exact(c, d_out, H);
+    }
 }
 
 // Lets its dependent start at once, spins ~`ns`, then writes the real y over the stale one.
