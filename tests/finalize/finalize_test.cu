@@ -117,13 +117,14 @@ TEST_F(FinalizeTest, MatchesHostSumInSlotOrder) {
 }
 
 // Past one item per thread of the grid (132 x 16 blocks of 256) each thread sums 4 items at a
-// time where k <= 2 without a bias (the grid's last step then holds dead items); the other
-// cases as a check that the large-T pick keeps them right.
+// time where k <= 2 without a bias: here all four live in the first step, and the second holds
+// dead items. The other cases as a check that the large-T pick keeps them right.
 TEST_F(FinalizeTest, ManyItemsPerThreadMatchHostSum) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0xf1a3);
-  const int64_t H = 264, tokens = 20011;  // 33 vectors a token: 660363 items, 1.22 per thread
+  // 128 vectors a token: 2176000 items, 4.02 per thread of the grid
+  const int64_t H = 1024, tokens = 17000;
   for (bool bias : {false, true})
-    for (int k : {2, 4, 8}) {
+    for (int k : {2, 4}) {
       SCOPED_TRACE(std::string(bias ? "bias" : "no bias") + " k" + std::to_string(k));
       const Case c = make_case(DType::kBFloat16, bias, k, tokens, H, rng);
       DeviceBuffer d_y = to_device(c.y), d_rows = to_device(c.slot_row);
