@@ -45,9 +45,23 @@
 
 namespace moekit::gemm::detail {
 
-// kGated: FC1's bias and gated activation, [rows, n / 2] out; otherwise the accumulators as they
-// are, [rows, n], staged in two column halves.
-template <class Element, bool kSwapAB, int kTileM, int kTileN, bool kStaged, bool kGated>
+// The gated kinds whose loops a fused epilogue compiles: all four, or one family. Why: the
+// gathering 128x240 pair kernel with the clamped kind's loop alone (3944 SASS instructions
+// against 8680 with all four) ran gpt-oss's forward at T=16384 0.35% and 0.43% faster on two
+// machines (3 rounds each, session 59; T=4096 even), while one with SwiGLU's alone changed
+// nothing on the other presets. So the prefill pair tiles hold one family each
+// (Sm90PairActTactic, sm90_grouped.cuh) and the other tactics all four.
+enum class ActKinds { kAll, kClamped, kUnclamped };
+MOEKIT_HD bool act_kinds_hold(ActKinds set, activation::Kind k) {
+  const bool clamped = k == activation::Kind::kSwiGLUClamped;
+  return activation::is_gated(k) &&
+         (set == ActKinds::kAll || (set == ActKinds::kClamped) == clamped);
+}
+
+// kGated: FC1's bias and gated activation, [rows, n / 2] out, for the kinds of kKinds; otherwise
+// the accumulators as they are, [rows, n], staged in two column halves.
+template <class Element, bool kSwapAB, int kTileM, int kTileN, bool kStaged, bool kGated,
+          ActKinds kKinds = ActKinds::kAll>
 class Sm90EpilogueOp {
   static_assert(!kStaged || !kSwapAB, "only normal tactics stage their outputs");
   static_assert(kGated || kStaged, "the plain store is staged only");
@@ -111,7 +125,7 @@ class Sm90EpilogueOp {
     // The staged write-back stores 16-byte rows.
     constexpr int kRowAlign = kStaged ? 16 / int(sizeof(Element)) : 1;
     return args.ptr_out != nullptr && args.out_ld > 0 && args.out_ld % kRowAlign == 0 &&
-           (!kGated || activation::is_gated(args.act.kind));
+           (!kGated || act_kinds_hold(kKinds, args.act.kind));
   }
 
   CUTLASS_HOST_DEVICE explicit Sm90EpilogueOp(Params const& p) : params_(p) {}
@@ -183,11 +197,17 @@ class Sm90EpilogueOp {
   CUTLASS_DEVICE void store_kind(Acc const& acc, Crd const& crd, Tile const& t) const {
     using activation::Kind;
     // One loop per kind, so the activation's switch folds away inside it.
-    switch (params_.act.kind) {
-      case Kind::kSwiGLU: store<Kind::kSwiGLU>(acc, crd, t); break;
-      case Kind::kSwiGLUClamped: store<Kind::kSwiGLUClamped>(acc, crd, t); break;
-      case Kind::kGeGLUTanh: store<Kind::kGeGLUTanh>(acc, crd, t); break;
-      default: store<Kind::kGeGLUErf>(acc, crd, t); break;
+    if constexpr (kKinds == ActKinds::kClamped) {
+      store<Kind::kSwiGLUClamped>(acc, crd, t);
+    } else {
+      switch (params_.act.kind) {
+        case Kind::kSwiGLU: store<Kind::kSwiGLU>(acc, crd, t); break;
+        case Kind::kSwiGLUClamped:
+          if constexpr (kKinds == ActKinds::kAll) store<Kind::kSwiGLUClamped>(acc, crd, t);
+          break;
+        case Kind::kGeGLUTanh: store<Kind::kGeGLUTanh>(acc, crd, t); break;
+        default: store<Kind::kGeGLUErf>(acc, crd, t); break;
+      }
     }
   }
 
@@ -375,9 +395,10 @@ class Sm90EpilogueAdapter
 };
 
 // What the kernel takes as its collective epilogue: FC1's activation, or the pairs' plain store.
-template <class Element, bool kSwapAB, int kTileM, int kTileN, bool kStaged>
+template <class Element, bool kSwapAB, int kTileM, int kTileN, bool kStaged,
+          ActKinds kKinds = ActKinds::kAll>
 using Sm90ActEpilogue =
-    Sm90EpilogueAdapter<Sm90EpilogueOp<Element, kSwapAB, kTileM, kTileN, kStaged, true>>;
+    Sm90EpilogueAdapter<Sm90EpilogueOp<Element, kSwapAB, kTileM, kTileN, kStaged, true, kKinds>>;
 template <class Element, int kTileM, int kTileN>
 using Sm90PairStoreEpilogue =
     Sm90EpilogueAdapter<Sm90EpilogueOp<Element, false, kTileM, kTileN, true, false>>;

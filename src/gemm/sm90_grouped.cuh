@@ -100,10 +100,10 @@ struct TacticCfg {
   }
 };
 
-// kAct: FC1's epilogue applies bias and gated activation (sm90_epilogues.cuh) and stores
-// [rows, n / 2]; otherwise D = accumulators, through the pair tiles' own store epilogue
-// (sm90_epilogues.cuh) or CUTLASS's TMA-store epilogue.
-template <class Element, class Cfg, bool kAct>
+// kAct: FC1's epilogue applies bias and gated activation (sm90_epilogues.cuh; the kinds of
+// kKinds) and stores [rows, n / 2]; otherwise D = accumulators, through the pair tiles' own store
+// epilogue (sm90_epilogues.cuh) or CUTLASS's TMA-store epilogue.
+template <class Element, class Cfg, bool kAct, ActKinds kKinds = ActKinds::kAll>
 struct Sm90GroupedKernel {
   using ProblemShape = std::conditional_t<
       Cfg::kPairs, PairGroupProblemShape,
@@ -123,7 +123,7 @@ struct Sm90GroupedKernel {
       LayoutD*, kAlign, Element, LayoutD*, kAlign, typename Cfg::Epilogue,
       cutlass::epilogue::fusion::LinearCombination<Element, float>>::CollectiveOp;
   using ActEpilogue = Sm90ActEpilogue<Element, Cfg::kSwapAB, Cfg::kTileM, Cfg::kTileN,
-                                      Cfg::kSched == Sched::kCoop && !Cfg::kSwapAB>;
+                                      Cfg::kSched == Sched::kCoop && !Cfg::kSwapAB, kKinds>;
   using CollectiveEpilogue = std::conditional_t<
       kAct, ActEpilogue,
       std::conditional_t<Cfg::kPairs, Sm90PairStoreEpilogue<Element, Cfg::kTileM, Cfg::kTileN>,
@@ -155,9 +155,9 @@ struct Sm90GroupedKernel {
 
 inline std::string cutlass_error(cutlass::Status s) { return cutlassGetStatusString(s); }
 
-template <class Element, class Cfg, bool kAct>
+template <class Element, class Cfg, bool kAct, ActKinds kKinds = ActKinds::kAll>
 class Sm90GroupedTactic final : public Tactic {
-  using K = Sm90GroupedKernel<Element, Cfg, kAct>;
+  using K = Sm90GroupedKernel<Element, Cfg, kAct, kKinds>;
 
  public:
   ~Sm90GroupedTactic() override {
@@ -283,14 +283,42 @@ class Sm90GroupedTactic final : public Tactic {
   std::string name_;
 };
 
+// A pair tile's "+act" kernel: two kernels, one per family of kinds (ActKinds), of which init()
+// builds the one holding the layer's kind.
+template <class Element, class Cfg>
+class Sm90PairActTactic final : public Tactic {
+  static_assert(Cfg::kPairs);
+
+ public:
+  Status init(const TacticContext& ctx) override {
+    if (ctx.act != nullptr && ctx.act->params.kind == activation::Kind::kSwiGLUClamped)
+      kernel_ = std::make_unique<Sm90GroupedTactic<Element, Cfg, true, ActKinds::kClamped>>();
+    else
+      kernel_ = std::make_unique<Sm90GroupedTactic<Element, Cfg, true, ActKinds::kUnclamped>>();
+    return kernel_->init(ctx);
+  }
+  Status run(const RunArgs& a) override { return kernel_->run(a); }
+  std::size_t workspace_bytes() const override { return kernel_->workspace_bytes(); }
+
+ private:
+  std::unique_ptr<Tactic> kernel_;
+};
+
+// The "+act" kernel of tactic Cfg: the pair tiles' by kind family, the others' with every kind.
+template <class Element, class Cfg>
+std::unique_ptr<Tactic> make_act_tactic() {
+  if constexpr (Cfg::kPairs)
+    return std::make_unique<Sm90PairActTactic<Element, Cfg>>();
+  else
+    return std::make_unique<Sm90GroupedTactic<Element, Cfg, true>>();
+}
+
 // A gathering tactic serves FC1 only, with its activation: its "+act" kernel alone.
 template <class Element, class Cfg>
 void add_gather_tactic(std::vector<TacticEntry>& v) {
   static_assert(Cfg::kGather);
   v.push_back(TacticEntry{Cfg::name() + "+act", TacticKind::kCutlassGather, true,
-                          []() -> std::unique_ptr<Tactic> {
-                            return std::make_unique<Sm90GroupedTactic<Element, Cfg, true>>();
-                          }});
+                          make_act_tactic<Element, Cfg>});
 }
 
 template <class Element, class Cfg>
@@ -300,9 +328,7 @@ void add_tactic(std::vector<TacticEntry>& v) {
       []() -> std::unique_ptr<Tactic> {
         return std::make_unique<Sm90GroupedTactic<Element, Cfg, false>>();
       },
-      []() -> std::unique_ptr<Tactic> {
-        return std::make_unique<Sm90GroupedTactic<Element, Cfg, true>>();
-      });
+      make_act_tactic<Element, Cfg>);
 }
 
 // The tactic list, shared by every element pair. MOEKIT_ONE_TACTIC keeps the prefill pick (the
