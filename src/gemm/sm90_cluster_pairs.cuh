@@ -150,7 +150,8 @@ class Sm90PairGroupScheduler
 // barrier. The leader runs at most Stages k blocks (so tiles) ahead of the consumers' releases,
 // fewer than kSlots. The idle group's accumulators are never stored: both epilogues stop at the
 // group's rows.
-// kNarrow: the narrowest MMA width a narrow column tile may use (64 or 128).
+// kNarrow: the narrowest MMA width a narrow column tile may use (64 or 128), or 0: no narrow
+// paths, every tile's MMAs full width (past the group's columns on the weights' zero-filled rows).
 template <class Base, int kNarrow>
 struct Sm90PairMainloop : Base {
   using typename Base::MainloopPipeline;
@@ -167,7 +168,8 @@ struct Sm90PairMainloop : Base {
   static constexpr int kWarpGroups = cute::size(TiledMma{}) / cutlass::NumThreadsPerWarpGroup;
   static_assert(Base::DispatchPolicy::Stages < kSlots, "the load warp may not lap the ring");
   static_assert(kWarpGroups == 2 && kTileM == 128, "two warp groups of 64 rows each");
-  static_assert(kNarrow == 64 || kNarrow == 128, "narrow MMAs of 64 or 128 columns");
+  static_assert(kNarrow == 0 || kNarrow == 64 || kNarrow == 128,
+                "narrow MMAs of 64 or 128 columns, or none");
   // Named barriers (after CUTLASS's reserved ones) of the idle warp groups; the epilogues' are 3
   // and 4 (sm90_epilogues.cuh).
   static constexpr uint32_t kIdleBarrier = 1;
@@ -269,7 +271,10 @@ struct Sm90PairMainloop : Base {
     // With the activation epilogue, m64n128 only: with m64n64 too, the extra paths took FC1's
     // kernels past their registers and ptxas serialized the wgmmas (C7511).
     const int cols = p.narrow_cols ? extent >> 16 : kTileN;
-    const int width = kNarrow == 64 && cols <= 64 ? 64 : cols <= 128 ? 128 : kTileN;
+    const int width = kNarrow == 0                  ? kTileN
+                      : kNarrow == 64 && cols <= 64 ? 64
+                      : cols <= 128                 ? 128
+                                                    : kTileN;
     // One k block's MMAs as one batch (each path fences and commits its own: with the fence
     // before the branch, ptxas injected one more in front of every path's first wgmma, C7519).
     auto block = [&](int stage, bool first) {
