@@ -47,7 +47,7 @@ namespace moekit::gemm::detail {
 
 // The gated kinds whose loops a fused epilogue compiles: all four, or one family. Why: the
 // gathering 128x240 pair kernel with the clamped kind's loop alone (3944 SASS instructions
-// against 8680 with all four) ran gpt-oss's forward at T=16384 0.35% and 0.43% faster on two
+// against 8680 with all four) ran gpt-oss's forward at T=16384 0.35% and 0.41% faster on two
 // machines (3 rounds each, session 59; T=4096 even), while one with SwiGLU's alone changed
 // nothing on the other presets. So the prefill pair tiles hold one family each
 // (Sm90PairActTactic, sm90_grouped.cuh) and the other tactics all four.

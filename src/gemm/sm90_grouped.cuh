@@ -137,8 +137,9 @@ struct Sm90GroupedKernel {
       typename Cfg::Mainloop>::CollectiveOp;
   // The pair tiles' narrow MMA paths (Sm90PairMainloop) serve a last column tile that holds few
   // of the tile's columns. The 240-wide tile has none: it is picked where it pads fewer columns
-  // than 256 (gpt-oss's widths are multiples of 240), and without them its FC1 and FC2 kernels
-  // ran gpt-oss's forward at T=16384 0.39% faster (3 rounds, session 59; T=4096 even or better).
+  // than 256 (gpt-oss's widths are multiples of 240, so they never ran there). Without them
+  // gpt-oss's forward at T=16384: -0.39% in one call (3 rounds), mixed in the next (2 rounds),
+  // session 59.
   static constexpr int kNarrow = Cfg::kTileN == 240 ? 0 : kAct ? 128 : 64;
   using CollectiveMainloop = std::conditional_t<
       Cfg::kGather, Sm90PairGatherMainloop<BuiltMainloop, kNarrow>,
