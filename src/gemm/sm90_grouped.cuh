@@ -296,7 +296,7 @@ class Sm90PairActTactic final : public Tactic {
 
  public:
   Status init(const TacticContext& ctx) override {
-    if (ctx.act != nullptr && ctx.act->params.kind == activation::Kind::kSwiGLUClamped)
+    if (ctx.act != nullptr && act_kinds_hold(ActKinds::kClamped, ctx.act->params.kind))
       kernel_ = std::make_unique<Sm90GroupedTactic<Element, Cfg, true, ActKinds::kClamped>>();
     else
       kernel_ = std::make_unique<Sm90GroupedTactic<Element, Cfg, true, ActKinds::kUnclamped>>();
