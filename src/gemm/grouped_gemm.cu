@@ -434,7 +434,7 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint, bool chained) c
     // (session 20: -0.9% against 256); pairs beat it by 0.9% at T=16384 and 1.4% at 4096 (3
     // rounds), 256 or 192 wide alike, so it takes these too.
     // The 240-wide pair tile where it pads fewer columns than 256 (gpt-oss's 5760 and 2880):
-    // the 256-wide tile's narrow last column issues narrow MMAs but still fills a whole stage.
+    // the 256-wide tile's narrow last column still fills a whole stage and runs whole MMAs.
     // gpt-oss at T=16384 (session 57, three machines, 3 rounds each against main's binary):
     // -0.27 / -0.32 / -0.39% (5785 -> 5770, 5708 -> 5690, 5833 -> 5810 us); T=4096 even. The
     // gain is FC2's: with 240 for FC2 only -0.28%, for FC1 only +0.25% on the third machine.

@@ -26,7 +26,6 @@
 // a block never writes into its partner's stage before the partner has freed it.
 #pragma once
 #include <cstdint>
-#include <utility>
 
 #include <cuda/atomic>
 
@@ -144,16 +143,24 @@ class Sm90PairGroupScheduler
 // group (rows 64-127) issues no MMAs; it only waits for and releases the stages (in the empty
 // tile both do). About half the experts end in such a tail at T=16384; forward A/B against
 // MMAs on the padding (session 36, 2 rounds): T=4096 / 16384 deepseek -3.9 / -1.1%, gpt-oss
-// -1.8 / -3.0%, qwen3 -1.6 / -1.6%, mixtral -1.8% / even. The consumers learn a tile's rows (and
-// columns, for the narrow MMAs below) from the load warp's leader through a ring in shared memory: it writes slot (tile % kSlots) before
-// its arrival on the tile's first stage, and the consumers read it after that stage's full
-// barrier. The leader runs at most Stages k blocks (so tiles) ahead of the consumers' releases,
-// fewer than kSlots. The idle group's accumulators are never stored: both epilogues stop at the
-// group's rows.
-// kNarrow: the narrowest MMA width a narrow column tile may use (64 or 128), or 0: no narrow
-// paths, every tile's MMAs full width (past the group's columns on the weights' zero-filled rows).
-template <class Base, int kNarrow>
+// -1.8 / -3.0%, qwen3 -1.6 / -1.6%, mixtral -1.8% / even. The consumers learn a tile's rows
+// from the load warp's leader through a ring in shared memory: it writes slot (tile % kSlots)
+// before its arrival on the tile's first stage, and the consumers read it after that stage's
+// full barrier. The leader runs at most Stages k blocks (so tiles) ahead of the consumers'
+// releases, fewer than kSlots. The idle group's accumulators are never stored: both epilogues
+// stop at the group's rows.
+//
+// Every MMA is full width: a last column tile with few of the group's columns runs its MMAs on
+// the weights' zero-filled rows past n, and the epilogues store no column past n. Narrow MMA
+// paths for such tiles (m64n64 / m64n128, session 37) never ran on a preset once gpt-oss took
+// the 240-wide tile (every preset's widths are multiples of 256 or 240), and the code cost the
+// kernels that never ran it: without them, T=16384 -0.2 to -0.4% on deepseek and mixtral in
+// two calls, qwen3 -0.4 / -0.6% in two and +0.6 to +0.9% in one (sessions 59-60); gpt-oss's
+// 240-wide tile -0.39% (session 59).
+template <class Base>
 struct Sm90PairMainloop : Base {
+  using typename Base::Arguments;
+  using typename Base::Params;
   using typename Base::MainloopPipeline;
   using typename Base::PipelineState;
   using typename Base::SmemLayoutA;
@@ -168,8 +175,6 @@ struct Sm90PairMainloop : Base {
   static constexpr int kWarpGroups = cute::size(TiledMma{}) / cutlass::NumThreadsPerWarpGroup;
   static_assert(Base::DispatchPolicy::Stages < kSlots, "the load warp may not lap the ring");
   static_assert(kWarpGroups == 2 && kTileM == 128, "two warp groups of 64 rows each");
-  static_assert(kNarrow == 0 || kNarrow == 64 || kNarrow == 128,
-                "narrow MMAs of 64 or 128 columns, or none");
   // Named barriers (after CUTLASS's reserved ones) of the idle warp groups; the epilogues' are 3
   // and 4 (sm90_epilogues.cuh).
   static constexpr uint32_t kIdleBarrier = 1;
@@ -178,66 +183,20 @@ struct Sm90PairMainloop : Base {
   // The ring sits after the pipeline's barriers: the tensor storage has no room left (its
   // epilogue part is 1024-byte aligned, so 64 bytes more there cost 1 KB, past 227 KB).
   struct PipelineStorage : Base::PipelineStorage {
-    // The group's rows and columns from the tile's first on, clamped to the tile: rows | cols << 16
-    int32_t extent[kSlots];
+    // The group's rows from the tile's first on, clamped to the tile
+    int32_t rows[kSlots];
   };
-  struct Arguments : Base::Arguments {
-    // Always set by the tactic. As a run-time flag rather than none, ptxas keeps FC1's wgmmas
-    // in flight; without it they were serialized (C7511), +4% on gpt-oss's forward (session 37).
-    bool narrow_cols = false;
-  };
-  struct Params : Base::Params {
-    bool narrow_cols = false;
-  };
-  template <class ProblemShape>
-  static Params to_underlying_arguments(ProblemShape shapes, Arguments const& args, void* ws) {
-    Params p;
-    static_cast<typename Base::Params&>(p) = Base::to_underlying_arguments(shapes, args, ws);
-    p.narrow_cols = args.narrow_cols;
-    return p;
-  }
 
   // The ring, found from the pipeline: its storage begins with the first stage's full barrier.
-  CUTLASS_DEVICE static int32_t* extent_ring(MainloopPipeline& pipeline) {
+  CUTLASS_DEVICE static int32_t* row_ring(MainloopPipeline& pipeline) {
     return reinterpret_cast<PipelineStorage*>(pipeline.producer_get_barrier(PipelineState{}))
-        ->extent;
+        ->rows;
   }
 
   // The load warp's leader, before its arrival on the tile's first stage.
-  CUTLASS_DEVICE void post_extent(MainloopPipeline& pipeline, int rows, int cols, int m_coord,
-                                  int n_coord) {
-    const int r = cute::min(cute::max(rows - m_coord * kTileM, 0), int(kTileM));
-    const int c = cute::min(cute::max(cols - n_coord * kTileN, 0), int(kTileN));
-    extent_ring(pipeline)[tiles_loaded_++ % kSlots] = r | c << 16;
-  }
-
-  // A column tile with at most 64 or 128 columns in the group (256 wide on gpt-oss, before it took
-  // the 240-wide tile: FC2's last of 12 had 64 of 2880, FC1's last of 23 128 of 5760) issues
-  // m64n64 or m64n128 MMAs on the tile's own descriptors (a K-major descriptor holds no N; the
-  // instruction reads B's first W rows) into the first W / 2 accumulators of each thread (a
-  // wgmma's accumulators go by 8-column chunks, so those are columns 0 to W - 1 at any N). The
-  // epilogues store no column past the group.
-  template <int W>
-  using NarrowOp = decltype(cute::GMMA::ss_op_selector<
-                            typename TiledMma::ValTypeA, typename TiledMma::ValTypeB,
-                            typename TiledMma::ValTypeC,
-                            cute::Shape<cute::_64, cute::Int<W>, cute::_64>, cute::GMMA::Major::K,
-                            cute::GMMA::Major::K>());
-  template <int W, class Accum, std::size_t... I>
-  CUTLASS_DEVICE static void narrow_fma(uint64_t a, uint64_t b, Accum& acc,
-                                        cute::GMMA::ScaleOut scale, std::index_sequence<I...>) {
-    NarrowOp<W>::fma(a, b, acc(I)..., scale);
-  }
-  // One k block (4 k16 steps) of W columns; the first block of a tile sets the accumulators.
-  template <int W, class TA, class TB, class Accum>
-  CUTLASS_DEVICE static void narrow_block(TA const& tA, TB const& tB, Accum& acc, int stage,
-                                          bool first) {
-    CUTLASS_PRAGMA_UNROLL
-    for (int kb = 0; kb < cute::size<2>(tA); ++kb) {
-      const auto scale = first && kb == 0 ? cute::GMMA::ScaleOut::Zero : cute::GMMA::ScaleOut::One;
-      narrow_fma<W>(tA(0, 0, kb, stage), tB(0, 0, kb, stage), acc, scale,
-                    std::make_index_sequence<W / 2>{});
-    }
+  CUTLASS_DEVICE void post_rows(MainloopPipeline& pipeline, int rows, int m_coord) {
+    row_ring(pipeline)[tiles_loaded_++ % kSlots] =
+        cute::min(cute::max(rows - m_coord * kTileM, 0), int(kTileM));
   }
 
   // Base::mma line for line (K_PIPE_MMAS = 1: one k block's MMAs in flight, the stage before it
@@ -248,7 +207,7 @@ struct Sm90PairMainloop : Base {
   // session 35).
   template <class FrgTensorC>
   CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState read, FrgTensorC& accum,
-                          int k_tiles, int thread_idx, TensorStorage& smem, Params const& p) {
+                          int k_tiles, int thread_idx, TensorStorage& smem, Params const&) {
     using namespace cute;
     static_assert(Base::K_PIPE_MMAS == 1, "Base::mma_tail releases one stage at the end");
     Tensor sA = make_tensor(make_smem_ptr(smem.smem_A.data()), SmemLayoutA{});
@@ -263,30 +222,13 @@ struct Sm90PairMainloop : Base {
     static_assert(decltype(size(accum))::value == kTileM / kWarpGroups * kTileN / 128,
                   "one thread's accumulators: a 64 x kTileN wgmma's");
     const int slot = tiles_computed_++ % kSlots;
-    // The first k block, as Base's prologue; the tile's extent is in the ring once it is in.
+    // The first k block, as Base's prologue; the tile's rows are in the ring once it is in.
     warpgroup_fence_operand(accum);
     pipeline.consumer_wait(read, pipeline.consumer_try_wait(read));
-    const int extent = extent_ring(pipeline)[slot];
-    const bool idle = (extent & 0xffff) <= warp_group * (kTileM / kWarpGroups);
-    // With the activation epilogue, m64n128 only: with m64n64 too, the extra paths took FC1's
-    // kernels past their registers and ptxas serialized the wgmmas (C7511).
-    const int cols = p.narrow_cols ? extent >> 16 : kTileN;
-    const int width = kNarrow == 0                  ? kTileN
-                      : kNarrow == 64 && cols <= 64 ? 64
-                      : cols <= 128                 ? 128
-                                                    : kTileN;
-    // One k block's MMAs as one batch (each path fences and commits its own: with the fence
-    // before the branch, ptxas injected one more in front of every path's first wgmma, C7519).
+    const bool idle = row_ring(pipeline)[slot] <= warp_group * (kTileM / kWarpGroups);
+    // One k block's MMAs as one batch.
     auto block = [&](int stage, bool first) {
-      if (width == 64) {
-        warpgroup_arrive();
-        narrow_block<64>(tCrA, tCrB, accum, stage, first);
-        warpgroup_commit_batch();
-      } else if (width == 128) {
-        warpgroup_arrive();
-        narrow_block<128>(tCrA, tCrB, accum, stage, first);
-        warpgroup_commit_batch();
-      } else if (first) {  // Base's prologue
+      if (first) {  // Base's prologue
         tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
         warpgroup_arrive();
         CUTLASS_PRAGMA_UNROLL
@@ -385,7 +327,7 @@ struct Sm90PairMainloop : Base {
     if (!elect_one_sync()) return;
     Tensor sA = make_tensor(make_smem_ptr(smem.smem_A.data()), SmemLayoutA{});
     auto [m_coord, n_coord, k_coord, l_coord] = blk;
-    post_extent(pipeline, get<2>(in), get<3>(in), int(m_coord), int(n_coord));
+    post_rows(pipeline, get<2>(in), int(m_coord));
     Tensor gA = get<0>(in)(_, _, m_coord, _, l_coord);
     const PairUnits<kTileM, kTileN> pu(get<2>(in), get<3>(in));
     auto tma_a = p.tma_load_a.get_slice(0);
@@ -427,9 +369,9 @@ struct Sm90PairMainloop : Base {
 template <class Policy>
 struct GatherPolicy : Policy {};
 
-template <class Base, int kNarrow>
-struct Sm90PairGatherMainloop : Sm90PairMainloop<Base, kNarrow> {
-  using Pair = Sm90PairMainloop<Base, kNarrow>;
+template <class Base>
+struct Sm90PairGatherMainloop : Sm90PairMainloop<Base> {
+  using Pair = Sm90PairMainloop<Base>;
   using typename Pair::MainloopPipeline;
   using typename Pair::PipelineState;
   using typename Pair::TensorStorage;
@@ -581,7 +523,7 @@ struct Sm90PairGatherMainloop : Sm90PairMainloop<Base, kNarrow> {
                                            pu.single(int(m_coord)), rank, smem);
     const RowCopier rows(in, int(m_coord), 0, smem);
     const bool leader = elect_one_sync();
-    if (leader) this->post_extent(pipeline, get<2>(in), get<3>(in), int(m_coord), int(n_coord));
+    if (leader) this->post_rows(pipeline, get<2>(in), int(m_coord));
     for (; k_tiles > 0; --k_tiles) {
       pipeline.producer_acquire(write);  // every lane waits; the leader expects the weights
       auto* bar = pipeline.producer_get_barrier(write);

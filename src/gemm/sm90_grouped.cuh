@@ -135,15 +135,9 @@ struct Sm90GroupedKernel {
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
       typename Cfg::Mainloop>::CollectiveOp;
-  // The pair tiles' narrow MMA paths (Sm90PairMainloop) serve a last column tile that holds few
-  // of the tile's columns. The 240-wide tile has none: it is picked where it pads fewer columns
-  // than 256 (gpt-oss's widths are multiples of 240, so they never ran there). Without them
-  // gpt-oss's forward at T=16384: -0.39% in one call (3 rounds), mixed in the next (2 rounds),
-  // session 59.
-  static constexpr int kNarrow = Cfg::kTileN == 240 ? 0 : kAct ? 128 : 64;
   using CollectiveMainloop = std::conditional_t<
-      Cfg::kGather, Sm90PairGatherMainloop<BuiltMainloop, kNarrow>,
-      std::conditional_t<Cfg::kPairs, Sm90PairMainloop<BuiltMainloop, kNarrow>, BuiltMainloop>>;
+      Cfg::kGather, Sm90PairGatherMainloop<BuiltMainloop>,
+      std::conditional_t<Cfg::kPairs, Sm90PairMainloop<BuiltMainloop>, BuiltMainloop>>;
 
   using Kernel =
       cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
@@ -224,7 +218,6 @@ class Sm90GroupedTactic final : public Tactic {
     args.mainloop.ptr_B = reinterpret_cast<const typename K::Gemm::ElementB**>(ctx.arrays.ptr_b);
     args.mainloop.dB = d_sb;
     if constexpr (Cfg::kGather) args.mainloop.row_src = ctx.arrays.row_src;
-    if constexpr (Cfg::kPairs) args.mainloop.narrow_cols = true;
     if constexpr (kAct) {
       if (ctx.act == nullptr)
         return Status(ErrorCode::kInternal, what + ": built without an activation to apply");
@@ -349,8 +342,8 @@ std::vector<TacticEntry> sm90_grouped_tactics() {
   add_gather_tactic<Element, TacticCfg<128, 256, 64, S::kCoop, false, 2, 1, true, 0, true, true>>(v);
 #if !defined(MOEKIT_ONE_TACTIC)
   // The pair tile 240 wide, for widths it divides and 256 does not (gpt-oss: FC1 5760 = 24 x 240,
-  // FC2 2880 = 12 x 240), where the 256-wide tile's last column tile is narrow (128 or 64 of 256
-  // columns) but still moves a whole weight tile into shared memory (pick_tactic).
+  // FC2 2880 = 12 x 240), where the 256-wide tile's last column tile holds 128 or 64 of its 256
+  // columns but still moves a whole weight tile into shared memory (pick_tactic).
   add_tactic<Element, TacticCfg<128, 240, 64, S::kCoop, false, 2, 1, true, 0, true>>(v);
   add_gather_tactic<Element, TacticCfg<128, 240, 64, S::kCoop, false, 2, 1, true, 0, true, true>>(v);
   add_tactic<Element, TacticCfg<128, 256, 64, S::kCoop, false, 1, 1, true, 64>>(v);

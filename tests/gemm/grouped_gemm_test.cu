@@ -620,11 +620,10 @@ TEST_F(GroupedGemmRun, PairIdleHalvesOverManyStages) {
   expect_gathering_pairs_match_twice(p, rng);  // where this build has the gathering tactic
 }
 
-// The last column tile with 64 (n 320) or 128 (n 384) of its 256 columns in the group issues
-// m64n64 or m64n128 MMAs, with idle halves beside it; the kernels with the activation have
-// m64n128 only. The pairs' staged store (Sm90PairStoreEpilogue) drops the columns past n: at
-// n 320 its second 128-column pass lies wholly past n. The 240-wide tile has no narrow paths:
-// its last holds 80 or 144 columns, and its whole MMAs run on zero-filled weight rows past n.
+// The last column tile with 64 (n 320) or 128 (n 384) of its 256 columns in the group (80 or 144
+// of the 240-wide tile's) runs whole MMAs on the weights' zero-filled rows past n, with idle
+// halves beside it. The pairs' staged store (Sm90PairStoreEpilogue) drops the columns past n: at
+// n 320 its second 128-column pass lies wholly past n.
 TEST_F(GroupedGemmRun, PairNarrowColumnTiles) {
   const std::vector<std::string> pairs = bf16_tactics_with(".pairs");
   if (pairs.empty()) GTEST_SKIP() << "no pair-tile tactic in this build";
