@@ -159,7 +159,6 @@ class Sm90PairGroupScheduler
 // 240-wide tile -0.39% (session 59).
 template <class Base>
 struct Sm90PairMainloop : Base {
-  using typename Base::Arguments;
   using typename Base::Params;
   using typename Base::MainloopPipeline;
   using typename Base::PipelineState;
