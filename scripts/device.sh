@@ -2,7 +2,7 @@
 # Runs on the H200 device machine, from the repository root, with .carry/ (scripts/carry.sh)
 # carried along: builds every tactic, runs the GPU tests, compute-sanitizer on a small case, and the
 # benchmarks. Logs go to $OUT (at most 8 files come back). Usage:
-#   MOEKIT_COMMIT=<sha> bash scripts/device.sh [build | prebuilt] [test] [sanitize] [bench] [sweep] [torch] [ab] [clocks] [envab] [ncu] [ncu-gemm] [ncu-source] [ncu-forward] [hang]
+#   MOEKIT_COMMIT=<sha> bash scripts/device.sh [variants] [build | prebuilt] [test] [sanitize] [bench] [sweep] [torch] [ab] [clocks] [envab] [ncu] [ncu-gemm] [ncu-source] [ncu-forward] [hang]
 #   (default: build test sanitize bench sweep torch)
 # Step "prebuilt" instead of "build": the programs from .prebuilt/ (scripts/prebuild.sh, a full
 # build on the CPU machine, carried along), which saves the ~3 minutes of a build here. The
@@ -56,16 +56,29 @@ if want ab; then  # the base build runs alongside the main one
   base_pid=$!
 fi
 
+# Step "variants": unpacks .carry/variants/NAME/ (scripts/variants.sh) into build/variants/NAME/.
+if want variants; then
+  for dir in .carry/variants/*/; do
+    name=$(basename "$dir"); mkdir -p "build/variants/$name"
+    for gz in "$dir"*.gz; do gunzip -c "$gz" >"build/variants/$name/$(basename "$gz" .gz)"; done
+    chmod +x "build/variants/$name"/moekit*; cp "$dir/commit" "build/variants/$name/"
+    echo "variant $name: $(cat "$dir/commit")" >>"$summary"
+  done
+fi
+
+# MOEKIT_PREBUILT: where step "prebuilt" takes the programs from (default .prebuilt; a variant's
+# build/variants/NAME after step "variants").
 if want prebuilt; then
+  pre=${MOEKIT_PREBUILT:-.prebuilt}
   mkdir -p $bin/tools $bin/tests $bin/bench
   # --remove-destination: a program still running from an earlier step cut by its time limit
   # ("Text file busy") keeps its old file and does not stop this one (session 39).
-  if cp --remove-destination .prebuilt/moekit $bin/tools/ &&
-    cp --remove-destination .prebuilt/moekit_tests $bin/tests/ &&
-    cp --remove-destination .prebuilt/moekit_gemm_sweep $bin/bench/; then
-    echo "prebuilt: $(cat .prebuilt/commit)" >>"$summary"
+  if cp --remove-destination $pre/moekit $bin/tools/ &&
+    cp --remove-destination $pre/moekit_tests $bin/tests/ &&
+    cp --remove-destination $pre/moekit_gemm_sweep $bin/bench/; then
+    echo "prebuilt: $(cat $pre/commit)" >>"$summary"
   else
-    echo "prebuilt: .prebuilt/ is incomplete; run scripts/prebuild.sh and carry .prebuilt" | tee -a "$summary"
+    echo "prebuilt: $pre is incomplete; run scripts/prebuild.sh (or variants.sh) and carry it" | tee -a "$summary"
     exit 1
   fi
   export MOEKIT_TEST_CLI="$PWD/$bin/tools/moekit" MOEKIT_TEST_SWEEP="$PWD/$bin/bench/moekit_gemm_sweep"

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Builds the programs of several commits for one device call that compares them, and lays them
+# out under .carry/variants/NAME/ as scripts/prebuild.sh lays out .prebuilt/ (moekit,
+# moekit_tests, moekit_gemm_sweep, commit), gzipped to fit the carry's 64 MiB. One worktree and
+# build folder serve every variant in turn, so each one recompiles only what its commit changed.
+# Usage: bash scripts/variants.sh NAME=REV [NAME=REV ...]   (REV: anything git rev-parse takes;
+#   NAME=REV:cli builds and carries the CLI alone, for forward A/Bs that need no tests)
+# On the device: `bash scripts/device.sh variants` unpacks them into build/variants/NAME/; then
+# MOEKIT_PREBUILT=build/variants/NAME runs that variant's `prebuilt test sanitize ...`, and
+# MOEKIT_AB_ENVS="cli=build/variants/A/moekit;cli=build/variants/B/moekit" compares forwards.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+(($#)) || { sed -n 2,10p "$0" >&2; exit 2; }
+bash scripts/deps.sh
+export PATH="$PATH:/usr/local/cuda/bin"
+work=${MOEKIT_VARIANTS_WORK:-/tmp/moekit-variants}
+specs=()
+for spec in "$@"; do  # check every spec before building any
+  [[ "$spec" =~ ^([A-Za-z0-9_.-]+)=([^:]+)(:cli)?$ ]] ||
+    { echo "variants: '$spec' is not NAME=REV or NAME=REV:cli" >&2; exit 2; }
+  git rev-parse -q --verify "${BASH_REMATCH[2]}^{commit}" >/dev/null ||
+    { echo "variants: '${BASH_REMATCH[2]}' (in '$spec') names no commit" >&2; exit 2; }
+  specs+=("$spec")
+done
+[[ -d "$work/src" ]] || git worktree add -q --detach "$work/src" HEAD
+ln -sfn "$root/.deps" "$work/src/.deps"  # CUTLASS and the tools scripts/deps.sh fetched
+mkdir -p .carry/variants
+for spec in "${specs[@]}"; do
+  [[ "$spec" =~ ^([A-Za-z0-9_.-]+)=([^:]+)(:cli)?$ ]]
+  name=${BASH_REMATCH[1]} rev=${BASH_REMATCH[2]} cli_only=${BASH_REMATCH[3]}
+  sha=$(git rev-parse --short "$rev^{commit}")
+  git -C "$work/src" checkout -q --detach "$sha"
+  targets=(moekit_cli)
+  [[ -n "$cli_only" ]] || targets+=(moekit_tests moekit_gemm_sweep)
+  t0=$(date +%s)
+  cmake -S "$work/src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEKIT_CUDA=ON \
+    -DMOEKIT_ONE_TACTIC=OFF >"$work/$name.log"
+  cmake --build "$work/build" --target "${targets[@]}" >>"$work/$name.log" ||
+    { tail -30 "$work/$name.log" >&2; echo "variants: $name ($sha) failed to build" >&2; exit 1; }
+  # A kernel whose wgmmas ptxas serialized is correct but slower: caught here, not on the device.
+  if [[ -z "${MOEKIT_SKIP_PTXAS_CHECK:-}" ]]; then
+    mkdir -p "$work/src/build"  # the check's object goes there
+    (cd "$work/src" && bash scripts/ptxas-check.sh "$work/$name-ptxas.log") ||
+      { echo "variants: $name ($sha) failed ptxas-check: $work/$name-ptxas.log" >&2; exit 1; }
+  fi
+  out=.carry/variants/$name
+  rm -rf "$out" && mkdir -p "$out"
+  gzip -c "$work/build/tools/moekit" >"$out/moekit.gz"
+  if [[ -z "$cli_only" ]]; then
+    gzip -c "$work/build/tests/moekit_tests" >"$out/moekit_tests.gz"
+    gzip -c "$work/build/bench/moekit_gemm_sweep" >"$out/moekit_gemm_sweep.gz"
+  fi
+  echo "$sha tree $(cd "$work/src" && bash scripts/tree-id.sh) (variant $name)" >"$out/commit"
+  echo "variants: $name = $sha built in $(($(date +%s) - t0)) s"
+done
+du -sh .carry/variants
