@@ -73,10 +73,10 @@ if want prebuilt; then
   mkdir -p $bin/tools $bin/tests $bin/bench
   # --remove-destination: a program still running from an earlier step cut by its time limit
   # ("Text file busy") keeps its old file and does not stop this one (session 39).
-  if cp --remove-destination $pre/moekit $bin/tools/ &&
-    cp --remove-destination $pre/moekit_tests $bin/tests/ &&
-    cp --remove-destination $pre/moekit_gemm_sweep $bin/bench/; then
-    echo "prebuilt: $(cat $pre/commit)" >>"$summary"
+  if cp --remove-destination "$pre"/moekit $bin/tools/ &&
+    cp --remove-destination "$pre"/moekit_tests $bin/tests/ &&
+    cp --remove-destination "$pre"/moekit_gemm_sweep $bin/bench/; then
+    echo "prebuilt: $(cat "$pre"/commit)" >>"$summary"
   else
     echo "prebuilt: $pre is incomplete; run scripts/prebuild.sh (or variants.sh) and carry it" | tee -a "$summary"
     exit 1

@@ -15,24 +15,22 @@ cd "$root"
 bash scripts/deps.sh
 export PATH="$PATH:/usr/local/cuda/bin"
 work=${MOEKIT_VARIANTS_WORK:-/tmp/moekit-variants}
-specs=()
+names=() shas=() cli_only=()
 for spec in "$@"; do  # check every spec before building any
   [[ "$spec" =~ ^([A-Za-z0-9_.-]+)=([^:]+)(:cli)?$ ]] ||
     { echo "variants: '$spec' is not NAME=REV or NAME=REV:cli" >&2; exit 2; }
-  git rev-parse -q --verify "${BASH_REMATCH[2]}^{commit}" >/dev/null ||
+  sha=$(git rev-parse -q --verify --short "${BASH_REMATCH[2]}^{commit}") ||
     { echo "variants: '${BASH_REMATCH[2]}' (in '$spec') names no commit" >&2; exit 2; }
-  specs+=("$spec")
+  names+=("${BASH_REMATCH[1]}") shas+=("$sha") cli_only+=("${BASH_REMATCH[3]}")
 done
 [[ -d "$work/src" ]] || git worktree add -q --detach "$work/src" HEAD
 ln -sfn "$root/.deps" "$work/src/.deps"  # CUTLASS and the tools scripts/deps.sh fetched
-mkdir -p .carry/variants
-for spec in "${specs[@]}"; do
-  [[ "$spec" =~ ^([A-Za-z0-9_.-]+)=([^:]+)(:cli)?$ ]]
-  name=${BASH_REMATCH[1]} rev=${BASH_REMATCH[2]} cli_only=${BASH_REMATCH[3]}
-  sha=$(git rev-parse --short "$rev^{commit}")
+rm -rf .carry/variants && mkdir -p .carry/variants  # one call's set: device.sh unpacks them all
+for i in "${!names[@]}"; do
+  name=${names[$i]} sha=${shas[$i]}
   git -C "$work/src" checkout -q --detach "$sha"
   targets=(moekit_cli)
-  [[ -n "$cli_only" ]] || targets+=(moekit_tests moekit_gemm_sweep)
+  [[ -n "${cli_only[$i]}" ]] || targets+=(moekit_tests moekit_gemm_sweep)
   t0=$(date +%s)
   cmake -S "$work/src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEKIT_CUDA=ON \
     -DMOEKIT_ONE_TACTIC=OFF >"$work/$name.log"
@@ -47,7 +45,7 @@ for spec in "${specs[@]}"; do
   out=.carry/variants/$name
   rm -rf "$out" && mkdir -p "$out"
   gzip -c "$work/build/tools/moekit" >"$out/moekit.gz"
-  if [[ -z "$cli_only" ]]; then
+  if [[ -z "${cli_only[$i]}" ]]; then
     gzip -c "$work/build/tests/moekit_tests" >"$out/moekit_tests.gz"
     gzip -c "$work/build/bench/moekit_gemm_sweep" >"$out/moekit_gemm_sweep.gz"
   fi
