@@ -26,6 +26,7 @@ struct RoutingParams {
   float routed_scaling_factor = 1.0f; // multiplies the weights moekit computes (not kExternal's)
   bool correction_bias = false;       // DeepSeek-V3 e_score_correction_bias [E], selection only
   bool renormalize = true;            // DeepSeek-V3: normalize the k selected weights to sum 1
+  RouterWeightPlacement weight_placement = RouterWeightPlacement::kOutput;  // Llama-4: kInput
 };
 
 struct WeightQuant {
@@ -72,5 +73,12 @@ struct LocalProblem {
   bool adds_fc2_bias = false;       // only TP rank 0 adds the FC2 bias, so the TP sum is exact
 };
 LocalProblem derive_local(const MoeSpec& spec);
+
+// The spec as JSON, every field (what `moekit resolve --json` prints under "spec" and
+// `moekit ... --spec FILE.json` reads). spec_from_json(spec_to_json(s)) == s field by field.
+// spec_from_json throws Error(kInvalidArgument) naming the field and value on malformed text, an
+// unknown key or a value of the wrong type; it does not validate (call validate()).
+std::string spec_to_json(const MoeSpec& spec);
+MoeSpec spec_from_json(const std::string& text);
 
 }  // namespace moekit

@@ -118,4 +118,15 @@ enum class RoutingMethod : int {
 const char* to_string(RoutingMethod r);
 std::optional<RoutingMethod> routing_from_string(std::string_view s);
 
+// Where a token's routing weight multiplies: the expert's output (the common case: the weighted
+// sum over the k experts' outputs) or the expert's input (Llama-4: Hugging Face's
+// Llama4TextMoe.forward computes routed_in = hidden_states * router_scores before the experts;
+// vLLM passes apply_router_weight_on_input=True). With a non-linear activation the two differ.
+enum class RouterWeightPlacement : int {
+  kOutput = 1,
+  kInput = 2,
+};
+const char* to_string(RouterWeightPlacement p);
+std::optional<RouterWeightPlacement> router_weight_placement_from_string(std::string_view s);
+
 }  // namespace moekit

@@ -199,6 +199,11 @@ void check_routing(const MoeSpec& s, std::vector<std::string>& v) {
     v.push_back("top_k " + num(s.top_k) + " must be 1 for " +
                 std::string(to_string(RoutingMethod::kLlama4)) + " routing");
   }
+  if (r.weight_placement != RouterWeightPlacement::kOutput &&
+      r.weight_placement != RouterWeightPlacement::kInput) {
+    v.push_back("routing.weight_placement " +
+                num(int64_t{static_cast<int>(r.weight_placement)}) + " is not output or input");
+  }
   if (!(std::isfinite(r.routed_scaling_factor) && r.routed_scaling_factor > 0.0f)) {
     v.push_back("routing.routed_scaling_factor " + num(r.routed_scaling_factor) +
                 " must be finite and greater than 0");

@@ -239,6 +239,24 @@ std::optional<GateUpLayout> gate_up_layout_from_string(std::string_view s) {
   return lookup(kNames, s);
 }
 
+const char* to_string(RouterWeightPlacement p) {
+  switch (p) {
+    case RouterWeightPlacement::kOutput: return "output";
+    case RouterWeightPlacement::kInput: return "input";
+  }
+  return "unknown";
+}
+
+std::optional<RouterWeightPlacement> router_weight_placement_from_string(std::string_view s) {
+  static const Alias<RouterWeightPlacement> kNames[] = {
+      {"output", RouterWeightPlacement::kOutput},
+      {"on_output", RouterWeightPlacement::kOutput},
+      {"input", RouterWeightPlacement::kInput},
+      {"on_input", RouterWeightPlacement::kInput},
+  };
+  return lookup(kNames, s);
+}
+
 const char* to_string(RoutingMethod r) {
   switch (r) {
     case RoutingMethod::kSoftmaxTopK: return "softmax_topk";
