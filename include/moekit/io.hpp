@@ -2,10 +2,13 @@
 // MoE layer's experts read from / written to safetensors files laid out as real checkpoints are,
 // chosen by a model-family description rather than names spelled at call sites.
 //
-// Every malformed file (truncated, header length past the end, bad JSON, offsets outside the data
-// or overlapping, a dtype or shape that does not match the description, a missing tensor) is
-// Error(kBadFile) whose message names the file and the tensor. The OS refusing to read or write
-// is Error(kIo).
+// Every malformed file (truncated, header length past the end or over 100 MB, bad JSON, JSON nested
+// deeper than 64 levels, a tensor name or key that appears twice, a shape whose size overflows
+// int64, offsets outside the data, reversed, overlapping or not matching shape x dtype, a dtype or
+// shape that does not match the description, a missing tensor) is Error(kBadFile) whose message
+// names the file and the tensor. The OS refusing to read or write, a missing file, and a path that
+// is not a regular file (a FIFO, a device, a folder: refused without reading or blocking) are
+// Error(kIo).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -27,10 +30,12 @@ struct NamedTensor {
   DType dtype = DType::kFloat32;
   std::vector<int64_t> shape;
   std::vector<uint8_t> bytes;
+  // Error(kInvalidArgument) for a negative extent or a shape whose byte size overflows int64.
   int64_t numel() const;
 };
 
-// Copies numel(shape) * dtype_size(dtype) bytes from `data`.
+// Copies numel(shape) * dtype_size(dtype) bytes from `data`. Error(kInvalidArgument) for a
+// negative extent or a shape whose byte size overflows int64 (as for the functions below).
 NamedTensor make_named_tensor(std::string name, DType dtype, std::vector<int64_t> shape,
                               const void* data);
 // Rounds `values` (numel(shape) of them) to dtype bf16 / fp16 / fp32, nearest even.
@@ -46,7 +51,10 @@ std::vector<std::string> list_tensors(const std::string& file);
 NamedTensor read_tensor(const std::string& file, const std::string& name);
 // Every tensor of `file`, sorted by name.
 std::vector<NamedTensor> read_tensors(const std::string& file);
-// Writes `tensors` (any order; written sorted by name) with optional string metadata.
+// Writes `tensors` (any order; written sorted by name) with optional string metadata. The file is
+// replaced atomically: written to a new temporary file in its folder (created exclusively, never
+// through an existing file or symlink) and renamed onto `file`, so a failure leaves `file` as it
+// was and no temporary behind. `file` may be one that read_tensors() read: reading copies it all.
 void write_tensors(const std::string& file, const std::vector<NamedTensor>& tensors,
                    const std::map<std::string, std::string>& metadata = {});
 // The string metadata (`__metadata__`) of `file`.
@@ -130,6 +138,10 @@ void save_layer_weights(const std::string& file, const ModelFamily& family, int 
 
 // The safetensors files of a checkpoint: `path` itself when it is a file, every *.safetensors
 // of a folder (sorted), or the files a *.safetensors.index.json names (its weight_map).
+// An index is checked as a downloaded file must be: Error(kBadFile) naming the index and the
+// weight_map entry for a shard name that is absolute or holds "..", a shard that is missing or not
+// a regular file or that resolves (through symlinks) outside the index's folder, and for an
+// index that is not JSON, nests deeper than 64 levels or repeats a key in one object.
 std::vector<std::string> checkpoint_files(const std::string& path);
 
 }  // namespace moekit

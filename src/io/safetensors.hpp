@@ -3,7 +3,10 @@
 // The header maps tensor names to {"dtype", "shape", "data_offsets": [begin, end]} (offsets
 // relative to the data buffer) plus an optional "__metadata__" object of strings. The reader maps
 // the file and checks the whole header when the file is opened, so every later access is in bounds;
-// every malformed case is Error(kBadFile) naming the file and the tensor.
+// every malformed case is Error(kBadFile) naming the file and the tensor. Hostile files are
+// expected: the header is parsed without recursion (nesting past kMaxJsonDepth is refused), every
+// length is checked against the file size before anything is allocated, and a name that appears
+// twice is refused rather than one copy silently winning.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -45,17 +48,29 @@ std::optional<StDtype> st_dtype_from_name(std::string_view name);
 std::optional<DType> to_dtype(StDtype t);
 StDtype from_dtype(DType t);
 
-// Largest header the reader accepts (the reference implementation's limit).
+// Largest header the reader accepts (the reference implementation's limit,
+// safetensors/src/tensor.rs MAX_HEADER_SIZE).
 inline constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+// Deepest nesting of JSON arrays and objects the readers accept (a safetensors header needs 3;
+// a checkpoint index 3). Deeper input is refused before any parser recurses over it.
+inline constexpr int kMaxJsonDepth = 64;
 
 struct TensorInfo {
   std::string name;
   StDtype dtype = StDtype::kU8;
   std::vector<int64_t> shape;
   uint64_t begin = 0, end = 0;  // byte range in the data buffer
+  // The reader refuses a shape whose non-zero extents multiply (times the dtype size) past
+  // INT64_MAX, so every partial product of `shape`, in any order, fits in int64.
   int64_t numel() const;
   uint64_t nbytes() const { return end - begin; }
 };
+
+// The byte size of a tensor of `shape` with `elem_size`-byte elements, or nullopt when an extent
+// is negative or the non-zero extents times `elem_size` pass INT64_MAX. A zero extent does not
+// hide such extents: when this returns a value, every partial product of `shape` (in any order)
+// times `elem_size` fits in int64.
+std::optional<uint64_t> tensor_bytes(const std::vector<int64_t>& shape, std::size_t elem_size);
 
 // "[2, 3]"
 std::string shape_to_string(const std::vector<int64_t>& shape);
@@ -102,10 +117,24 @@ struct TensorRef {
 };
 
 // Writes a safetensors file: tensors in name order (so the same tensors give the same bytes),
-// header padded with spaces to a multiple of 8 bytes. Writes `path`.tmp then renames it, so a
-// failed write never leaves a truncated file under `path`. Error(kInvalidArgument) for duplicate
-// names or a byte count that does not match the shape; Error(kIo) when the OS refuses.
+// header padded with spaces to a multiple of 8 bytes. The bytes go to a new temporary file in
+// `path`'s folder, created exclusively (O_EXCL, O_NOFOLLOW: never an existing file or a symlink
+// planted there), which is then renamed onto `path`; on any failure, exceptions included, the
+// temporary is removed and `path` is untouched. Since `path` is replaced, never written in place,
+// `tensors` may point into a SafetensorsFile mapping `path` itself (it keeps the old file).
+// A symlink at `path` is replaced, not followed. Error(kInvalidArgument) for duplicate names, a
+// negative extent or a byte count that does not match the shape; Error(kIo) when the OS refuses.
 void write_safetensors(const std::string& path, std::vector<TensorRef> tensors,
                        const std::map<std::string, std::string>& metadata = {});
+
+// The whole of a small regular file (a checkpoint index, a spec): Error(kIo) naming `what` and
+// `path` when it is missing, unreadable or not a regular file (a FIFO, a device, a folder: checked
+// before reading, so nothing blocks), Error(kBadFile) when longer than `max_bytes`.
+std::string read_regular_file(const std::string& path, uint64_t max_bytes, const std::string& what);
+
+// Whether the JSON arrays and objects of `text` nest at most `max_depth` deep (an iterative scan
+// that understands strings; it does not validate the JSON otherwise). Run before handing
+// untrusted text to a parser or a dump() that recurses per level.
+bool json_depth_within(std::string_view text, int max_depth);
 
 }  // namespace moekit::io

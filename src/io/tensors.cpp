@@ -14,25 +14,32 @@
 
 namespace moekit {
 
-int64_t NamedTensor::numel() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
 namespace {
 
-int64_t checked_numel(const std::string& name, const std::vector<int64_t>& shape) {
-  int64_t n = 1;
+// The element count of `shape`, refusing a negative extent and a shape whose byte size (non-zero
+// extents times `dtype`'s size) overflows int64, so that count * size below cannot wrap.
+int64_t checked_numel(const std::string& name, const std::vector<int64_t>& shape, DType dtype) {
   for (int64_t d : shape) {
     if (d < 0) {
       throw Error(ErrorCode::kInvalidArgument,
                   "tensor '" + name + "' has negative dimension " + std::to_string(d));
     }
-    n *= d;
   }
+  if (!io::tensor_bytes(shape, dtype_size(dtype))) {
+    throw Error(ErrorCode::kInvalidArgument, "tensor '" + name + "' has shape " +
+                                                 io::shape_to_string(shape) + " of " +
+                                                 to_string(dtype) + " whose size overflows int64");
+  }
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
   return n;
 }
+
+}  // namespace
+
+int64_t NamedTensor::numel() const { return checked_numel(name, shape, dtype); }
+
+namespace {
 
 io::StDtype float_dtype(const std::string& name, DType t) {
   if (t != DType::kFloat32 && t != DType::kBFloat16 && t != DType::kFloat16) {
@@ -63,7 +70,7 @@ NamedTensor to_named(const io::SafetensorsFile& f, const io::TensorInfo& t) {
 NamedTensor make_named_tensor(std::string name, DType dtype, std::vector<int64_t> shape,
                               const void* data) {
   NamedTensor t;
-  const int64_t n = checked_numel(name, shape);
+  const int64_t n = checked_numel(name, shape, dtype);
   t.bytes.resize(static_cast<std::size_t>(n) * dtype_size(dtype));
   if (!t.bytes.empty()) std::memcpy(t.bytes.data(), data, t.bytes.size());
   t.name = std::move(name);
@@ -75,7 +82,7 @@ NamedTensor make_named_tensor(std::string name, DType dtype, std::vector<int64_t
 NamedTensor named_tensor_from_floats(std::string name, DType dtype, std::vector<int64_t> shape,
                                      const float* values) {
   const io::StDtype sd = float_dtype(name, dtype);
-  const int64_t n = checked_numel(name, shape);
+  const int64_t n = checked_numel(name, shape, dtype);
   NamedTensor t;
   const std::size_t es = io::st_dtype_size(sd);
   t.bytes.resize(static_cast<std::size_t>(n) * es);
@@ -89,7 +96,7 @@ NamedTensor named_tensor_from_floats(std::string name, DType dtype, std::vector<
 std::vector<float> named_tensor_to_floats(const NamedTensor& t) {
   const io::StDtype sd = float_dtype(t.name, t.dtype);
   const std::size_t es = io::st_dtype_size(sd);
-  const int64_t n = checked_numel(t.name, t.shape);
+  const int64_t n = checked_numel(t.name, t.shape, t.dtype);
   if (t.bytes.size() != static_cast<std::size_t>(n) * es) {
     throw Error(ErrorCode::kInvalidArgument,
                 "tensor '" + t.name + "' has " + std::to_string(t.bytes.size()) +
@@ -129,11 +136,107 @@ void write_tensors(const std::string& file, const std::vector<NamedTensor>& tens
   std::vector<io::TensorRef> refs;
   refs.reserve(tensors.size());
   for (const NamedTensor& t : tensors) {
-    checked_numel(t.name, t.shape);
+    checked_numel(t.name, t.shape, t.dtype);
     refs.push_back(io::TensorRef{t.name, io::from_dtype(t.dtype), t.shape, t.bytes});
   }
   io::write_safetensors(file, std::move(refs), metadata);
 }
+
+namespace {
+
+// Largest checkpoint index read (DeepSeek-V3's, ~91k tensors, is under 10 MB).
+constexpr uint64_t kMaxIndexBytes = 100'000'000;
+
+[[noreturn]] void bad_index(const std::string& index, const std::string& what) {
+  throw Error(ErrorCode::kBadFile, "checkpoint index " + index + ": " + what);
+}
+
+// The weight_map of an index: tensor name -> shard name. The text is checked for nesting depth
+// before nlohmann parses it (its parser does not recurse, but dump() and comparisons do), and
+// every object for keys that appear twice (the DOM would keep one quietly).
+std::map<std::string, std::string> read_weight_map(const std::string& index) {
+  const std::string text = io::read_regular_file(index, kMaxIndexBytes, "checkpoint index");
+  if (!io::json_depth_within(text, io::kMaxJsonDepth)) {
+    bad_index(index, "nests arrays and objects deeper than " + std::to_string(io::kMaxJsonDepth) +
+                         " levels");
+  }
+  using json = nlohmann::json;
+  std::vector<std::set<std::string>> keys;  // per open object, by depth
+  std::string duplicate;
+  const json::parser_callback_t on_event = [&](int depth, json::parse_event_t event,
+                                               json& parsed) {
+    const auto d = static_cast<std::size_t>(depth);
+    if (event == json::parse_event_t::object_start) {
+      keys.resize(d + 1);
+      keys[d].clear();
+    } else if (event == json::parse_event_t::key && d >= 1 && d <= keys.size() &&
+               !keys[d - 1].insert(parsed.get<std::string>()).second && duplicate.empty()) {
+      duplicate = parsed.get<std::string>();
+    }
+    return true;
+  };
+  const json j = json::parse(text, on_event, /*allow_exceptions=*/false);
+  if (j.is_discarded()) bad_index(index, "is not valid JSON");
+  if (!duplicate.empty()) bad_index(index, "key '" + duplicate + "' appears twice in one object");
+  if (!j.is_object()) bad_index(index, "is not a JSON object");
+  const auto wm = j.find("weight_map");
+  if (wm == j.end() || !wm->is_object()) bad_index(index, "has no weight_map object");
+  std::map<std::string, std::string> out;
+  for (auto it = wm->begin(); it != wm->end(); ++it) {
+    if (!it.value().is_string())
+      bad_index(index, "weight_map entry '" + it.key() + "' is not a file name");
+    out.emplace(it.key(), it.value().get<std::string>());
+  }
+  return out;
+}
+
+bool inside(const std::filesystem::path& p, const std::filesystem::path& folder) {
+  auto a = p.begin();
+  for (auto b = folder.begin(); b != folder.end(); ++b, ++a) {
+    if (b->empty()) continue;  // a trailing separator
+    if (a == p.end() || *a != *b) return false;
+  }
+  return true;
+}
+
+// The shards an index names, each checked to be a regular file inside the index's folder: a
+// relative name without "..", not resolving (through symlinks) outside the folder. An index is
+// often downloaded; it must not make moekit read some other file.
+std::vector<std::string> index_shards(const std::string& index) {
+  namespace fs = std::filesystem;
+  const std::map<std::string, std::string> weight_map = read_weight_map(index);
+  const fs::path folder = fs::path(index).parent_path().empty() ? fs::path(".")
+                                                                : fs::path(index).parent_path();
+  std::error_code ec;
+  const fs::path real_folder = fs::canonical(folder, ec);
+  if (ec) throw Error(ErrorCode::kIo, "cannot resolve folder " + folder.string() + ": " + ec.message());
+  std::map<std::string, std::string> shards;  // shard -> first tensor naming it
+  for (const auto& [tensor, shard] : weight_map) shards.emplace(shard, tensor);
+  std::vector<std::string> out;
+  for (const auto& [shard, tensor] : shards) {
+    const std::string entry = "weight_map entry '" + tensor + "' names shard '" + shard + "'";
+    const fs::path rel(shard);
+    bool escapes = shard.empty() || rel.has_root_name() || rel.has_root_directory();
+    for (const auto& part : rel) escapes = escapes || part == "..";
+    if (escapes) bad_index(index, entry + ", which is not a file name inside the index's folder");
+    const fs::path full = folder / rel;
+    const fs::file_status st = fs::status(full, ec);
+    if (!fs::exists(st)) bad_index(index, entry + ", but " + full.string() + " does not exist");
+    if (!fs::is_regular_file(st))
+      bad_index(index, entry + ", but " + full.string() + " is not a regular file");
+    const fs::path real = fs::canonical(full, ec);
+    if (ec) throw Error(ErrorCode::kIo, "cannot resolve " + full.string() + ": " + ec.message());
+    if (!inside(real, real_folder)) {
+      bad_index(index, entry + ", but " + full.string() + " resolves to " + real.string() +
+                           ", outside the index's folder " + real_folder.string());
+    }
+    out.push_back(full.string());
+  }
+  if (out.empty()) bad_index(index, "weight_map names no shard");
+  return out;
+}
+
+}  // namespace
 
 std::vector<std::string> checkpoint_files(const std::string& path) {
   namespace fs = std::filesystem;
@@ -156,24 +259,7 @@ std::vector<std::string> checkpoint_files(const std::string& path) {
   const std::string suffix = ".index.json";
   if (path.size() >= suffix.size() &&
       path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0) {
-    std::ifstream in(path);
-    if (!in) throw Error(ErrorCode::kIo, "cannot open checkpoint index " + path);
-    const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") ||
-        !j["weight_map"].is_object()) {
-      throw Error(ErrorCode::kBadFile, "checkpoint index " + path + " has no weight_map object");
-    }
-    std::set<std::string> names;
-    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-      if (!it.value().is_string()) {
-        throw Error(ErrorCode::kBadFile, "checkpoint index " + path + ": weight_map entry '" +
-                                             it.key() + "' is not a file name");
-      }
-      names.insert(it.value().get<std::string>());
-    }
-    std::vector<std::string> out;
-    for (const auto& n : names) out.push_back((p.parent_path() / n).string());
-    return out;
+    return index_shards(path);
   }
   return {path};
 }

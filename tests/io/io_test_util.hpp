@@ -32,6 +32,18 @@ inline std::vector<uint8_t> read_bytes(const std::string& path) {
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
+// Whether the folder of `target` holds no temporary the writer left for it
+// (".<name>.<16 hex>.tmp").
+inline bool no_temporaries(const std::string& target) {
+  const std::filesystem::path t(target);
+  const std::string prefix = "." + t.filename().string().substr(0, 100) + ".";
+  for (const auto& e : std::filesystem::directory_iterator(t.parent_path())) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind(prefix, 0) == 0 && n.size() > 4 && n.substr(n.size() - 4) == ".tmp") return false;
+  }
+  return true;
+}
+
 // [u64 length][header][data]: a safetensors file as the format lays it out, with any header.
 inline std::vector<uint8_t> st_bytes(const std::string& header, const std::vector<uint8_t>& data,
                                      uint64_t length_field) {

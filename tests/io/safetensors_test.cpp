@@ -4,7 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstring>
+#include <filesystem>
 #include <random>
 
 #include "io/io_test_util.hpp"
@@ -118,7 +122,7 @@ TEST(Safetensors, WriterIsDeterministicAndAligned) {
   const std::string header(x.begin() + 8, x.begin() + 8 + static_cast<std::ptrdiff_t>(n));
   EXPECT_EQ(header.find_last_not_of(' '), header.find_last_of('}'));
   EXPECT_TRUE(std::equal(b.begin(), b.end(), x.begin() + 8 + static_cast<std::ptrdiff_t>(n)));
-  EXPECT_FALSE(std::filesystem::exists(p1 + ".tmp"));
+  EXPECT_TRUE(test::no_temporaries(p1));
 }
 
 TEST(Safetensors, WriterRejectsBadInput) {
@@ -304,6 +308,262 @@ TEST(Safetensors, FileMoveKeepsMapping) {
   SafetensorsFile g(std::move(f));
   const auto s = g.bytes(g.at("x"));
   EXPECT_TRUE(std::equal(s.begin(), s.end(), a.begin()));
+}
+
+// `levels` nested arrays around `inner`: "[[[...inner...]]]".
+std::string nested(std::size_t levels, const std::string& inner = "") {
+  return std::string(levels, '[') + inner + std::string(levels, ']');
+}
+
+// Nesting is refused at kMaxJsonDepth wherever it is (metadata, a tensor, a tensor's unknown
+// field, the top level), without recursing per level: 100000 levels would overflow a recursive
+// parser's, dump()'s or destructor's stack.
+TEST(Safetensors, DeepNestingIsRefusedWithoutRecursion) {
+  const auto data = random_bytes(16, 5);
+  const std::string deep = nested(100000);
+  const std::string limit = std::to_string(kMaxJsonDepth);
+  expect_bad(st_bytes(R"({"__metadata__": )" + deep + "}", data), {"__metadata__"}, "meta_array");
+  expect_bad(st_bytes(R"({"__metadata__": {"k": )" + deep + "}}", data), {"__metadata__", "'k'"},
+             "meta_value");
+  expect_bad(st_bytes(R"({"w": )" + deep + "}", data), {"'w'"}, "tensor_array");
+  expect_bad(st_bytes(R"({"w": {"dtype":"F32","shape":[4],"data_offsets":[0,16],"x":)" + deep +
+                          "}}",
+                      data),
+             {"'w'", limit}, "unknown_field");
+  expect_bad(st_bytes(R"({"w": {"dtype":"F32","shape":)" + nested(100000, "4") +
+                          R"(,"data_offsets":[0,16]}})",
+                      data),
+             {"'w'"}, "shape");
+  std::string objects;
+  for (int i = 0; i < 100000; ++i) objects += R"({"a":)";
+  objects += "1" + std::string(100000, '}');
+  expect_bad(st_bytes(R"({"w": {"x": )" + objects + "}}", data), {"'w'", limit}, "objects");
+  // Unbalanced: the parser stops at the limit, before it sees the text is not JSON.
+  expect_bad(st_bytes(R"({"w": {"x": )" + nested(100000).substr(0, 100000), data), {"'w'", limit},
+             "unclosed");
+  expect_bad(st_bytes(deep, data), {"array"}, "top_array");
+  // An unknown field nested a few levels is ignored, as before.
+  const std::string path = temp_path("shallow.safetensors");
+  write_bytes(path, st_bytes(R"({"w": {"dtype":"F32","shape":[4],"data_offsets":[0,16],"x":)" +
+                                 nested(10, R"({"a": [1, "b", null]})") + "}}",
+                             data));
+  EXPECT_EQ(SafetensorsFile(path).at("w").shape, std::vector<int64_t>{4});
+}
+
+// Shapes whose size overflows int64 are refused in every order of their extents, a zero extent
+// included: a partial product of the non-zero extents would overflow in code that uses it.
+TEST(Safetensors, ShapeOverflowInAnyOrder) {
+  const std::string big = "4611686018427387904";  // 2^62
+  for (const std::string& shape : std::vector<std::string>{
+           "[" + big + "," + big + ",0]", "[0," + big + "," + big + "]", "[" + big + ",0," + big + "]",
+        "[2147483648,2147483648,4]", "[4,2147483648,2147483648]"}) {
+    for (const char* offsets : {"[0,0]", "[0,16]"}) {
+      expect_bad(st_bytes(R"({"w":{"dtype":"U8","shape":)" + shape + R"(,"data_offsets":)" +
+                              offsets + "}}",
+                          random_bytes(16, 1)),
+                 {"'w'", "overflows"}, "overflow");
+    }
+  }
+  // 2^61 F32 elements: 2^63 bytes, one past INT64_MAX.
+  expect_bad(st_bytes(R"({"w":{"dtype":"F32","shape":[2305843009213693952],"data_offsets":[0,0]}})",
+                      {}),
+             {"'w'", "overflows"}, "bytes_overflow");
+  // Fits in int64 but not in the file: a size mismatch, not an overflow.
+  expect_bad(st_bytes(R"({"w":{"dtype":"U8","shape":[1073741824,4],"data_offsets":[0,16]}})",
+                      random_bytes(16, 1)),
+             {"'w'", "4294967296"}, "large");
+  // An extent past int64, and a number token far longer than any message should quote.
+  expect_bad(st_bytes(R"({"w":{"dtype":"U8","shape":[9223372036854775808],"data_offsets":[0,0]}})",
+                      {}),
+             {"'w'", "9223372036854775808"}, "past_int64");
+  // Past uint64 and past double: a parse error, still naming the tensor.
+  expect_bad(st_bytes(R"({"w":{"dtype":"U8","shape":[1)" + std::string(400, '0') +
+                          R"(],"data_offsets":[0,0]}})",
+                      {}),
+             {"'w'", "JSON"}, "past_double");
+  expect_bad(st_bytes(R"({"w":{"dtype":"U8","shape":[0.)" + std::string(100000, '0') +
+                          R"(1],"data_offsets":[0,0]}})",
+                      {}),
+             {"'w'", "..."}, "long_number");
+  // An empty tensor with a large (but bounded) extent is fine, and numel() is 0.
+  const std::string path = temp_path("empty.safetensors");
+  write_bytes(path, st_bytes(R"({"w":{"dtype":"F32","shape":[1000000,0,1099511627776],"data_offsets":[0,0]}})",
+                             {}));
+  SafetensorsFile f(path);
+  EXPECT_EQ(f.at("w").numel(), 0);
+  EXPECT_EQ(tensor_bytes({1000000, 0, int64_t{1} << 40}, 4), 0u);
+  EXPECT_FALSE(tensor_bytes({int64_t{1} << 62, int64_t{1} << 62, 0}, 1).has_value());
+  EXPECT_FALSE(tensor_bytes({-1}, 1).has_value());
+  EXPECT_EQ(tensor_bytes({}, 2), 2u);
+}
+
+// nlohmann's DOM keeps one of two equal keys quietly; the reader refuses them.
+TEST(Safetensors, DuplicateNamesAreRefused) {
+  const auto data = random_bytes(32, 5);
+  const std::string a = R"("w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]})";
+  const std::string b = R"("w":{"dtype":"F32","shape":[4],"data_offsets":[16,32]})";
+  expect_bad(st_bytes("{" + a + "," + b + "}", data), {"'w'", "twice"}, "tensor");
+  expect_bad(st_bytes(R"({"__metadata__":{"k":"1"},"__metadata__":{"k":"2"}})", data),
+             {"__metadata__", "twice"}, "metadata");
+  expect_bad(st_bytes(R"({"__metadata__":{"k":"1","k":"2"}})", data), {"'k'", "twice"},
+             "metadata_key");
+  expect_bad(st_bytes(R"({"w":{"dtype":"F32","dtype":"U8","shape":[4],"data_offsets":[0,16]}})",
+                      data),
+             {"'w'", "dtype", "twice"}, "field");
+  expect_bad(st_bytes(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16],"data_offsets":[16,32]}})",
+                      data),
+             {"'w'", "data_offsets", "twice"}, "offsets_field");
+}
+
+TEST(Safetensors, HeaderLengthAndOffsetsAgainstTheFile) {
+  const auto data = random_bytes(16, 5);
+  const std::string h = R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})";
+  expect_bad(st_bytes(h, data, ~uint64_t{0}), {"18446744073709551615"}, "max_u64");
+  expect_bad(st_bytes(h, data, kMaxHeaderBytes + 1), {"limit"}, "over_limit");
+  expect_bad(st_bytes(h, data, h.size() + data.size() + 1), {"past the end"}, "one_past");
+  // The header may not swallow the data: then the offsets are past the (now empty) buffer.
+  expect_bad(st_bytes(h, data, h.size() + data.size()), {}, "whole_file");
+  expect_bad(st_bytes(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[16,0]}})", data),
+             {"'w'", "16", "0"}, "reversed");
+  expect_bad(st_bytes(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16,32]}})", data),
+             {"'w'", "pair"}, "triple");
+  expect_bad(st_bytes(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[8,9223372036854775807]}})",
+                      data),
+             {"'w'", "outside"}, "end_int64_max");
+  expect_bad(st_bytes(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[8,16]},"v":{"dtype":"U8","shape":[9],"data_offsets":[0,9]}})",
+                      data),
+             {"'v'", "'w'", "overlap"}, "overlap");
+}
+
+// Paths that are not regular files are refused by their type before any read, so a FIFO with no
+// writer does not block and /dev/zero is not read forever.
+TEST(Safetensors, NonRegularFilesAreRefusedWithoutBlocking) {
+  const std::string fifo = temp_path("fifo");
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  const std::string dir = temp_path("dir");
+  std::filesystem::create_directories(dir);
+  for (const std::string& p : {fifo, dir, std::string("/dev/zero"), std::string("/dev/null")}) {
+    try {
+      SafetensorsFile f(p);
+      ADD_FAILURE() << p << " opened";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kIo) << e.what();
+      EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+    }
+    try {
+      (void)read_regular_file(p, 1000, "spec");
+      ADD_FAILURE() << p << " read";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kIo) << e.what();
+      EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+    }
+  }
+  std::filesystem::remove(fifo);
+}
+
+TEST(Safetensors, UnreadableFileIsIoError) {
+  // Refusals the OS makes even to root: a symlink loop, a path through a file.
+  const std::string loop = temp_path("loop.safetensors");
+  std::filesystem::remove(loop);
+  std::filesystem::create_symlink(std::filesystem::path(loop).filename(), loop);
+  const std::string plain = temp_path("plain");
+  write_bytes(plain, {1});
+  for (const std::string& p : {loop, plain + "/x.safetensors"}) {
+    try {
+      SafetensorsFile f(p);
+      ADD_FAILURE() << p;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kIo) << e.what();
+      EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+    }
+  }
+  // Mode 000: refused unless this user is root.
+  const std::string path = temp_path("locked.safetensors");
+  write_safetensors(path, {{"x", StDtype::kU8, {2}, random_bytes(2, 1)}});
+  ASSERT_EQ(::chmod(path.c_str(), 0), 0);
+  try {
+    SafetensorsFile f(path);
+    ::chmod(path.c_str(), 0600);
+    GTEST_SKIP() << "this user reads a file of mode 000 (root): the refusal is not testable here";
+  } catch (const Error& e) {
+    ::chmod(path.c_str(), 0600);
+    EXPECT_EQ(e.code(), ErrorCode::kIo) << e.what();
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+}
+
+TEST(Safetensors, ReadRegularFileLimits) {
+  const std::string path = temp_path("small.json");
+  write_bytes(path, {'{', '}'});
+  EXPECT_EQ(read_regular_file(path, 2, "spec"), "{}");
+  try {
+    (void)read_regular_file(path, 1, "spec");
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kBadFile);
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(json_depth_within(R"({"a": [1, {"b": "[[[[[[["}]})", 3));
+  EXPECT_FALSE(json_depth_within(R"({"a": [1, {"b": []}]})", 3));
+  EXPECT_TRUE(json_depth_within(R"(["\"[[[[", "\\", []])", 2));
+}
+
+// The temporary is created exclusively beside the target and renamed onto it: a symlink at the
+// target is replaced, not written through, and a failure leaves no temporary behind.
+TEST(Safetensors, WriterReplacesTargetAtomically) {
+  const auto a = random_bytes(8, 1);
+  const std::string victim = temp_path("victim");
+  write_bytes(victim, {1, 2, 3});
+  const std::string link = temp_path("link.safetensors");
+  std::filesystem::remove(link);
+  std::filesystem::create_symlink(victim, link);
+  write_safetensors(link, {{"x", StDtype::kF32, {2}, a}});
+  EXPECT_EQ(test::read_bytes(victim), (std::vector<uint8_t>{1, 2, 3}));
+  EXPECT_FALSE(std::filesystem::is_symlink(link));
+  EXPECT_EQ(SafetensorsFile(link).at("x").shape, std::vector<int64_t>{2});
+  EXPECT_TRUE(test::no_temporaries(link));
+
+  // The rename fails (the target is a non-empty folder): kIo, and the temporary is gone.
+  const std::string dir = temp_path("target_dir");
+  std::filesystem::create_directories(dir + "/inner");
+  try {
+    write_safetensors(dir, {{"x", StDtype::kF32, {2}, a}});
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kIo) << e.what();
+    EXPECT_NE(std::string(e.what()).find(dir), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(std::filesystem::is_directory(dir + "/inner"));
+  EXPECT_TRUE(test::no_temporaries(dir));
+
+  // Bad input is refused before any file is created.
+  const std::string never = temp_path("never.safetensors");
+  std::filesystem::remove(never);
+  try {
+    write_safetensors(never, {{"x", StDtype::kF32, {int64_t{1} << 62, 4}, {}}});
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'x'"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(never));
+  EXPECT_TRUE(test::no_temporaries(never));
+}
+
+// Writing over the file being read: the old mapping keeps the old file, the path gets the new.
+TEST(Safetensors, WriteOverTheMappedInput) {
+  const std::string path = temp_path("inplace.safetensors");
+  const auto a = random_bytes(16, 3);
+  write_safetensors(path, {{"x", StDtype::kU8, {16}, a}});
+  SafetensorsFile old(path);
+  const auto bytes = old.bytes(old.at("x"));
+  write_safetensors(path, {{"y", StDtype::kU8, {16}, bytes}, {"z", StDtype::kU8, {8}, bytes.first(8)}});
+  EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), a.begin()));
+  SafetensorsFile now(path);
+  EXPECT_EQ(now.find("x"), nullptr);
+  const auto y = now.bytes(now.at("y"));
+  EXPECT_TRUE(std::equal(y.begin(), y.end(), a.begin()));
 }
 
 }  // namespace
