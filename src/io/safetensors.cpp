@@ -383,6 +383,10 @@ class HeaderParser {
           bad_tensor(path_, tensor_.name,
                      "has shape entry " + clip(text) + ", not a non-negative integer that fits in int64");
         }
+        if (tensor_.shape.size() == kMaxRank) {
+          bad_tensor(path_, tensor_.name,
+                     "has more than " + std::to_string(kMaxRank) + " dimensions in its shape");
+        }
         tensor_.shape.push_back(static_cast<int64_t>(*value));
         return true;
       case Frame::kOffsets:
@@ -703,6 +707,10 @@ void write_safetensors(const std::string& path, std::vector<TensorRef> tensors,
     if (t.name == "__metadata__") invalid("'__metadata__' is reserved, not a tensor name");
     if (i > 0 && tensors[i - 1].name == t.name)
       invalid("tensor name '" + t.name + "' appears twice");
+    if (t.shape.size() > kMaxRank) {
+      invalid("tensor '" + t.name + "' has " + std::to_string(t.shape.size()) +
+              " dimensions, more than " + std::to_string(kMaxRank));
+    }
     for (int64_t d : t.shape)
       if (d < 0) invalid("tensor '" + t.name + "' has negative dimension " + std::to_string(d));
     const auto bytes = tensor_bytes(t.shape, st_dtype_size(t.dtype));

@@ -54,6 +54,8 @@ inline constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 // Deepest nesting of JSON arrays and objects the readers accept (a safetensors header needs 3;
 // a checkpoint index 3). Deeper input is refused before any parser recurses over it.
 inline constexpr int kMaxJsonDepth = 64;
+// Most dimensions a tensor may have (PyTorch allows 64 too); bounds what one shape can allocate.
+inline constexpr std::size_t kMaxRank = 64;
 
 struct TensorInfo {
   std::string name;
@@ -123,7 +125,8 @@ struct TensorRef {
 // temporary is removed and `path` is untouched. Since `path` is replaced, never written in place,
 // `tensors` may point into a SafetensorsFile mapping `path` itself (it keeps the old file).
 // A symlink at `path` is replaced, not followed. Error(kInvalidArgument) for duplicate names, a
-// negative extent or a byte count that does not match the shape; Error(kIo) when the OS refuses.
+// negative extent, more than kMaxRank extents or a byte count that does not match the shape;
+// Error(kIo) when the OS refuses.
 void write_safetensors(const std::string& path, std::vector<TensorRef> tensors,
                        const std::map<std::string, std::string>& metadata = {});
 

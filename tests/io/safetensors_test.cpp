@@ -385,6 +385,18 @@ TEST(Safetensors, ShapeOverflowInAnyOrder) {
                           R"(1],"data_offsets":[0,0]}})",
                       {}),
              {"'w'", "..."}, "long_number");
+  // Rank is bounded (each extent costs memory; a header could hold millions of zeros).
+  std::string zeros = "[0";
+  for (std::size_t i = 0; i < kMaxRank; ++i) zeros += ",0";
+  expect_bad(st_bytes(R"({"w":{"dtype":"U8","shape":)" + zeros + R"(],"data_offsets":[0,0]}})", {}),
+             {"'w'", "dimensions"}, "rank");
+  try {
+    write_safetensors(temp_path("rank"),
+                      {{"r", StDtype::kU8, std::vector<int64_t>(kMaxRank + 1, 1), random_bytes(1, 1)}});
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  }
   // An empty tensor with a large (but bounded) extent is fine, and numel() is 0.
   const std::string path = temp_path("empty.safetensors");
   write_bytes(path, st_bytes(R"({"w":{"dtype":"F32","shape":[1000000,0,1099511627776],"data_offsets":[0,0]}})",

@@ -1,6 +1,10 @@
 // Plain named tensors (inputs and outputs of `moekit run`) in safetensors files.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
 #include <random>
 
 #include "common/numeric.hpp"
@@ -10,6 +14,12 @@
 
 namespace moekit {
 namespace {
+
+std::string io_shape(const std::vector<int64_t>& s) {
+  std::string out;
+  for (int64_t d : s) out += std::to_string(d) + " ";
+  return out;
+}
 
 std::vector<float> random_floats(std::size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -91,6 +101,136 @@ TEST(NamedTensors, Errors) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
   }
+}
+
+TEST(NamedTensors, ShapeOverflowIsRefused) {
+  const float v[1] = {1.0f};
+  for (const std::vector<int64_t>& shape :
+       {std::vector<int64_t>{int64_t{1} << 62, 4}, {int64_t{1} << 62, int64_t{1} << 62, 0},
+        {0, int64_t{1} << 40, int64_t{1} << 40}}) {
+    try {
+      (void)make_named_tensor("big", DType::kFloat32, shape, v);
+      ADD_FAILURE() << io_shape(shape);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+      EXPECT_NE(std::string(e.what()).find("'big'"), std::string::npos) << e.what();
+    }
+    NamedTensor t;
+    t.name = "big";
+    t.shape = shape;
+    EXPECT_THROW((void)t.numel(), Error);
+    try {
+      write_tensors(test::temp_path("big.safetensors"), {t});
+      ADD_FAILURE();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+    }
+  }
+}
+
+// `moekit run --input X --output X`: the input is read whole, then replaced atomically.
+TEST(NamedTensors, OutputOverTheInput) {
+  const std::string path = test::temp_path("io.safetensors");
+  const auto h = random_floats(4 * 8, 3);
+  write_tensors(path, {named_tensor_from_floats("hidden", DType::kFloat32, {4, 8}, h.data())});
+  auto in = read_tensors(path);
+  ASSERT_EQ(in.size(), 1u);
+  in[0].name = "output";
+  write_tensors(path, in);
+  EXPECT_EQ(list_tensors(path), std::vector<std::string>{"output"});
+  EXPECT_EQ(named_tensor_to_floats(read_tensor(path, "output")), h);
+  EXPECT_TRUE(test::no_temporaries(path));
+}
+
+// ---- checkpoint_files ----
+
+class CheckpointIndex : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::path(test::temp_path("ckpt"));
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    const float v[2] = {1.0f, 2.0f};
+    for (const char* n : {"a.safetensors", "b.safetensors"})
+      write_tensors((dir_ / n).string(), {named_tensor_from_floats("x", DType::kFloat32, {2}, v)});
+  }
+  std::string index(const std::string& text) {
+    const std::string p = (dir_ / "model.safetensors.index.json").string();
+    std::ofstream(p) << text;
+    return p;
+  }
+  std::string index_of(const std::string& a, const std::string& b) {
+    return index(R"({"metadata": {"total_size": 16}, "weight_map": {"t.a": ")" + a +
+                 R"(", "t.b": ")" + b + R"("}})");
+  }
+  // checkpoint_files(`p`) fails with `code`, naming `p` and each of `names`.
+  void expect_refused(const std::string& p, const std::vector<std::string>& names,
+                      ErrorCode code = ErrorCode::kBadFile) {
+    try {
+      (void)checkpoint_files(p);
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), code) << e.what();
+      EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+      for (const auto& n : names)
+        EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << n << " not in " << e.what();
+    }
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(CheckpointIndex, NamesShardsInItsFolder) {
+  const auto files = checkpoint_files(index_of("b.safetensors", "a.safetensors"));
+  EXPECT_EQ(files, (std::vector<std::string>{(dir_ / "a.safetensors").string(),
+                                             (dir_ / "b.safetensors").string()}));
+  // A subfolder, and a symlink that stays inside the folder, are fine.
+  std::filesystem::create_directories(dir_ / "sub");
+  std::filesystem::copy_file(dir_ / "a.safetensors", dir_ / "sub" / "c.safetensors");
+  std::filesystem::create_symlink("a.safetensors", dir_ / "link.safetensors");
+  EXPECT_EQ(checkpoint_files(index_of("sub/c.safetensors", "link.safetensors")).size(), 2u);
+}
+
+TEST_F(CheckpointIndex, ShardsOutsideTheFolderAreRefused) {
+  const std::string outside = (dir_.parent_path() / "CheckpointIndex.outside.safetensors").string();
+  const float v[1] = {1.0f};
+  write_tensors(outside, {named_tensor_from_floats("x", DType::kFloat32, {1}, v)});
+  expect_refused(index_of("a.safetensors", outside), {"'t.b'", outside});  // absolute
+  expect_refused(index_of("a.safetensors", "../CheckpointIndex.outside.safetensors"),
+                 {"'t.b'", ".."});
+  expect_refused(index_of("sub/../../x.safetensors", "a.safetensors"), {"'t.a'"});
+  expect_refused(index_of("", "a.safetensors"), {"'t.a'"});
+  std::filesystem::create_symlink(outside, dir_ / "escape.safetensors");
+  expect_refused(index_of("a.safetensors", "escape.safetensors"), {"'t.b'", "outside"});
+  std::filesystem::create_directories(dir_ / "sub");
+  std::filesystem::create_directory_symlink(dir_.parent_path(), dir_ / "sub" / "up");
+  expect_refused(index_of("sub/up/CheckpointIndex.outside.safetensors", "a.safetensors"),
+                 {"'t.a'", "outside"});
+}
+
+TEST_F(CheckpointIndex, MissingOrOddShards) {
+  expect_refused(index_of("a.safetensors", "gone.safetensors"), {"'t.b'", "gone.safetensors"});
+  std::filesystem::create_directories(dir_ / "d.safetensors");
+  expect_refused(index_of("d.safetensors", "a.safetensors"), {"'t.a'", "regular"});
+  ASSERT_EQ(::mkfifo((dir_ / "f.safetensors").c_str(), 0600), 0);
+  expect_refused(index_of("f.safetensors", "a.safetensors"), {"'t.a'", "regular"});
+}
+
+TEST_F(CheckpointIndex, MalformedIndex) {
+  expect_refused(index(R"({"weight_map": {"t": "a.safetensors", "t": "b.safetensors"}})"),
+                 {"'t'", "twice"});
+  expect_refused(index(R"({"weight_map": {}, "weight_map": {"t": "a.safetensors"}})"),
+                 {"weight_map", "twice"});
+  expect_refused(index(R"({"weight_map": {"t": 3}})"), {"'t'"});
+  expect_refused(index(R"({"weight_map": []})"), {"weight_map"});
+  expect_refused(index(R"({"weight_map": {}})"), {"no shard"});
+  expect_refused(index(R"({"weight_map": {"t": "a.safetensors"})"), {"JSON"});
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  expect_refused(index(R"({"metadata": )" + deep + R"(, "weight_map": {"t": "a.safetensors"}})"),
+                 {"64"});
+  // Not a regular file: refused without blocking on the FIFO.
+  const std::string fifo = (dir_ / "fifo.safetensors.index.json").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_refused(fifo, {"regular"}, ErrorCode::kIo);
 }
 
 }  // namespace
