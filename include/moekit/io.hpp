@@ -3,8 +3,8 @@
 // chosen by a model-family description rather than names spelled at call sites.
 //
 // Every malformed file (truncated, header length past the end or over 100 MB, bad JSON, JSON nested
-// deeper than 64 levels, a tensor name or key that appears twice, a shape whose size overflows
-// int64, offsets outside the data, reversed, overlapping or not matching shape x dtype, a dtype or
+// deeper than 64 levels, a tensor name or key that appears twice, a shape of more than 64
+// dimensions or whose size overflows int64, offsets outside the data, reversed, overlapping or not matching shape x dtype, a dtype or
 // shape that does not match the description, a missing tensor) is Error(kBadFile) whose message
 // names the file and the tensor. The OS refusing to read or write, a missing file, and a path that
 // is not a regular file (a FIFO, a device, a folder: refused without reading or blocking) are

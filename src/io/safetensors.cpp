@@ -11,14 +11,14 @@
 #include <array>
 #include <atomic>
 #include <bit>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
-#include <nlohmann/json.hpp>
 
 #include "moekit/status.hpp"
 
@@ -174,17 +174,26 @@ namespace {
 // a symlink to a regular file is fine here.
 int open_regular(const std::string& path, const std::string& what, uint64_t* size) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0)
-    throw Error(ErrorCode::kIo, "cannot open " + what + " " + path + ": " + errno_text());
+  if (::stat(path.c_str(), &st) != 0) {
+    const std::string e = errno_text();
+    throw Error(ErrorCode::kIo, "cannot open " + what + " " + path + ": " + e);
+  }
   if (!S_ISREG(st.st_mode))
     throw Error(ErrorCode::kIo, what + " " + path + " is not a regular file");
   // O_NONBLOCK: should the path become a FIFO between stat and open, open does not wait.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) throw Error(ErrorCode::kIo, "cannot open " + what + " " + path + ": " + errno_text());
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (fd < 0) {
+    const std::string e = errno_text();
+    throw Error(ErrorCode::kIo, "cannot open " + what + " " + path + ": " + e);
+  }
+  if (::fstat(fd, &st) != 0) {
     const std::string e = errno_text();
     ::close(fd);
-    throw Error(ErrorCode::kIo, what + " " + path + " is not a regular file (" + e + ")");
+    throw Error(ErrorCode::kIo, "cannot stat " + what + " " + path + ": " + e);
+  }
+  if (!S_ISREG(st.st_mode)) {  // replaced between stat and open
+    ::close(fd);
+    throw Error(ErrorCode::kIo, what + " " + path + " is not a regular file");
   }
   *size = static_cast<uint64_t>(st.st_size);
   return fd;
@@ -301,8 +310,7 @@ class HeaderParser {
       case Frame::kTop:
         top_key_ = k;
         if (k != "__metadata__") {
-          if (!tensor_names_.insert(k).second)
-            bad_tensor(path_, k, "appears twice in the header");
+          if (!tensor_names_.insert(k).second) bad_tensor(path_, k, "appears twice in the header");
         } else if (seen_metadata_) {
           bad(path_, "__metadata__ appears twice in the header");
         } else {
@@ -329,8 +337,8 @@ class HeaderParser {
     const std::string where = "(error at byte " + std::to_string(position) + " of the header)";
     if (stack_.size() >= 2 && top_key_ != "__metadata__")
       bad_tensor(path_, top_key_, "is not valid JSON " + where);
-    bad(path_, std::string(stack_.size() >= 2 ? "__metadata__" : "header") +
-                   " is not valid JSON " + where);
+    bad(path_, std::string(stack_.size() >= 2 ? "__metadata__" : "header") + " is not valid JSON " +
+                   where);
   }
 
   // After a successful parse: sorted by name (names are unique: checked in key()).
@@ -351,8 +359,8 @@ class HeaderParser {
       case Frame::kNone:
         bad(path_, std::string("header is a JSON ") + what + ", not an object");
       case Frame::kTop:
-        if (key_ == "__metadata__") bad(path_, std::string("__metadata__ is a JSON ") + what +
-                                                   ", not an object of strings");
+        if (key_ == "__metadata__")
+          bad(path_, std::string("__metadata__ is a JSON ") + what + ", not an object of strings");
         bad_tensor(path_, key_, std::string("is a JSON ") + what + ", not an object");
       case Frame::kMetadata:
         bad(path_, "__metadata__ entry '" + key_ + "' is a " + what + ", not a string");
@@ -380,8 +388,9 @@ class HeaderParser {
     switch (frame()) {
       case Frame::kShape:
         if (!value) {
-          bad_tensor(path_, tensor_.name,
-                     "has shape entry " + clip(text) + ", not a non-negative integer that fits in int64");
+          bad_tensor(
+              path_, tensor_.name,
+              "has shape entry " + clip(text) + ", not a non-negative integer that fits in int64");
         }
         if (tensor_.shape.size() == kMaxRank) {
           bad_tensor(path_, tensor_.name,
@@ -431,8 +440,8 @@ class HeaderParser {
         }
         break;
       case Frame::kMetadata:
-        bad(path_, "__metadata__ entry '" + key_ + "' is a JSON " + kind(object) +
-                       ", not a string");
+        bad(path_,
+            "__metadata__ entry '" + key_ + "' is a JSON " + kind(object) + ", not a string");
       case Frame::kTensor:
         if (key_ == "shape" && !object) {
           next = Frame::kShape;
@@ -627,16 +636,16 @@ namespace {
 // another name is tried instead. Removed on destruction unless committed.
 class TempFile {
  public:
-  explicit TempFile(const std::string& target) {
+  explicit TempFile(const std::string& target) : target_(target) {
     const std::size_t slash = target.rfind('/');
     const std::string dir = slash == std::string::npos ? "" : target.substr(0, slash + 1);
     // Hidden, and short enough that a long target name cannot push it past NAME_MAX.
     const std::string base =
         (slash == std::string::npos ? target : target.substr(slash + 1)).substr(0, 100);
     static std::atomic<uint64_t> counter{0};
-    uint64_t seed = static_cast<uint64_t>(::getpid()) * 0x9E3779B97F4A7C15ull ^
-                    static_cast<uint64_t>(
-                        std::chrono::steady_clock::now().time_since_epoch().count());
+    uint64_t seed =
+        static_cast<uint64_t>(::getpid()) * 0x9E3779B97F4A7C15ull ^
+        static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
     for (int attempt = 0; attempt < 100; ++attempt) {
       seed = seed * 6364136223846793005ull + (counter.fetch_add(1) | 1);
       char suffix[17];
@@ -645,13 +654,13 @@ class TempFile {
       fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
       if (fd_ >= 0) return;
       if (errno != EEXIST) {
-        throw Error(ErrorCode::kIo, "cannot write " + target + ": cannot create " + path_ + ": " +
-                                        errno_text());
+        const std::string e = errno_text();
+        throw Error(ErrorCode::kIo,
+                    "cannot write " + target + ": cannot create " + path_ + ": " + e);
       }
     }
-    throw Error(ErrorCode::kIo,
-                "cannot write " + target + ": no free temporary name in its folder (last " +
-                    path_ + ")");
+    throw Error(ErrorCode::kIo, "cannot write " + target +
+                                    ": no free temporary name in its folder (last " + path_ + ")");
   }
   ~TempFile() {
     if (fd_ >= 0) ::close(fd_);
@@ -667,25 +676,31 @@ class TempFile {
     while (n > 0) {
       const ssize_t r = ::write(fd_, p, n);
       if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) throw Error(ErrorCode::kIo, "cannot write " + path_ + ": " + errno_text());
+      if (r <= 0) {
+        const std::string e = r < 0 ? errno_text() : std::string("nothing written");
+        throw Error(ErrorCode::kIo, "cannot write " + target_ + " (to " + path_ + "): " + e);
+      }
       p += r;
       n -= static_cast<std::size_t>(r);
     }
   }
-  // Closes the file and renames it onto `target` (replacing a file or symlink there, never
+  // Closes the file and renames it onto the target (replacing a file or symlink there, never
   // writing through it).
-  void commit(const std::string& target) {
+  void commit() {
     const int fd = std::exchange(fd_, -1);
-    if (::close(fd) != 0) throw Error(ErrorCode::kIo, "cannot write " + path_ + ": " + errno_text());
-    if (::rename(path_.c_str(), target.c_str()) != 0) {
-      throw Error(ErrorCode::kIo,
-                  "cannot rename " + path_ + " to " + target + ": " + errno_text());
+    if (::close(fd) != 0) {
+      const std::string e = errno_text();
+      throw Error(ErrorCode::kIo, "cannot write " + target_ + " (to " + path_ + "): " + e);
+    }
+    if (::rename(path_.c_str(), target_.c_str()) != 0) {
+      const std::string e = errno_text();
+      throw Error(ErrorCode::kIo, "cannot rename " + path_ + " to " + target_ + ": " + e);
     }
     committed_ = true;
   }
 
  private:
-  std::string path_;
+  std::string target_, path_;
   int fd_ = -1;
   bool committed_ = false;
 };
@@ -738,7 +753,7 @@ void write_safetensors(const std::string& path, std::vector<TensorRef> tensors,
   tmp.write(h.data(), h.size());
   for (const TensorRef& t : tensors)
     if (!t.bytes.empty()) tmp.write(t.bytes.data(), t.bytes.size());
-  tmp.commit(path);
+  tmp.commit();
 }
 
 }  // namespace moekit::io

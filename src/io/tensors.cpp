@@ -163,8 +163,7 @@ std::map<std::string, std::string> read_weight_map(const std::string& index) {
   using json = nlohmann::json;
   std::vector<std::set<std::string>> keys;  // per open object, by depth
   std::string duplicate;
-  const json::parser_callback_t on_event = [&](int depth, json::parse_event_t event,
-                                               json& parsed) {
+  const json::parser_callback_t on_event = [&](int depth, json::parse_event_t event, json& parsed) {
     const auto d = static_cast<std::size_t>(depth);
     if (event == json::parse_event_t::object_start) {
       keys.resize(d + 1);
@@ -205,11 +204,12 @@ bool inside(const std::filesystem::path& p, const std::filesystem::path& folder)
 std::vector<std::string> index_shards(const std::string& index) {
   namespace fs = std::filesystem;
   const std::map<std::string, std::string> weight_map = read_weight_map(index);
-  const fs::path folder = fs::path(index).parent_path().empty() ? fs::path(".")
-                                                                : fs::path(index).parent_path();
+  const fs::path folder =
+      fs::path(index).parent_path().empty() ? fs::path(".") : fs::path(index).parent_path();
   std::error_code ec;
   const fs::path real_folder = fs::canonical(folder, ec);
-  if (ec) throw Error(ErrorCode::kIo, "cannot resolve folder " + folder.string() + ": " + ec.message());
+  if (ec)
+    throw Error(ErrorCode::kIo, "cannot resolve folder " + folder.string() + ": " + ec.message());
   std::map<std::string, std::string> shards;  // shard -> first tensor naming it
   for (const auto& [tensor, shard] : weight_map) shards.emplace(shard, tensor);
   std::vector<std::string> out;

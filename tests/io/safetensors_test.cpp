@@ -4,8 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <cstring>
 #include <filesystem>
@@ -326,10 +329,10 @@ TEST(Safetensors, DeepNestingIsRefusedWithoutRecursion) {
   expect_bad(st_bytes(R"({"__metadata__": {"k": )" + deep + "}}", data), {"__metadata__", "'k'"},
              "meta_value");
   expect_bad(st_bytes(R"({"w": )" + deep + "}", data), {"'w'"}, "tensor_array");
-  expect_bad(st_bytes(R"({"w": {"dtype":"F32","shape":[4],"data_offsets":[0,16],"x":)" + deep +
-                          "}}",
-                      data),
-             {"'w'", limit}, "unknown_field");
+  expect_bad(
+      st_bytes(R"({"w": {"dtype":"F32","shape":[4],"data_offsets":[0,16],"x":)" + deep + "}}",
+               data),
+      {"'w'", limit}, "unknown_field");
   expect_bad(st_bytes(R"({"w": {"dtype":"F32","shape":)" + nested(100000, "4") +
                           R"(,"data_offsets":[0,16]}})",
                       data),
@@ -354,9 +357,10 @@ TEST(Safetensors, DeepNestingIsRefusedWithoutRecursion) {
 // included: a partial product of the non-zero extents would overflow in code that uses it.
 TEST(Safetensors, ShapeOverflowInAnyOrder) {
   const std::string big = "4611686018427387904";  // 2^62
-  for (const std::string& shape : std::vector<std::string>{
-           "[" + big + "," + big + ",0]", "[0," + big + "," + big + "]", "[" + big + ",0," + big + "]",
-        "[2147483648,2147483648,4]", "[4,2147483648,2147483648]"}) {
+  for (const std::string& shape :
+       std::vector<std::string>{"[" + big + "," + big + ",0]", "[0," + big + "," + big + "]",
+                                "[" + big + ",0," + big + "]", "[2147483648,2147483648,4]",
+                                "[4,2147483648,2147483648]"}) {
     for (const char* offsets : {"[0,0]", "[0,16]"}) {
       expect_bad(st_bytes(R"({"w":{"dtype":"U8","shape":)" + shape + R"(,"data_offsets":)" +
                               offsets + "}}",
@@ -365,17 +369,17 @@ TEST(Safetensors, ShapeOverflowInAnyOrder) {
     }
   }
   // 2^61 F32 elements: 2^63 bytes, one past INT64_MAX.
-  expect_bad(st_bytes(R"({"w":{"dtype":"F32","shape":[2305843009213693952],"data_offsets":[0,0]}})",
-                      {}),
-             {"'w'", "overflows"}, "bytes_overflow");
+  expect_bad(
+      st_bytes(R"({"w":{"dtype":"F32","shape":[2305843009213693952],"data_offsets":[0,0]}})", {}),
+      {"'w'", "overflows"}, "bytes_overflow");
   // Fits in int64 but not in the file: a size mismatch, not an overflow.
   expect_bad(st_bytes(R"({"w":{"dtype":"U8","shape":[1073741824,4],"data_offsets":[0,16]}})",
                       random_bytes(16, 1)),
              {"'w'", "4294967296"}, "large");
   // An extent past int64, and a number token far longer than any message should quote.
-  expect_bad(st_bytes(R"({"w":{"dtype":"U8","shape":[9223372036854775808],"data_offsets":[0,0]}})",
-                      {}),
-             {"'w'", "9223372036854775808"}, "past_int64");
+  expect_bad(
+      st_bytes(R"({"w":{"dtype":"U8","shape":[9223372036854775808],"data_offsets":[0,0]}})", {}),
+      {"'w'", "9223372036854775808"}, "past_int64");
   // Past uint64 and past double: a parse error, still naming the tensor.
   expect_bad(st_bytes(R"({"w":{"dtype":"U8","shape":[1)" + std::string(400, '0') +
                           R"(],"data_offsets":[0,0]}})",
@@ -391,16 +395,18 @@ TEST(Safetensors, ShapeOverflowInAnyOrder) {
   expect_bad(st_bytes(R"({"w":{"dtype":"U8","shape":)" + zeros + R"(],"data_offsets":[0,0]}})", {}),
              {"'w'", "dimensions"}, "rank");
   try {
-    write_safetensors(temp_path("rank"),
-                      {{"r", StDtype::kU8, std::vector<int64_t>(kMaxRank + 1, 1), random_bytes(1, 1)}});
+    write_safetensors(temp_path("rank"), {{"r", StDtype::kU8, std::vector<int64_t>(kMaxRank + 1, 1),
+                                           random_bytes(1, 1)}});
     ADD_FAILURE();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
   }
   // An empty tensor with a large (but bounded) extent is fine, and numel() is 0.
   const std::string path = temp_path("empty.safetensors");
-  write_bytes(path, st_bytes(R"({"w":{"dtype":"F32","shape":[1000000,0,1099511627776],"data_offsets":[0,0]}})",
-                             {}));
+  write_bytes(
+      path,
+      st_bytes(R"({"w":{"dtype":"F32","shape":[1000000,0,1099511627776],"data_offsets":[0,0]}})",
+               {}));
   SafetensorsFile f(path);
   EXPECT_EQ(f.at("w").numel(), 0);
   EXPECT_EQ(tensor_bytes({1000000, 0, int64_t{1} << 40}, 4), 0u);
@@ -419,12 +425,13 @@ TEST(Safetensors, DuplicateNamesAreRefused) {
              {"__metadata__", "twice"}, "metadata");
   expect_bad(st_bytes(R"({"__metadata__":{"k":"1","k":"2"}})", data), {"'k'", "twice"},
              "metadata_key");
-  expect_bad(st_bytes(R"({"w":{"dtype":"F32","dtype":"U8","shape":[4],"data_offsets":[0,16]}})",
-                      data),
-             {"'w'", "dtype", "twice"}, "field");
-  expect_bad(st_bytes(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16],"data_offsets":[16,32]}})",
-                      data),
-             {"'w'", "data_offsets", "twice"}, "offsets_field");
+  expect_bad(
+      st_bytes(R"({"w":{"dtype":"F32","dtype":"U8","shape":[4],"data_offsets":[0,16]}})", data),
+      {"'w'", "dtype", "twice"}, "field");
+  expect_bad(
+      st_bytes(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16],"data_offsets":[16,32]}})",
+               data),
+      {"'w'", "data_offsets", "twice"}, "offsets_field");
 }
 
 TEST(Safetensors, HeaderLengthAndOffsetsAgainstTheFile) {
@@ -439,12 +446,14 @@ TEST(Safetensors, HeaderLengthAndOffsetsAgainstTheFile) {
              {"'w'", "16", "0"}, "reversed");
   expect_bad(st_bytes(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16,32]}})", data),
              {"'w'", "pair"}, "triple");
-  expect_bad(st_bytes(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[8,9223372036854775807]}})",
-                      data),
-             {"'w'", "outside"}, "end_int64_max");
-  expect_bad(st_bytes(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[8,16]},"v":{"dtype":"U8","shape":[9],"data_offsets":[0,9]}})",
-                      data),
-             {"'v'", "'w'", "overlap"}, "overlap");
+  expect_bad(
+      st_bytes(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[8,9223372036854775807]}})", data),
+      {"'w'", "outside"}, "end_int64_max");
+  expect_bad(
+      st_bytes(
+          R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[8,16]},"v":{"dtype":"U8","shape":[9],"data_offsets":[0,9]}})",
+          data),
+      {"'v'", "'w'", "overlap"}, "overlap");
 }
 
 // Paths that are not regular files are refused by their type before any read, so a FIFO with no
@@ -563,6 +572,38 @@ TEST(Safetensors, WriterReplacesTargetAtomically) {
   EXPECT_TRUE(test::no_temporaries(never));
 }
 
+// A write that fails part way (here: past the process's file-size limit, which binds root too)
+// is Error(kIo); the target keeps its old bytes and the temporary is removed.
+TEST(Safetensors, WriterCleansUpAfterAFailedWrite) {
+  const std::string path = temp_path("partial.safetensors");
+  const auto small = random_bytes(8, 1), big = random_bytes(64 * 1024, 2);
+  write_safetensors(path, {{"old", StDtype::kU8, {8}, small}});
+  const auto before = test::read_bytes(path);
+  rlimit old_limit{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  rlimit limit = old_limit;
+  limit.rlim_cur = 4096;
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);  // then write() fails with EFBIG
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &limit), 0);
+  bool threw = false;
+  ErrorCode code = ErrorCode::kOk;
+  std::string message;
+  try {
+    write_safetensors(path, {{"new", StDtype::kU8, {64 * 1024}, big}});
+  } catch (const Error& e) {
+    threw = true;
+    code = e.code();
+    message = e.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &old_limit);
+  std::signal(SIGXFSZ, old_handler);
+  ASSERT_TRUE(threw);
+  EXPECT_EQ(code, ErrorCode::kIo);
+  EXPECT_NE(message.find(path), std::string::npos) << message;
+  EXPECT_EQ(test::read_bytes(path), before);
+  EXPECT_TRUE(test::no_temporaries(path));
+}
+
 // Writing over the file being read: the old mapping keeps the old file, the path gets the new.
 TEST(Safetensors, WriteOverTheMappedInput) {
   const std::string path = temp_path("inplace.safetensors");
@@ -570,7 +611,8 @@ TEST(Safetensors, WriteOverTheMappedInput) {
   write_safetensors(path, {{"x", StDtype::kU8, {16}, a}});
   SafetensorsFile old(path);
   const auto bytes = old.bytes(old.at("x"));
-  write_safetensors(path, {{"y", StDtype::kU8, {16}, bytes}, {"z", StDtype::kU8, {8}, bytes.first(8)}});
+  write_safetensors(path,
+                    {{"y", StDtype::kU8, {16}, bytes}, {"z", StDtype::kU8, {8}, bytes.first(8)}});
   EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), a.begin()));
   SafetensorsFile now(path);
   EXPECT_EQ(now.find("x"), nullptr);

@@ -105,9 +105,9 @@ TEST(NamedTensors, Errors) {
 
 TEST(NamedTensors, ShapeOverflowIsRefused) {
   const float v[1] = {1.0f};
-  for (const std::vector<int64_t>& shape :
-       {std::vector<int64_t>{int64_t{1} << 62, 4}, {int64_t{1} << 62, int64_t{1} << 62, 0},
-        {0, int64_t{1} << 40, int64_t{1} << 40}}) {
+  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{int64_t{1} << 62, 4},
+                                            {int64_t{1} << 62, int64_t{1} << 62, 0},
+                                            {0, int64_t{1} << 40, int64_t{1} << 40}}) {
     try {
       (void)make_named_tensor("big", DType::kFloat32, shape, v);
       ADD_FAILURE() << io_shape(shape);
