@@ -82,6 +82,9 @@ TEST(Report, MalformedJsonIsRefused) {
   };
   expect_refused("{not json", "not JSON");
   expect_refused("[]", "an array");
+  // Deep nesting where a number belongs: refused before anything recurses over it.
+  expect_refused("{\"schema\": " + std::string(200000, '[') + std::string(200000, ']') + "}",
+                 "deeply nested schema");
   nlohmann::json j = nlohmann::json::parse(good);
   j.erase("candidates");
   expect_refused(j.dump(), "no candidates");
