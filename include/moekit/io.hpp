@@ -91,6 +91,9 @@ struct ModelFamily {
   // e.g. "model.layers.{L}.mlp.experts.{e}.gate_proj.weight"
   std::string gate_proj, up_proj, down_proj;
   std::string block_scale_suffix;  // "_scale_inv": fp8 block scales = weight name + this
+  // kNVFP4 per-expert files use NVIDIA ModelOpt's names beside each `...weight`: weight_scale
+  // (e4m3 block scales), weight_scale_2 (fp32 global scale, gate and up equal) and, optional,
+  // input_scale (W4A4's activation scale: checked, not used).
 
   // kFused (and kNative: fused_gate_up / fused_down are name prefixes there)
   std::string fused_gate_up, fused_down;  // dense tensors / prefix of the MXFP4 pair
@@ -123,7 +126,10 @@ std::string expand_tensor_name(std::string_view pattern, int layer, int64_t expe
 // check_weights(spec, .).
 // Errors: kInvalidSpec (spec invalid), kUnsupported (the family cannot hold spec's format,
 // activation, biases or gate/up layout), kBadFile (missing tensor, dtype or shape other than described: file,
-// tensor, expected and found are named), kFormatMismatch (a kNative file of another format).
+// tensor, expected and found are named; an e8m0 NaN scale 0xff of a local expert),
+// kFormatMismatch (a kNative file of another format, or a tensor of this layer's experts that
+// the spec's options do not read: zero points, an AWQ scale, another format's scales, a bias or
+// correction bias the spec lacks; file and tensor are named).
 MoeWeights load_layer_weights(const std::vector<std::string>& files, const ModelFamily& family,
                               int layer, const MoeSpec& spec);
 

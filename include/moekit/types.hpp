@@ -47,19 +47,43 @@ std::optional<DType> dtype_from_string(std::string_view s);
 // kInt4Group (W4A16): two elements per byte, element 2j in the LOW nibble, 2j+1 in the high
 //   nibble. Without zero points a nibble is signed two's complement (-8..7), w = q * s; with
 //   zero points (uint8 [E, rows, cols/group], 0..15) nibbles are unsigned, w = float(q - z) * s.
-//   For kInt8Group / kInt4Group an optional AWQ pre-quant scale pre_quant_scale fp32 [E, cols]
-//   divides the activations before the matmul: y = W (x / pre_quant_scale) (a true division;
-//   the stored W already carries the smoothing factor, as in AWQ checkpoints).
+//   For kInt8Group / kInt4Group an optional AWQ pre-quant (smoothing) scale pre_quant_scale
+//   fp32 [E, cols] MULTIPLIES the activations before the matmul: y = W (x * pre_quant_scale),
+//   one fp32 product per element, as NVIDIA ModelOpt's exports mean it (TensorRT-LLM
+//   tensorrt_llm/_torch/modules/linear.py, W4A16_AWQ_LinearMethod.apply: input = input *
+//   module.pre_quant_scale). The stored W carries the inverse factor (W = w / pre_quant_scale
+//   per column), so that W (x * pre_quant_scale) = w x.
 // kMXFP4 (gpt-oss): two e2m1 elements per byte, element 2j in the LOW nibble. scales e8m0
 //   uint8 [E, rows, cols/32] (2^(s-127); 0xff is NaN). w = e2m1 * 2^(s-127). Activations stay
 //   bf16/fp16.
-// kNVFP4: two e2m1 elements per byte, low nibble first. scales e4m3 bytes [E, rows, cols/16];
-//   global_scale[e] fp32 (stored in weight_scale): w = (e2m1 * e4m3_scale) * global_scale[e].
-//   Weight-only: activations stay bf16/fp16 (W4A16).
+// kNVFP4 (NVIDIA ModelOpt): two e2m1 elements per byte, element 2j in the LOW nibble. scales
+//   e4m3 bytes [E, rows, cols/16] (ModelOpt's `weight_scale`); global_scale[e] fp32
+//   (ModelOpt's `weight_scale_2`, amax / (6 * 448)): w = e2m1 * (e4m3_scale * global_scale[e])
+//   (ModelOpt modelopt/torch/quantization/qtensor/nvfp4_tensor.py, NVFP4QTensor.dequantize:
+//   per_block_scale = scale * double_scale, then unpacked values times it; the nibble order is
+//   its quantize(): q[..., 1::2] << 4 | q[..., 0::2]). Weight-only: activations stay bf16/fp16
+//   (W4A16), so a checkpoint's activation scale (`input_scale`, for W4A4) is checked (a finite
+//   positive fp32 scalar) and not used.
 // kMXFP8 (W8A8): values e4m3 bytes, scales e8m0 uint8 [E, rows, cols/32], w = q * 2^(s-127).
 //   Activations are quantized dynamically per token per 32 columns: s = 2^ceil(log2(amax/448))
 //   as e8m0 (float_to_e8m0_ceil of the fp32 quotient amax/448; an all-zero group gets 2^-127),
 //   q = sat_e4m3(x / s), x' = q * s.
+//
+// e8m0 scales (kMXFP4, kMXFP8): 0xff is NaN in OCP MX. moekit refuses it: check_weights throws
+// Error(kInvalidArgument) naming tensor, expert, row and group, and load_layer_weights throws
+// Error(kBadFile) naming file and tensor, so no forward ever sees a NaN scale.
+//
+// What the reference (and every kernel) computes where the checkpoints' reference code leaves
+// room:
+//  - FC2's input: FC1's output (+bias) is rounded to act_dtype, the activation is computed in
+//    fp32 from those rounded gate/up values and its result rounded to act_dtype once; that
+//    rounded value is what W8A8 formats then quantize (DeepSeek-V3 inference/model.py,
+//    Expert.forward: w2(silu(w1(x)) * w3(x)) with bf16 tensors, and kernel.py act_quant reads
+//    that bf16 input and computes in fp32). PyTorch's eager bf16 also rounds silu(gate) before
+//    the product; moekit does not (at most one bf16 ulp of difference in FC2's input).
+//  - sat_e4m3(v): v rounded to the nearest e4m3fn value, ties to even; |v| beyond 448 (after
+//    rounding, infinities included) gives +-448, as PTX cvt.rn.satfinite.e4m3x2.f32 and vLLM's
+//    clamp before the cast do; NaN gives NaN (0x7f). Subnormals (down to 2^-9) are kept.
 enum class WeightFormat : int {
   kBF16 = 1,
   kFP16 = 2,

@@ -17,9 +17,12 @@ struct QuantizedTensor {
   std::vector<float> scales;           // fp32 scales: kFP8Block128, kInt8Group, kInt4Group
   std::vector<uint8_t> scale_bytes;    // raw 8-bit scales: e8m0 (kMXFP4, kMXFP8), e4m3 (kNVFP4)
   std::vector<uint8_t> zeros;          // zero points (int formats, optional)
-  std::vector<float> weight_scale;     // [experts]: kFP8PerTensor weight scale, kNVFP4 global
+  std::vector<float> weight_scale;     // [experts]: kFP8PerTensor weight scale
+  std::vector<float> global_scale;     // [experts]: kNVFP4 global scale (ModelOpt weight_scale_2)
   std::vector<float> input_scale;      // [experts]: kFP8PerTensor static activation scale
-  std::vector<float> pre_quant_scale;  // [experts, cols]: AWQ smoothing (int formats, optional)
+  // [experts, cols]: AWQ smoothing (int formats, optional). It MULTIPLIES the activations,
+  // y = W (x * pre_quant_scale), as in ModelOpt / TensorRT-LLM checkpoints (types.hpp).
+  std::vector<float> pre_quant_scale;
 
   // Bytes of `values` for one expert.
   int64_t expert_value_bytes() const;
@@ -42,8 +45,10 @@ struct MoeWeights {
 // The local shard of `full` (weights of the unsharded spec) for spec's tp_rank / ep_rank.
 MoeWeights shard_weights(const MoeSpec& spec, const MoeWeights& full);
 
-// Checks that `w` matches the local problem of `spec` (formats, shapes, buffer sizes, biases);
-// throws Error(kFormatMismatch) naming both formats, or kInvalidArgument naming the field.
+// Checks that `w` matches the local problem of `spec` (formats, shapes, buffer sizes, biases,
+// zero points and pre-quant scales as the spec's options say) and that no e8m0 scale (kMXFP4,
+// kMXFP8) is NaN (0xff); throws Error(kFormatMismatch) naming both formats, or
+// kInvalidArgument naming the field (for a NaN scale: tensor, expert, row and group).
 void check_weights(const MoeSpec& spec, const MoeWeights& w);
 
 }  // namespace moekit

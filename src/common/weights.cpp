@@ -18,8 +18,8 @@ bool is_int_format(WeightFormat f) {
 bool has_byte_scales(WeightFormat f) {
   return f == WeightFormat::kMXFP4 || f == WeightFormat::kMXFP8 || f == WeightFormat::kNVFP4;
 }
-bool has_weight_scale(WeightFormat f) {
-  return f == WeightFormat::kFP8PerTensor || f == WeightFormat::kNVFP4;
+bool has_e8m0_scales(WeightFormat f) {
+  return f == WeightFormat::kMXFP4 || f == WeightFormat::kMXFP8;
 }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -91,7 +91,9 @@ void QuantizedTensor::check_sizes(const char* what) const {
   expect("scale_bytes", scale_bytes.size(), has_byte_scales(format) ? per_group : 0, false);
   const bool is_int = is_int_format(format);
   expect("zeros", zeros.size(), is_int ? per_group : 0, is_int);
-  expect("weight_scale", weight_scale.size(), has_weight_scale(format) ? experts : 0, false);
+  expect("weight_scale", weight_scale.size(),
+         format == WeightFormat::kFP8PerTensor ? experts : 0, false);
+  expect("global_scale", global_scale.size(), format == WeightFormat::kNVFP4 ? experts : 0, false);
   expect("input_scale", input_scale.size(),
          format == WeightFormat::kFP8PerTensor ? experts : 0, false);
   expect("pre_quant_scale", pre_quant_scale.size(), is_int ? experts * cols : 0, is_int);
@@ -192,6 +194,7 @@ QuantizedTensor slice_tensor(const QuantizedTensor& t, const char* what, int64_t
     if (!src.empty()) dst.assign(src.begin() + e0, src.begin() + e0 + ne);
   };
   cut_experts(t.weight_scale, o.weight_scale);
+  cut_experts(t.global_scale, o.global_scale);
   cut_experts(t.input_scale, o.input_scale);
   if (!t.pre_quant_scale.empty()) {
     o.pre_quant_scale.resize(static_cast<std::size_t>(ne * nc));
@@ -272,6 +275,16 @@ void check_weights(const MoeSpec& spec, const MoeWeights& w) {
              "pre_quant_scale " + (spec.weights.pre_quant_scale ? "true" : "false"));
     }
     t.check_sizes(name);
+    if (has_e8m0_scales(want)) {
+      // A NaN scale would turn its whole group into NaN: refused (types.hpp).
+      const auto it = std::find(t.scale_bytes.begin(), t.scale_bytes.end(), uint8_t{0xff});
+      if (it != t.scale_bytes.end()) {
+        const int64_t k = it - t.scale_bytes.begin(), groups = t.cols / group_of(t);
+        fail(std::string(name) + ".scale_bytes holds the e8m0 NaN scale 0xff at expert " +
+             std::to_string(k / (t.rows * groups)) + ", row " +
+             std::to_string(k / groups % t.rows) + ", group " + std::to_string(k % groups));
+      }
+    }
   };
   check_tensor(w.fc1, "fc1", lp.fc1_rows, lp.hidden);
   check_tensor(w.fc2, "fc2", lp.hidden, lp.intermediate);

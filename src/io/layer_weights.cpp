@@ -1,6 +1,7 @@
 // Loading and saving one MoE layer's experts in a model family's layout. Every family reduces to
 // "which source row holds (gate or up, intermediate index i)"; packing.cpp does the copying.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -19,6 +20,34 @@ namespace {
 // Metadata keys of the kNative family (per layer, so one file can hold several layers).
 std::string meta_key(int layer, const char* what) {
   return "moekit.layers." + std::to_string(layer) + "." + what;
+}
+
+// ModelOpt's NVFP4 tensors beside a projection's `weight` (TensorRT-LLM and vLLM read these
+// names): weight_scale = e4m3 block scales [rows, cols/16], weight_scale_2 = fp32 global scale
+// (a scalar), input_scale = fp32 activation scale (W4A4 only: checked, not used; types.hpp).
+constexpr const char* kModelOptBlockScaleSuffix = "_scale";
+constexpr const char* kModelOptGlobalScaleSuffix = "_scale_2";
+constexpr const char* kModelOptInputScale = "input_scale";
+
+// The tensor beside `name` whose last dot-separated component is `leaf`
+// ("...gate_proj.weight" -> "...gate_proj.input_scale").
+std::string sibling(const std::string& name, const char* leaf) {
+  const auto dot = name.rfind('.');
+  return (dot == std::string::npos ? std::string() : name.substr(0, dot + 1)) + leaf;
+}
+
+// The spec's options a file must match, for error messages.
+std::string options_text(const MoeSpec& spec) {
+  const WeightQuant& q = spec.weights;
+  std::string s = std::string("weights.format ") + to_string(q.format);
+  if (q.format == WeightFormat::kInt8Group || q.format == WeightFormat::kInt4Group) {
+    s += ", zero_points " + std::string(q.zero_points ? "true" : "false") + ", pre_quant_scale " +
+         (q.pre_quant_scale ? "true" : "false");
+  }
+  s += std::string(", fc1_bias ") + (spec.fc1_bias ? "true" : "false") + ", fc2_bias " +
+       (spec.fc2_bias ? "true" : "false") + ", routing.correction_bias " +
+       (spec.routing.correction_bias ? "true" : "false");
+  return s;
 }
 
 struct Ctx {
@@ -72,6 +101,36 @@ void load_floats(const TensorIndex::Hit& h, int64_t first, int64_t count, float*
     dst[k] = load_float(h.info->dtype, h.data() + (first + k) * es);
 }
 
+// An fp32 scalar tensor (shape [] or [1], as exporters write it); Error(kBadFile) otherwise.
+float load_scalar_f32(const TensorIndex& idx, const std::string& name) {
+  const auto h = idx.need(name);
+  const auto& shape = h.info->shape;
+  if (h.info->dtype != StDtype::kF32 || shape.size() > 1 || (shape.size() == 1 && shape[0] != 1)) {
+    throw Error(ErrorCode::kBadFile, "safetensors file " + h.file->path() + ": tensor '" + name +
+                                         "' is " + st_dtype_name(h.info->dtype) + " " +
+                                         shape_to_string(shape) + ", expected an F32 scalar");
+  }
+  return load_float(StDtype::kF32, h.data());
+}
+
+// A scale that must be finite and positive (a global or activation scale).
+float load_positive_scale(const TensorIndex& idx, const std::string& name) {
+  const float v = load_scalar_f32(idx, name);
+  if (!(v > 0.0f) || !std::isfinite(v)) {
+    throw Error(ErrorCode::kBadFile, "safetensors file " + idx.need(name).file->path() +
+                                         ": tensor '" + name + "' is " + std::to_string(v) +
+                                         ", not a finite positive scale");
+  }
+  return v;
+}
+
+// The scale array beside a per-expert projection: fp8 block-128 `<weight>_scale_inv` (the
+// family's suffix), NVFP4 `<weight>_scale` (ModelOpt).
+std::string per_expert_scale_name(const Ctx& c, const std::string& weight) {
+  return weight + (c.pk.format == WeightFormat::kNVFP4 ? kModelOptBlockScaleSuffix
+                                                       : c.fam.block_scale_suffix);
+}
+
 void load_per_expert(const Ctx& c, const TensorIndex& idx, MoeWeights& w) {
   const Packing& pk = c.pk;
   const int64_t I = c.spec.intermediate, H = c.spec.hidden;
@@ -82,9 +141,12 @@ void load_per_expert(const Ctx& c, const TensorIndex& idx, MoeWeights& w) {
   auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, std::vector<float>& tmp) {
     const auto v = idx.expect(name, vd, {rows, pk.value_cols(cols)});
     const uint8_t* s = nullptr;
-    if (pk.scale_size) {
-      const auto h = idx.expect_float(name + c.fam.block_scale_suffix,
-                                      {pk.scale_rows(rows), pk.scale_cols(cols)});
+    const std::vector<int64_t> scale_shape = {pk.scale_rows(rows), pk.scale_cols(cols)};
+    if (pk.scale_size == 1) {
+      s = idx.expect(per_expert_scale_name(c, name), scale_dtypes_read(pk.format), scale_shape)
+              .data();
+    } else if (pk.scale_size) {
+      const auto h = idx.expect_float(per_expert_scale_name(c, name), scale_shape);
       s = h.data();
       if (h.info->dtype != StDtype::kF32) {
         tmp.resize(static_cast<std::size_t>(h.info->numel()));
@@ -92,20 +154,59 @@ void load_per_expert(const Ctx& c, const TensorIndex& idx, MoeWeights& w) {
         s = reinterpret_cast<const uint8_t*>(tmp.data());
       }
     }
+    if (pk.global_scale && idx.find(sibling(name, kModelOptInputScale)))
+      load_positive_scale(idx, sibling(name, kModelOptInputScale));  // W4A4 only: not used
     return file_matrix(pk, v.data(), s, nullptr, 0, rows, cols);
   };
   for (int64_t el = 0; el < c.lp.num_experts; ++el) {
     const int64_t e = c.lp.first_expert + el;
-    const std::string gname = c.name(c.fam.gate_proj, e);
-    const MatRef src[2] = {matrix(gname, I, H, wide[0]),
-                           matrix(c.name(c.fam.up_proj, e), I, H, wide[1])};
+    const std::string gname = c.name(c.fam.gate_proj, e), uname = c.name(c.fam.up_proj, e);
+    const MatRef src[2] = {matrix(gname, I, H, wide[0]), matrix(uname, I, H, wide[1])};
     const MatOut o1 = expert_out(pk, w.fc1, el);
     for (const Run& r : runs)
       copy_rows(pk, src[r.src], r.src_row, o1, r.dst_row, r.count, 0, gname);
     const std::string dname = c.name(c.fam.down_proj, e);
     copy_rows(pk, matrix(dname, H, I, wide[2]), 0, expert_out(pk, w.fc2, el), 0, H,
               c.lp.intermediate_offset, dname);
+    if (pk.global_scale) {
+      // moekit's fused FC1 keeps one global scale per expert: gate and up must agree.
+      const std::string g2 = gname + kModelOptGlobalScaleSuffix;
+      const std::string u2 = uname + kModelOptGlobalScaleSuffix;
+      const float gs = load_positive_scale(idx, g2), us = load_positive_scale(idx, u2);
+      if (gs != us) {
+        throw Error(ErrorCode::kUnsupported,
+                    "tensors '" + g2 + "' (" + std::to_string(gs) + ") and '" + u2 + "' (" +
+                        std::to_string(us) +
+                        ") differ, but moekit's fused FC1 holds one NVFP4 global scale per expert");
+      }
+      w.fc1.global_scale[el] = gs;
+      w.fc2.global_scale[el] = load_positive_scale(idx, dname + kModelOptGlobalScaleSuffix);
+    }
   }
+  // Whatever else sits beside the projections (another format's scales, zero points, an AWQ
+  // scale, a bias) is refused, not ignored.
+  const std::string options = options_text(c.spec);
+  for (int64_t el = 0; el < c.lp.num_experts; ++el) {
+    const int64_t e = c.lp.first_expert + el;
+    for (const std::string* pattern : {&c.fam.gate_proj, &c.fam.up_proj, &c.fam.down_proj})
+      idx.refuse_unread(sibling(c.name(*pattern, e), ""), options);
+  }
+}
+
+// e8m0 0xff is NaN: refused at load (types.hpp), naming file, tensor and position. Scans the
+// local experts' scales [experts, rows, groups] of a file tensor.
+void refuse_nan_e8m0(const TensorIndex::Hit& h, const std::string& name, int64_t first,
+                     int64_t n, int64_t rows, int64_t groups) {
+  const uint8_t* s = h.data() + first * rows * groups;
+  const uint8_t* end = s + n * rows * groups;
+  const uint8_t* it = std::find(s, end, uint8_t{0xff});
+  if (it == end) return;
+  const int64_t k = it - s;
+  throw Error(ErrorCode::kBadFile,
+              "safetensors file " + h.file->path() + ": tensor '" + name +
+                  "' holds the e8m0 NaN scale 0xff at expert " +
+                  std::to_string(first + k / (rows * groups)) + ", row " +
+                  std::to_string(k / groups % rows) + ", group " + std::to_string(k % groups));
 }
 
 // kFused and kNative: one tensor per projection for all experts.
@@ -175,6 +276,8 @@ void load_fused(const Ctx& c, const TensorIndex& idx, MoeWeights& w) {
     }
   } else {
     // Out-features first, packed as moekit packs the format.
+    const bool e8m0 = pk.format == WeightFormat::kMXFP4 || pk.format == WeightFormat::kMXFP8;
+    const int64_t first = c.lp.first_expert, n = c.lp.num_experts;
     struct Parts {
       TensorIndex::Hit values;
       const uint8_t* scales = nullptr;
@@ -186,9 +289,10 @@ void load_fused(const Ctx& c, const TensorIndex& idx, MoeWeights& w) {
         p.values = idx.expect(prefix + ".values", value_dtype(c.spec.weights),
                               {E, rows, pk.value_cols(cols)});
         if (pk.scale_size) {
-          p.scales = idx.expect(prefix + ".scales", scale_dtypes_read(pk.format),
-                                {E, pk.scale_rows(rows), pk.scale_cols(cols)})
-                         .data();
+          const auto h = idx.expect(prefix + ".scales", scale_dtypes_read(pk.format),
+                                    {E, pk.scale_rows(rows), pk.scale_cols(cols)});
+          if (e8m0) refuse_nan_e8m0(h, prefix + ".scales", first, n, rows, pk.scale_cols(cols));
+          p.scales = h.data();
         }
         if (pk.zeros) {
           p.zeros =
@@ -198,9 +302,11 @@ void load_fused(const Ctx& c, const TensorIndex& idx, MoeWeights& w) {
         const int64_t g = pk.group;
         p.values = idx.expect(prefix + c.fam.blocks_suffix, StDtype::kU8,
                               {E, rows, pk.scale_cols(cols), pk.row_bytes(g)});
-        p.scales = idx.expect(prefix + c.fam.scales_suffix, scale_dtypes_read(pk.format),
-                              {E, rows, pk.scale_cols(cols)})
-                       .data();
+        const auto h = idx.expect(prefix + c.fam.scales_suffix, scale_dtypes_read(pk.format),
+                                  {E, rows, pk.scale_cols(cols)});
+        if (e8m0)
+          refuse_nan_e8m0(h, prefix + c.fam.scales_suffix, first, n, rows, pk.scale_cols(cols));
+        p.scales = h.data();
       }
       return p;
     };
@@ -215,13 +321,16 @@ void load_fused(const Ctx& c, const TensorIndex& idx, MoeWeights& w) {
     }
     if (native) {
       // Per-expert scalars and the AWQ scales (sliced along FC2's columns like its weights).
-      const int64_t n = c.lp.num_experts, first = c.lp.first_expert;
       auto scalars = [&](const std::string& prefix, std::vector<float>& dst, const char* suffix) {
         load_floats(idx.expect(prefix + suffix, StDtype::kF32, {E}), first, n, dst.data());
       };
       if (pk.weight_scale) {
         scalars(p1, w.fc1.weight_scale, ".weight_scale");
         scalars(p2, w.fc2.weight_scale, ".weight_scale");
+      }
+      if (pk.global_scale) {
+        scalars(p1, w.fc1.global_scale, ".global_scale");
+        scalars(p2, w.fc2.global_scale, ".global_scale");
       }
       if (pk.input_scale) {
         scalars(p1, w.fc1.input_scale, ".input_scale");
@@ -253,6 +362,11 @@ void load_fused(const Ctx& c, const TensorIndex& idx, MoeWeights& w) {
     w.fc2_bias.resize(static_cast<std::size_t>(c.lp.num_experts * H));
     load_floats(h, c.lp.first_expert * H, c.lp.num_experts * H, w.fc2_bias.data());
   }
+  // Every tensor named after the projections (zero points, AWQ or other scales, biases: the
+  // names of both families' parts start with these) must have been read.
+  const std::string options = options_text(c.spec);
+  idx.refuse_unread(p1, options);
+  idx.refuse_unread(p2, options);
 }
 
 // ---- saving --------------------------------------------------------------------------------
@@ -300,30 +414,34 @@ void save_per_expert(const Ctx& c, const MoeWeights& w, std::vector<NamedTensor>
   const Packing& pk = c.pk;
   const int64_t I = c.spec.intermediate, H = c.spec.hidden;
   const StDtype vd = value_dtype(c.spec.weights);
-  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
+  // NVFP4 also gets ModelOpt's weight_scale_2 (the expert's global scale; no input_scale).
+  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, const float* global) {
     out.push_back(blank(name, vd, {rows, pk.value_cols(cols)}));
     if (pk.scale_size) {
-      out.push_back(blank(name + c.fam.block_scale_suffix, scale_dtype(pk.format),
+      out.push_back(blank(per_expert_scale_name(c, name), scale_dtype(pk.format),
                           {pk.scale_rows(rows), pk.scale_cols(cols)}));
-      return tensor_matrix(pk, out[out.size() - 2], &out.back(), 0, rows, cols);
+      if (pk.global_scale)
+        out.push_back(floats_tensor(name + kModelOptGlobalScaleSuffix, StDtype::kF32, {}, global));
+      const std::size_t v = out.size() - (pk.global_scale ? 3 : 2);
+      return tensor_matrix(pk, out[v], &out[v + 1], 0, rows, cols);
     }
     return tensor_matrix(pk, out.back(), nullptr, 0, rows, cols);
   };
-  out.reserve(out.size() + static_cast<std::size_t>(c.spec.num_experts) * (pk.scale_size ? 6 : 3));
+  out.reserve(out.size() + static_cast<std::size_t>(c.spec.num_experts) * (pk.scale_size ? 9 : 3));
   for (int p = 0; p < 2; ++p) {
     const auto runs = make_runs(I, [&](int64_t i) {
       return std::make_pair(0, fused_row(true, c.spec.gate_up_layout, I, p, i));
     });
     for (int64_t e = 0; e < c.spec.num_experts; ++e) {
       const std::string name = c.name(p == 0 ? c.fam.gate_proj : c.fam.up_proj, e);
-      const MatOut o = matrix(name, I, H);
+      const MatOut o = matrix(name, I, H, pk.global_scale ? &w.fc1.global_scale[e] : nullptr);
       const MatRef s = expert_ref(pk, w.fc1, e);
       for (const Run& r : runs) copy_rows(pk, s, r.src_row, o, r.dst_row, r.count, 0, name);
     }
   }
   for (int64_t e = 0; e < c.spec.num_experts; ++e) {
     const std::string name = c.name(c.fam.down_proj, e);
-    const MatOut o = matrix(name, H, I);
+    const MatOut o = matrix(name, H, I, pk.global_scale ? &w.fc2.global_scale[e] : nullptr);
     copy_rows(pk, expert_ref(pk, w.fc2, e), 0, o, 0, H, 0, name);
   }
 }
@@ -361,6 +479,8 @@ void save_fused(const Ctx& c, const MoeWeights& w, std::vector<NamedTensor>& out
             raw_tensor(prefix + ".zeros", StDtype::kU8, {E, rows, pk.scale_cols(cols)}, t.zeros));
       if (pk.weight_scale)
         out.push_back(raw_tensor(prefix + ".weight_scale", StDtype::kF32, {E}, t.weight_scale));
+      if (pk.global_scale)
+        out.push_back(raw_tensor(prefix + ".global_scale", StDtype::kF32, {E}, t.global_scale));
       if (pk.input_scale)
         out.push_back(raw_tensor(prefix + ".input_scale", StDtype::kF32, {E}, t.input_scale));
       if (pk.pre_quant)
@@ -450,6 +570,12 @@ MoeWeights load_layer_weights(const std::vector<std::string>& files, const Model
     const auto h = idx.expect_float(c.name(family.correction_bias), {spec.num_experts});
     w.routing_bias.resize(static_cast<std::size_t>(spec.num_experts));
     io::load_floats(h, 0, spec.num_experts, w.routing_bias.data());
+  }
+  // Biases the spec does not have are refused where the file holds them.
+  const std::string options = io::options_text(spec);
+  for (const std::string* pattern :
+       {&family.gate_up_bias, &family.down_bias, &family.correction_bias}) {
+    if (!pattern->empty()) idx.refuse_present(c.name(*pattern), options);
   }
   check_weights(spec, w);
   return w;

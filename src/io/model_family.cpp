@@ -15,8 +15,9 @@ std::vector<ModelFamily> build_families() {
 
   ModelFamily per_expert;
   per_expert.storage = ExpertStorage::kPerExpert;
-  // Dense checkpoints, and the fine-grained fp8 ones (DeepSeek-V3, Qwen3-*-FP8: weight_scale_inv).
-  per_expert.formats = {F::kBF16, F::kFP16, F::kFP32, F::kFP8Block128};
+  // Dense checkpoints, the fine-grained fp8 ones (DeepSeek-V3, Qwen3-*-FP8: weight_scale_inv),
+  // and NVIDIA ModelOpt's NVFP4 exports (weight, weight_scale, weight_scale_2, input_scale).
+  per_expert.formats = {F::kBF16, F::kFP16, F::kFP32, F::kFP8Block128, F::kNVFP4};
   per_expert.block_scale_suffix = "_scale_inv";
 
   {
@@ -172,9 +173,10 @@ void check_family_supports(const ModelFamily& family, const MoeSpec& spec) {
                 to_string(f));
   }
   if (family.storage == ExpertStorage::kPerExpert && format_value_bits(f) < 16 &&
-      f != WeightFormat::kFP8Block128) {
-    // Per-expert files hold dense tensors or fp8 with block scales (weight_scale_inv).
-    unsupported(std::string("stores one tensor per expert as dense or fp8 block-128, not ") +
+      f != WeightFormat::kFP8Block128 && f != WeightFormat::kNVFP4) {
+    // Per-expert files hold dense tensors, fp8 with block scales (weight_scale_inv) or
+    // ModelOpt's NVFP4.
+    unsupported(std::string("stores one tensor per expert as dense, fp8 block-128 or nvfp4, not ") +
                 to_string(f));
   }
   if (family.storage == ExpertStorage::kPerExpert && format_row_block(f) > 1 &&
@@ -225,7 +227,24 @@ std::optional<TensorIndex::Hit> TensorIndex::find(const std::string& name) const
 TensorIndex::Hit TensorIndex::need(const std::string& name) const {
   auto h = find(name);
   if (!h) throw Error(ErrorCode::kBadFile, "tensor '" + name + "' is missing from " + files_text());
+  read_.insert(name);
   return *h;
+}
+
+void TensorIndex::refuse_unread(const std::string& prefix, const std::string& options) const {
+  for (auto it = by_name_.lower_bound(prefix);
+       it != by_name_.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it) {
+    if (read_.count(it->first)) continue;
+    throw Error(ErrorCode::kFormatMismatch,
+                "safetensors file " + files_[it->second.first].path() + ": tensor '" + it->first +
+                    "' is not used by the spec (" + options +
+                    "); refusing to ignore it (the file holds another format or options)");
+  }
+}
+
+void TensorIndex::refuse_present(const std::string& name, const std::string& options) const {
+  auto it = by_name_.find(name);
+  if (it != by_name_.end() && !read_.count(name)) refuse_unread(name, options);
 }
 
 TensorIndex::Hit TensorIndex::expect(const std::string& name, StDtype dtype,

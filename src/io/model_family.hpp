@@ -3,6 +3,7 @@
 #pragma once
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -36,10 +37,19 @@ class TensorIndex {
   // A float tensor (F32, BF16 or F16) of `shape`.
   Hit expect_float(const std::string& name, const std::vector<int64_t>& shape) const;
 
+  // need() (and so every expect) records the tensor as read. Error(kFormatMismatch) naming
+  // file and tensor for the first tensor whose name starts with `prefix` that was not read:
+  // a tensor the spec's options do not use (zero points, an AWQ scale, another format's
+  // scales, a bias) is refused rather than silently ignored. `options` describes the spec.
+  void refuse_unread(const std::string& prefix, const std::string& options) const;
+  // The same for exactly the tensor `name`, if present.
+  void refuse_present(const std::string& name, const std::string& options) const;
+
  private:
   std::string files_text() const;
   std::vector<SafetensorsFile> files_;
   std::map<std::string, std::pair<std::size_t, const TensorInfo*>, std::less<>> by_name_;
+  mutable std::set<std::string, std::less<>> read_;
 };
 
 }  // namespace moekit::io

@@ -42,7 +42,7 @@ Packing packing_of(const WeightQuant& q) {
     case F::kNVFP4:
       pk.group = format_scale_group(q.format, q.group_size);
       pk.scale_size = 1;
-      pk.weight_scale = true;
+      pk.global_scale = true;
       break;
     default:
       throw Error(ErrorCode::kInvalidArgument, "weight format id " +
@@ -121,6 +121,7 @@ QuantizedTensor alloc_tensor(const WeightQuant& q, int64_t experts, int64_t rows
   if (pk.scale_size == 1) t.scale_bytes.resize(ns);
   if (pk.zeros) t.zeros.resize(static_cast<std::size_t>(experts * rows * pk.scale_cols(cols)));
   if (pk.weight_scale) t.weight_scale.resize(static_cast<std::size_t>(experts));
+  if (pk.global_scale) t.global_scale.resize(static_cast<std::size_t>(experts));
   if (pk.input_scale) t.input_scale.resize(static_cast<std::size_t>(experts));
   if (pk.pre_quant) t.pre_quant_scale.resize(static_cast<std::size_t>(experts * cols));
   return t;

@@ -23,7 +23,8 @@ struct Packing {
   int row_block = 1;   // rows per scale (128 for kFP8Block128)
   int scale_size = 0;  // bytes per scale: 4 (QuantizedTensor::scales), 1 (scale_bytes), 0 none
   bool zeros = false;
-  bool weight_scale = false;  // per-expert fp32 weight_scale (kFP8PerTensor, kNVFP4 global)
+  bool weight_scale = false;  // per-expert fp32 weight_scale (kFP8PerTensor)
+  bool global_scale = false;  // per-expert fp32 global scale (kNVFP4)
   bool input_scale = false;   // per-expert fp32 input_scale (kFP8PerTensor)
   bool pre_quant = false;     // [E, cols] fp32 AWQ scale
 

@@ -150,10 +150,11 @@ void dequantize_expert(const QuantizedTensor& t, int64_t e, float* out) {
     }
     case WeightFormat::kNVFP4: {
       const uint8_t* sb = t.scale_bytes.data() + e * rows * groups;
-      const float gs = t.weight_scale[e];
+      const float gs = t.global_scale[e];
       for (int64_t k = 0; k < rows * groups; ++k) {
-        const float s = e4m3[sb[k]];
-        for (int q = 0; q < 16; ++q) lut[q] = (kE2M1[q] * s) * gs;
+        // The block's scale first, then the element (ModelOpt's NVFP4QTensor.dequantize).
+        const float s = e4m3[sb[k]] * gs;
+        for (int q = 0; q < 16; ++q) lut[q] = kE2M1[q] * s;
         decode_nibbles(v + k * 8, 8, lut, out + k * 16);
       }
       return;
@@ -180,9 +181,11 @@ void prepare_activations(const QuantizedTensor& t, int64_t e, float* x, int64_t 
                                                      std::to_string(t.pre_quant_scale.size()) +
                                                      " elements, too few for expert " +
                                                      std::to_string(e));
+      // ModelOpt's AWQ scale multiplies the activations (TensorRT-LLM
+      // tensorrt_llm/_torch/modules/linear.py, W4A16_AWQ_LinearMethod.apply).
       const float* p = t.pre_quant_scale.data() + e * cols;
       for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < cols; ++c) x[r * cols + c] /= p[c];
+        for (int64_t c = 0; c < cols; ++c) x[r * cols + c] *= p[c];
       return;
     }
     case WeightFormat::kFP8PerTensor: {

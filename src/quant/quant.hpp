@@ -12,7 +12,7 @@ namespace moekit::quant {
 void dequantize_expert(const QuantizedTensor& t, int64_t e, float* out);
 
 // Rounds activations x [rows, cols] (the input of projection t, expert e) the way the format's
-// kernels see them: AWQ pre-quant division for int formats with pre_quant_scale, and
+// kernels see them: AWQ pre-quant product x * pre_quant_scale for int formats with one, and
 // quantize-dequantize for W8A8 formats (kFP8PerTensor static scale, kFP8Block128 per token per
 // 128, kMXFP8 per token per 32). Other formats: unchanged.
 void prepare_activations(const QuantizedTensor& t, int64_t e, float* x, int64_t rows);
@@ -20,8 +20,8 @@ void prepare_activations(const QuantizedTensor& t, int64_t e, float* x, int64_t 
 // Encodes fp32 weights w [experts, rows, cols] into format q.format (computing scales from the
 // data: absmax per block/group, zero points when q.zero_points). For kFP8PerTensor input_scale
 // is set from `act_absmax` / 448 (one per expert). pre_quant_scale, when asked for, is drawn
-// deterministically from `seed` in [0.5, 2], and the stored weights are w * pre_quant_scale
-// (per column), so that dequantized W times (x / pre_quant_scale) approximates w x.
+// deterministically from `seed` in [0.5, 2], and the stored weights are w / pre_quant_scale
+// (per column), so that dequantized W times (x * pre_quant_scale) approximates w x.
 // Scales: fp8 amax/448; int symmetric amax/(2^(b-1)-1) with codes clamped to the signed range,
 // with zero points (max(w,0) - min(w,0)) / (2^b - 1) and z = rne(-min/s); MXFP4 / MXFP8 the
 // e8m0 power of two >= amax/6 (/448); NVFP4 global amax/(448*6), block e4m3(amax/6/global).

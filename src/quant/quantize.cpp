@@ -116,7 +116,7 @@ QuantizedTensor make_empty(const WeightQuant& q, int64_t experts, int64_t rows, 
       break;
     case WeightFormat::kNVFP4:
       t.scale_bytes.resize(groups);
-      t.weight_scale.resize(per_expert);
+      t.global_scale.resize(per_expert);
       break;
     default:
       break;
@@ -141,11 +141,12 @@ void quantize_expert(QuantizedTensor& t, int64_t e, const float* w_in, float act
   const float* w = w_in;
   std::vector<float> smoothed;
   if (!t.pre_quant_scale.empty()) {
-    // AWQ: the stored weights carry the factor that the activations are divided by.
+    // AWQ: the activations are multiplied by pre_quant_scale (types.hpp), so the stored
+    // weights carry its inverse.
     smoothed.resize(static_cast<std::size_t>(n));
     const float* p = t.pre_quant_scale.data() + e * cols;
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) smoothed[r * cols + c] = w_in[r * cols + c] * p[c];
+      for (int64_t c = 0; c < cols; ++c) smoothed[r * cols + c] = w_in[r * cols + c] / p[c];
     w = smoothed.data();
   }
   const int64_t g = format_scale_group(t.format, t.group_size);
@@ -227,10 +228,11 @@ void quantize_expert(QuantizedTensor& t, int64_t e, const float* w_in, float act
       return;
     }
     case WeightFormat::kNVFP4: {
-      // The global scale maps the expert's absmax onto the largest e4m3 x e2m1 product.
+      // The global scale maps the expert's absmax onto the largest e4m3 x e2m1 product
+      // (ModelOpt's NVFP4QTensor.get_weights_scaling_factor_2: amax / (6 * 448)).
       const float m = absmax(w, n);
       const float gs = m > 0.0f ? m / (448.0f * 6.0f) : 1.0f;
-      t.weight_scale[e] = gs;
+      t.global_scale[e] = gs;
       for (int64_t k = 0; k < rows * groups; ++k) {
         const float* wg = w + k * 16;
         const uint8_t sb = float_to_e4m3_hd(absmax(wg, 16) / 6.0f / gs);

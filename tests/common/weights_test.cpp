@@ -117,8 +117,11 @@ TEST(CheckSizes, FixedGroupsAndScalarBuffers) {
   auto n = quant::quantize(q, 2, 4, 64, w2.data());
   EXPECT_EQ(n.group_size, 16);
   EXPECT_EQ(n.scale_bytes.size(), 2u * 4u * 4u);
-  n.weight_scale.pop_back();
-  expect_error(ErrorCode::kInvalidArgument, {"weight_scale", "1", "2"}, [&] { n.check_sizes("fc1"); });
+  n.global_scale.pop_back();
+  expect_error(ErrorCode::kInvalidArgument, {"global_scale", "1", "2"}, [&] { n.check_sizes("fc1"); });
+  n.global_scale = {1.0f, 1.0f};
+  n.weight_scale = {1.0f, 1.0f};  // kFP8PerTensor's field: NVFP4 has none
+  expect_error(ErrorCode::kInvalidArgument, {"weight_scale", "2", "0"}, [&] { n.check_sizes("fc1"); });
 
   q.format = WeightFormat::kFP8PerTensor;
   auto p = quant::quantize(q, 2, 4, 64, w2.data());
@@ -279,6 +282,27 @@ TEST(ShardWeights, SliceEqualsTheSliceOfTheDequantizedFullTensor) {
       }
     }
   }
+}
+
+// e8m0 0xff is NaN: weights given directly (MoeLayer::create, the reference) are refused with
+// the tensor and position named (types.hpp).
+TEST(CheckWeights, NanE8m0ScaleIsRefused) {
+  for (WeightFormat f : {WeightFormat::kMXFP4, WeightFormat::kMXFP8}) {
+    SCOPED_TRACE(to_string(f));
+    const MoeSpec spec = small_spec(f);
+    MoeWeights w = quant::make_random_weights(spec, 9);
+    EXPECT_NO_THROW(check_weights(spec, w));
+    // fc1 [4, 512, 128]: 4 groups per row; expert 2, row 7, group 3.
+    w.fc1.scale_bytes[(2 * 512 + 7) * 4 + 3] = 0xff;
+    expect_error(ErrorCode::kInvalidArgument,
+                 {"fc1.scale_bytes", "0xff", "expert 2", "row 7", "group 3"},
+                 [&] { check_weights(spec, w); });
+  }
+  // NVFP4's block scales are e4m3, where 0xff is not a scale moekit refuses here.
+  const MoeSpec nv = small_spec(WeightFormat::kNVFP4);
+  MoeWeights n = quant::make_random_weights(nv, 9);
+  n.fc1.scale_bytes[0] = 0x7e;
+  EXPECT_NO_THROW(check_weights(nv, n));
 }
 
 TEST(ShardWeights, KeepsRoutingBiasWholeAndChecksTheFullWeights) {

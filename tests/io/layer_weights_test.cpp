@@ -16,6 +16,7 @@
 #include "moekit/status.hpp"
 #include "moekit/weights.hpp"
 #include "quant/quant.hpp"
+#include "reference/reference.hpp"
 #include "support/specs.hpp"
 
 namespace moekit {
@@ -40,6 +41,7 @@ void expect_same_tensor(const QuantizedTensor& a, const QuantizedTensor& b, cons
   expect_same_vec(a.scale_bytes, b.scale_bytes, w + ".scale_bytes");
   expect_same_vec(a.zeros, b.zeros, w + ".zeros");
   expect_same_vec(a.weight_scale, b.weight_scale, w + ".weight_scale");
+  expect_same_vec(a.global_scale, b.global_scale, w + ".global_scale");
   expect_same_vec(a.input_scale, b.input_scale, w + ".input_scale");
   expect_same_vec(a.pre_quant_scale, b.pre_quant_scale, w + ".pre_quant_scale");
 }
@@ -108,6 +110,11 @@ std::vector<Case> round_trip_cases() {
     }
     c.push_back({fam, small_spec(WeightFormat::kFP8Block128, 2, 384, 256),
                  std::string(fam) + "/fp8_block128"});
+    for (GateUpLayout l : {GateUpLayout::kHalves, GateUpLayout::kInterleaved}) {
+      MoeSpec s = small_spec(WeightFormat::kNVFP4, 2, 64, 32);  // ModelOpt's names
+      s.gate_up_layout = l;
+      c.push_back({fam, s, std::string(fam) + "/nvfp4/" + to_string(l)});
+    }
   }
   c.push_back({"deepseek_v3", deepseek_spec(), "deepseek_v3/routing"});
   for (WeightFormat f : {WeightFormat::kMXFP4, WeightFormat::kBF16, WeightFormat::kFP32}) {
@@ -603,6 +610,278 @@ TEST(LayerWeights, CustomFamily) {
   EXPECT_EQ(read_tensor(path, "model.layers.0.mlp.experts.down_proj_blocks").shape,
             (std::vector<int64_t>{4, 64, 2, 32}));
   expect_same(load_layer_weights({path}, mx, 0, m), wm, "mxfp8 fused");
+}
+
+// ---- NVIDIA ModelOpt's NVFP4 files, and tensors the spec's options do not read ---------------
+
+// NVFP4 weights from known values (no encoder involved): e2m1 code of element (e, r, c) and
+// e4m3 block-scale byte of (e, r, group), per projection tag.
+uint8_t known_code(int tag, int64_t e, int64_t r, int64_t c) {
+  return static_cast<uint8_t>((tag * 7 + e * 5 + r * 3 + c) % 16);
+}
+uint8_t known_scale(int tag, int64_t e, int64_t r, int64_t g) {
+  return static_cast<uint8_t>(0x30 + (tag + e + r + 2 * g) % 12);  // e4m3 0.5 .. 1.375
+}
+QuantizedTensor known_nvfp4(int tag, int64_t experts, int64_t rows, int64_t cols,
+                            std::vector<float> global) {
+  QuantizedTensor t;
+  t.format = WeightFormat::kNVFP4;
+  t.experts = experts;
+  t.rows = rows;
+  t.cols = cols;
+  t.group_size = 16;
+  for (int64_t e = 0; e < experts; ++e)
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < cols / 2; ++j)
+        t.values.push_back(static_cast<uint8_t>(known_code(tag, e, r, 2 * j) |
+                                                (known_code(tag, e, r, 2 * j + 1) << 4)));
+      for (int64_t g = 0; g < cols / 16; ++g) t.scale_bytes.push_back(known_scale(tag, e, r, g));
+    }
+  t.global_scale = std::move(global);
+  return t;
+}
+
+// The same experts as ModelOpt exports them: per projection `weight` (U8, two e2m1 per byte,
+// low nibble first), `weight_scale` (F8_E4M3 [rows, cols/16]), `weight_scale_2` (F32 scalar)
+// and `input_scale` (F32 scalar). FC1 rows [0, I) are gate, [I, 2I) up (halves layout).
+std::vector<NamedTensor> modelopt_tensors(const ModelFamily& fam, const MoeWeights& w) {
+  std::vector<NamedTensor> out;
+  auto projection = [&](const std::string& pattern, const QuantizedTensor& t, int64_t e,
+                        int64_t row0, int64_t rows) {
+    const std::string name = expand_tensor_name(pattern, 0, e);
+    const std::string base = name.substr(0, name.size() - std::string("weight").size());
+    const int64_t vb = t.cols / 2, sb = t.cols / 16;
+    out.push_back(make_named_tensor(name, DType::kUInt8, {rows, vb},
+                                    t.values.data() + (e * t.rows + row0) * vb));
+    out.push_back(make_named_tensor(name + "_scale", DType::kFloat8E4M3, {rows, sb},
+                                    t.scale_bytes.data() + (e * t.rows + row0) * sb));
+    out.push_back(make_named_tensor(name + "_scale_2", DType::kFloat32, {}, &t.global_scale[e]));
+    const float input_scale = 0.02f;  // W4A4's activation scale: checked, not used
+    out.push_back(make_named_tensor(base + "input_scale", DType::kFloat32, {}, &input_scale));
+  };
+  const int64_t I = w.fc2.cols;
+  for (int64_t e = 0; e < w.fc1.experts; ++e) {
+    projection(fam.gate_proj, w.fc1, e, 0, I);
+    projection(fam.up_proj, w.fc1, e, I, I);
+    projection(fam.down_proj, w.fc2, e, 0, w.fc2.rows);
+  }
+  return out;
+}
+
+NamedTensor* find_named(std::vector<NamedTensor>& ts, const std::string& name) {
+  for (auto& t : ts)
+    if (t.name == name) return &t;
+  ADD_FAILURE() << name;
+  return &ts.front();
+}
+
+TEST(LayerWeightsModelOpt, Nvfp4LoadsAsTheSameWeightsAsMoekitsLayout) {
+  MoeSpec s = small_spec(WeightFormat::kNVFP4, 2, 64, 32);
+  s.act_dtype = DType::kBFloat16;
+  MoeWeights w;
+  w.fc1 = known_nvfp4(0, 2, 64, 64, {0.5f, 0.1f});
+  w.fc2 = known_nvfp4(1, 2, 64, 32, {0.25f, 3.0f});
+  const std::string native = temp_path("native.safetensors");
+  save_layer_weights(native, find_model_family("moekit"), 0, s, w);
+  const MoeWeights from_native = load_layer_weights({native}, find_model_family("moekit"), 0, s);
+  expect_same(from_native, w, "moekit layout");
+
+  // Known values: up row 2 (fc1 row 34) of expert 1, element 17 (group 1).
+  const float e2m1[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+  std::vector<float> d(64 * 64);
+  quant::dequantize_expert(from_native.fc1, 1, d.data());
+  const float block = numeric::e4m3_to_float(known_scale(0, 1, 34, 1)) * 0.1f;
+  EXPECT_EQ(d[34 * 64 + 17], e2m1[known_code(0, 1, 34, 17)] * block);
+
+  for (const char* family : {"qwen3_moe", "mixtral", "deepseek_v3"}) {
+    SCOPED_TRACE(family);
+    const ModelFamily& fam = find_model_family(family);
+    const std::string path = temp_path(std::string(family) + ".safetensors");
+    write_tensors(path, modelopt_tensors(fam, w), {});
+    const MoeWeights from_modelopt = load_layer_weights({path}, fam, 0, s);
+    expect_same(from_modelopt, w, "ModelOpt layout");
+
+    // The same output through the reference, bit for bit.
+    const int64_t tokens = 3;
+    std::vector<float> hidden(tokens * 64), route(tokens * 2, 0.5f), a(tokens * 64), b(a);
+    for (std::size_t i = 0; i < hidden.size(); ++i)
+      hidden[i] = quant::round_to(DType::kBFloat16, 0.01f * static_cast<float>(int(i % 23) - 11));
+    const std::vector<int32_t> ids = {0, 1, 1, 0, 0, 1};
+    ASSERT_TRUE(reference::forward(s, from_modelopt, tokens, hidden.data(), ids.data(),
+                                   route.data(), a.data())
+                    .ok());
+    ASSERT_TRUE(reference::forward(s, from_native, tokens, hidden.data(), ids.data(),
+                                   route.data(), b.data())
+                    .ok());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
+    EXPECT_NE(a, std::vector<float>(a.size(), 0.0f));
+  }
+}
+
+TEST(LayerWeightsModelOpt, Nvfp4ScalesAreChecked) {
+  const MoeSpec s = small_spec(WeightFormat::kNVFP4, 2, 64, 32);
+  const ModelFamily& fam = find_model_family("qwen3_moe");
+  MoeWeights w;
+  w.fc1 = known_nvfp4(0, 2, 64, 64, {0.5f, 0.1f});
+  w.fc2 = known_nvfp4(1, 2, 64, 32, {0.25f, 3.0f});
+  const std::string p = "model.layers.0.mlp.experts.1.";
+  const std::string path = temp_path("scales.safetensors");
+  auto write_edited = [&](const std::function<void(std::vector<NamedTensor>&)>& edit) {
+    auto ts = modelopt_tensors(fam, w);
+    edit(ts);
+    write_tensors(path, ts, {});
+  };
+  // Missing global scale.
+  write_edited([&](std::vector<NamedTensor>& ts) {
+    ts.erase(ts.begin() + (find_named(ts, p + "down_proj.weight_scale_2") - ts.data()));
+  });
+  expect_load_error(path, fam, s, ErrorCode::kBadFile, {path, p + "down_proj.weight_scale_2"});
+  // Gate and up with different global scales cannot share moekit's fused FC1 scale.
+  write_edited([&](std::vector<NamedTensor>& ts) {
+    const float other = 0.2f;
+    std::memcpy(find_named(ts, p + "up_proj.weight_scale_2")->bytes.data(), &other, 4);
+  });
+  expect_load_error(path, fam, s, ErrorCode::kUnsupported,
+                    {p + "gate_proj.weight_scale_2", p + "up_proj.weight_scale_2"});
+  // A non-positive activation scale, and a global scale of another dtype.
+  write_edited([&](std::vector<NamedTensor>& ts) {
+    const float bad = -1.0f;
+    std::memcpy(find_named(ts, p + "gate_proj.input_scale")->bytes.data(), &bad, 4);
+  });
+  expect_load_error(path, fam, s, ErrorCode::kBadFile, {path, p + "gate_proj.input_scale"});
+  write_edited([&](std::vector<NamedTensor>& ts) {
+    NamedTensor* t = find_named(ts, p + "down_proj.weight_scale_2");
+    *t = named_tensor_from_floats(t->name, DType::kBFloat16, {}, std::vector<float>{0.25f}.data());
+  });
+  expect_load_error(path, fam, s, ErrorCode::kBadFile,
+                    {path, p + "down_proj.weight_scale_2", "BF16", "F32 scalar"});
+  // ModelOpt's NVFP4_AWQ adds a pre_quant_scale that moekit's NVFP4 does not apply: refused.
+  write_edited([&](std::vector<NamedTensor>& ts) {
+    const std::vector<float> ones(64, 1.0f);
+    ts.push_back(named_tensor_from_floats(p + "gate_proj.pre_quant_scale", DType::kBFloat16,
+                                          {64}, ones.data()));
+  });
+  expect_load_error(path, fam, s, ErrorCode::kFormatMismatch,
+                    {path, p + "gate_proj.pre_quant_scale"});
+}
+
+// Adds `t` to the file at `path`.
+void add_tensor(const std::string& path, NamedTensor t) {
+  auto tensors = read_tensors(path);
+  const auto meta = read_metadata(path);
+  tensors.push_back(std::move(t));
+  write_tensors(path, tensors, meta);
+}
+
+TEST(LayerWeightsStrict, TensorsTheSpecDoesNotReadAreRefused) {
+  const ModelFamily& native = find_model_family("moekit");
+  {
+    // An int4 file with zero points loaded as int4 without: refused, not run without them.
+    MoeSpec z = small_spec(WeightFormat::kInt4Group, 2, 128, 64);
+    z.weights.group_size = 32;
+    z.weights.zero_points = true;
+    const std::string path = temp_path("zeros.safetensors");
+    save_layer_weights(path, native, 0, z, quant::make_random_weights(z, 31));
+    MoeSpec plain = z;
+    plain.weights.zero_points = false;
+    expect_load_error(path, native, plain, ErrorCode::kFormatMismatch,
+                      {path, "layers.0.experts.fc1.zeros", "zero_points false"});
+    // And the other way: zero points expected but absent.
+    const std::string p2 = temp_path("nozeros.safetensors");
+    save_layer_weights(p2, native, 0, plain, quant::make_random_weights(plain, 31));
+    expect_load_error(p2, native, z, ErrorCode::kBadFile, {p2, "layers.0.experts.fc1.zeros"});
+  }
+  {
+    MoeSpec awq = small_spec(WeightFormat::kInt8Group, 2, 128, 64);
+    awq.weights.group_size = 64;
+    awq.weights.pre_quant_scale = true;
+    const std::string path = temp_path("awq.safetensors");
+    save_layer_weights(path, native, 0, awq, quant::make_random_weights(awq, 32));
+    MoeSpec plain = awq;
+    plain.weights.pre_quant_scale = false;
+    expect_load_error(path, native, plain, ErrorCode::kFormatMismatch,
+                      {path, "layers.0.experts.fc1.pre_quant_scale"});
+  }
+  {
+    MoeSpec b = small_spec(WeightFormat::kFP16, 2, 64, 32);
+    b.fc1_bias = b.fc2_bias = true;
+    const std::string path = temp_path("bias.safetensors");
+    save_layer_weights(path, native, 0, b, quant::make_random_weights(b, 33));
+    MoeSpec no1 = b;
+    no1.fc1_bias = false;
+    expect_load_error(path, native, no1, ErrorCode::kFormatMismatch,
+                      {path, "layers.0.experts.fc1_bias", "fc1_bias false"});
+    MoeSpec no2 = b;
+    no2.fc2_bias = false;
+    expect_load_error(path, native, no2, ErrorCode::kFormatMismatch,
+                      {path, "layers.0.experts.fc2_bias"});
+  }
+  {
+    // gpt-oss biases the spec lacks.
+    const MoeSpec g = gpt_oss_spec(WeightFormat::kBF16, GateUpLayout::kInterleaved);
+    const ModelFamily& gf = find_model_family("gpt_oss");
+    const std::string path = temp_path("gptoss.safetensors");
+    save_layer_weights(path, gf, 0, g, random_weights(g, 34, gf));
+    MoeSpec no2 = g;
+    no2.fc2_bias = false;
+    expect_load_error(path, gf, no2, ErrorCode::kFormatMismatch,
+                      {path, "model.layers.0.mlp.experts.down_proj_bias"});
+  }
+  {
+    // A routing correction bias the spec's routing does not use.
+    const ModelFamily& ds = find_model_family("deepseek_v3");
+    const MoeSpec d = deepseek_spec();
+    const std::string path = temp_path("correction.safetensors");
+    save_layer_weights(path, ds, 0, d, quant::make_random_weights(d, 35));
+    const MoeSpec plain = small_spec(WeightFormat::kFP8Block128, 8, 256, 256);
+    expect_load_error(path, ds, plain, ErrorCode::kFormatMismatch,
+                      {path, "model.layers.0.mlp.gate.e_score_correction_bias"});
+  }
+  {
+    // Scales of a quantized format beside a bf16 checkpoint's weight.
+    const ModelFamily& mixtral = find_model_family("mixtral");
+    const MoeSpec s = small_spec(WeightFormat::kBF16, 4, 64, 32);
+    const std::string path = temp_path("scales.safetensors");
+    save_layer_weights(path, mixtral, 0, s, quant::make_random_weights(s, 36));
+    const std::string extra = "model.layers.0.block_sparse_moe.experts.2.w3.weight_scale_inv";
+    const float one = 1.0f;
+    add_tensor(path, make_named_tensor(extra, DType::kFloat32, {1, 1}, &one));
+    expect_load_error(path, mixtral, s, ErrorCode::kFormatMismatch, {path, extra});
+  }
+}
+
+// e8m0 0xff is NaN: refused at load with file, tensor and position named (types.hpp).
+TEST(LayerWeightsStrict, NanE8m0ScaleIsRefused) {
+  {
+    const MoeSpec g = gpt_oss_spec(WeightFormat::kMXFP4, GateUpLayout::kInterleaved);
+    const ModelFamily& gf = find_model_family("gpt_oss");
+    const std::string path = temp_path("mxfp4.safetensors");
+    save_layer_weights(path, gf, 0, g, random_weights(g, 37, gf));
+    const std::string scales = "model.layers.0.mlp.experts.down_proj_scales";  // [4, 64, 2]
+    edit_tensor(path, scales, [](NamedTensor& t) {
+      t.bytes[(2 * 64 + 5) * 2 + 1] = 0xff;
+      return true;
+    });
+    expect_load_error(path, gf, g, ErrorCode::kBadFile,
+                      {path, scales, "0xff", "expert 2", "row 5", "group 1"});
+    // A rank whose experts do not include it loads.
+    MoeSpec ep = g;
+    ep.ep_size = 2;
+    ep.ep_rank = 0;
+    EXPECT_NO_THROW(load_layer_weights({path}, gf, 0, ep));
+  }
+  {
+    const MoeSpec m = small_spec(WeightFormat::kMXFP8, 2, 64, 64);
+    const ModelFamily& native = find_model_family("moekit");
+    const std::string path = temp_path("mxfp8.safetensors");
+    save_layer_weights(path, native, 0, m, quant::make_random_weights(m, 38));
+    const std::string scales = "layers.0.experts.fc1.scales";
+    edit_tensor(path, scales, [](NamedTensor& t) {
+      t.bytes[3] = 0xff;
+      return true;
+    });
+    expect_load_error(path, native, m, ErrorCode::kBadFile, {path, scales, "0xff", "expert 0"});
+  }
 }
 
 }  // namespace

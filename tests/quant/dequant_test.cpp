@@ -153,7 +153,7 @@ TEST(Dequantize, NVFP4UsesE4M3BlockScalesAndTheGlobalScale) {
   // [2, 1, 32]: e4m3 scales [2, 1, 2], global scales per expert.
   auto t = tensor(WeightFormat::kNVFP4, 2, 1, 32, 16);
   t.scale_bytes = {0x40, 0x3c, 0x30, 0x01};  // 2.0, 1.5, 0.5, 2^-9
-  t.weight_scale = {0.5f, 4.0f};
+  t.global_scale = {0.5f, 4.0f};
   t.values[0] = 0xf1;       // element 0: 0.5, element 1: -6
   t.values[8] = 0x07;       // element 16: 6 (scale 1.5), element 17: 0
   t.values[16 + 8] = 0x60;  // expert 1, element 16: 0, element 17: 4
@@ -164,6 +164,20 @@ TEST(Dequantize, NVFP4UsesE4M3BlockScalesAndTheGlobalScale) {
   EXPECT_EQ(w[17], 0.0f);
   const auto w1 = dequant(t, 1);
   EXPECT_EQ(w1[17], 4.0f * 0.001953125f * 4.0f);
+}
+
+// ModelOpt's order: the block scale times the global scale first, then the element
+// (NVFP4QTensor.dequantize); with 1.5 x 0.6875 x 0.1 the two orders differ.
+TEST(Dequantize, NVFP4MultipliesTheScalesFirst) {
+  auto t = tensor(WeightFormat::kNVFP4, 1, 1, 16, 16);
+  t.scale_bytes = {0x33};  // 0.6875
+  t.global_scale = {0.1f};
+  t.values[0] = 0x03;  // element 0: 1.5
+  volatile float s = 0.6875f, gs = 0.1f, e = 1.5f;  // fp32 products, no constant folding
+  const float block = s * gs;
+  EXPECT_EQ(dequant(t, 0)[0], e * block);
+  const float other_order = (e * s) * gs;
+  EXPECT_NE(e * block, other_order);  // the order is visible with these values
 }
 
 TEST(Dequantize, MXFP8AndPlainFormats) {
@@ -202,7 +216,8 @@ TEST(Dequantize, RejectsBadExpertsAndBuffers) {
   EXPECT_THROW(dequantize_expert(t, 0, out.data()), Error);
 }
 
-TEST(PrepareActivations, AwqDividesByThePreQuantScale) {
+// ModelOpt / TensorRT-LLM multiply the activations by pre_quant_scale (types.hpp).
+TEST(PrepareActivations, AwqMultipliesByThePreQuantScale) {
   auto t = tensor(WeightFormat::kInt4Group, 2, 1, 32, 32);
   t.scales = {1, 1};
   std::vector<float> x(2 * 32);
@@ -216,8 +231,8 @@ TEST(PrepareActivations, AwqDividesByThePreQuantScale) {
   prepare_activations(t, 1, y.data(), 2);
   for (int r = 0; r < 2; ++r)
     for (int c = 0; c < 32; ++c)
-      ASSERT_EQ(y[r * 32 + c], x[r * 32 + c] / t.pre_quant_scale[32 + c]);
-  EXPECT_EQ(y[0], 0.2f);          // 0.1 / 0.5
+      ASSERT_EQ(y[r * 32 + c], x[r * 32 + c] * t.pre_quant_scale[32 + c]);
+  EXPECT_EQ(y[0], 0.05f);  // 0.1 * 0.5
 }
 
 TEST(PrepareActivations, Fp8PerTensorUsesTheStaticScale) {
@@ -230,6 +245,21 @@ TEST(PrepareActivations, Fp8PerTensorUsesTheStaticScale) {
   EXPECT_EQ(x[1], 224.0f);         // 600 saturates to 448
   EXPECT_EQ(x[2], -0.009765625f);  // -0.02 -> -10 * 2^-9
   EXPECT_EQ(x[3], 0.0f);
+}
+
+// sat_e4m3 (types.hpp): nearest even, +-448 beyond the range (infinities too), NaN stays NaN.
+TEST(PrepareActivations, E4m3SaturatesAndKeepsNaN) {
+  auto t = tensor(WeightFormat::kFP8PerTensor, 1, 1, 6, 0);
+  t.weight_scale = {1};
+  t.input_scale = {1.0f};
+  std::vector<float> x = {INFINITY, -INFINITY, NAN, 464.0f, 463.9f, 17.0f};
+  prepare_activations(t, 0, x.data(), 1);
+  EXPECT_EQ(x[0], 448.0f);
+  EXPECT_EQ(x[1], -448.0f);
+  EXPECT_TRUE(std::isnan(x[2]));
+  EXPECT_EQ(x[3], 448.0f);  // the midpoint to the next (absent) code 480: saturates
+  EXPECT_EQ(x[4], 448.0f);
+  EXPECT_EQ(x[5], 16.0f);   // between 16 and 18: the tie goes to the even code, 16
 }
 
 TEST(PrepareActivations, Fp8Block128PerTokenPer128Columns) {

@@ -264,6 +264,7 @@ uint64_t hash_weights(const MoeWeights& w) {
     h = fnv1a(t->scale_bytes.data(), t->scale_bytes.size(), h);
     h = fnv1a(t->zeros.data(), t->zeros.size(), h);
     h = fnv1a(t->weight_scale.data(), t->weight_scale.size() * 4, h);
+    h = fnv1a(t->global_scale.data(), t->global_scale.size() * 4, h);
     h = fnv1a(t->pre_quant_scale.data(), t->pre_quant_scale.size() * 4, h);
   }
   h = fnv1a(w.fc1_bias.data(), w.fc1_bias.size() * 4, h);

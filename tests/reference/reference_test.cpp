@@ -353,6 +353,107 @@ TEST(ReferenceForward, RefusesBadInput) {
 // The speed target: the Qwen3-30B-A3B layer (E128 k8 H2048 I768, bf16) at 64 tokens in
 // a few seconds on 2 cores. Disabled by default (it draws 600M random weights); run with
 // --gtest_also_run_disabled_tests.
+// ---- What the reference does where checkpoints leave room (types.hpp, beside the formats) ---
+
+Status run_status(const MoeSpec& spec, const MoeWeights& w, const Inputs& in,
+                  std::vector<float>& out) {
+  out.assign(in.tokens * spec.hidden, NAN);
+  return forward(spec, w, in.tokens, in.hidden.data(), in.ids.data(), in.route_weights.data(),
+                 out.data());
+}
+
+// ModelOpt's AWQ scale multiplies the activations: x * 2 against weights w gives exactly what
+// x against weights 2 w gives (the products differ by an exact factor 2 only).
+TEST(ReferenceQuantSemantics, AwqPreQuantScaleMultipliesTheActivations) {
+  MoeSpec s;
+  s.num_experts = 4;
+  s.top_k = 2;
+  s.hidden = 128;
+  s.intermediate = 64;
+  s.act_dtype = DType::kBFloat16;
+  s.weights.format = WeightFormat::kInt8Group;
+  s.weights.group_size = 32;
+  s.weights.pre_quant_scale = true;
+  s.routing.method = RoutingMethod::kTopKSoftmax;
+  MoeWeights twice = quant::make_random_weights(s, 41);
+  for (QuantizedTensor* t : {&twice.fc1, &twice.fc2})
+    std::fill(t->pre_quant_scale.begin(), t->pre_quant_scale.end(), 2.0f);
+  MoeWeights scaled = twice, halved = twice;
+  for (QuantizedTensor* t : {&scaled.fc1, &scaled.fc2, &halved.fc1, &halved.fc2})
+    std::fill(t->pre_quant_scale.begin(), t->pre_quant_scale.end(), 1.0f);
+  for (float& v : scaled.fc1.scales) v *= 2.0f;
+  for (float& v : scaled.fc2.scales) v *= 2.0f;
+  for (float& v : halved.fc1.scales) v *= 0.5f;
+  for (float& v : halved.fc2.scales) v *= 0.5f;
+  const Inputs in = make_inputs(s, 9, 5);
+  const auto a = run(s, twice, in), b = run(s, scaled, in), c = run(s, halved, in);
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
+  EXPECT_NE(a, c);  // what a division would have given
+}
+
+// An e8m0 NaN scale (0xff) is refused by check_weights, so no forward computes with it.
+TEST(ReferenceQuantSemantics, NanE8m0ScaleIsRefused) {
+  for (WeightFormat f : {WeightFormat::kMXFP4, WeightFormat::kMXFP8}) {
+    SCOPED_TRACE(to_string(f));
+    MoeSpec s;
+    s.num_experts = 2;
+    s.top_k = 1;
+    s.hidden = 64;
+    s.intermediate = 64;
+    s.weights.format = f;
+    s.routing.method = RoutingMethod::kTopKSoftmax;
+    MoeWeights w = quant::make_random_weights(s, 42);
+    w.fc2.scale_bytes[2 * 64 + 3] = 0xff;  // expert 1, row 1, group 1
+    const Inputs in = make_inputs(s, 2, 6);
+    std::vector<float> out;
+    const Status st = run_status(s, w, in, out);
+    EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("fc2.scale_bytes"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("expert 1, row 1, group 1"), std::string::npos) << st.message();
+  }
+}
+
+// FC2's input is FC1's output rounded to act_dtype, through the activation, rounded to act_dtype
+// again, and only then quantized to e4m3 (DeepSeek-V3's Expert.forward / act_quant). Built so
+// that the order shows: FC1 gives 1.0625 + 2^-12, bf16 makes it 1.0625, a tie in e4m3 that goes
+// to the even 1.0; unrounded (fp32 activations) it becomes 1.125.
+TEST(ReferenceQuantSemantics, Fc2InputIsRoundedToActDtypeBeforeQuantization) {
+  MoeSpec s;
+  s.num_experts = 2;
+  s.top_k = 1;
+  s.hidden = 64;
+  s.intermediate = 64;
+  s.weights.format = WeightFormat::kFP8PerTensor;
+  s.activation.kind = ActivationKind::kIdentity;
+  s.routing.method = RoutingMethod::kTopKSoftmax;
+  auto column0 = [](float weight_scale) {  // W[r][0] = 1.0 * weight_scale, the rest 0
+    QuantizedTensor t;
+    t.format = WeightFormat::kFP8PerTensor;
+    t.experts = 2;
+    t.rows = t.cols = 64;
+    t.values.assign(2 * 64 * 64, 0);
+    for (int64_t r = 0; r < 2 * 64; ++r) t.values[r * 64] = 0x38;  // e4m3 1.0
+    t.weight_scale = {weight_scale, weight_scale};
+    t.input_scale = {1.0f, 1.0f};
+    return t;
+  };
+  MoeWeights w;
+  w.fc1 = column0(1.0625f + 0x1.0p-12f);
+  w.fc2 = column0(1.0f);
+  Inputs in;
+  in.tokens = 1;
+  in.hidden.assign(64, 0.0f);
+  in.hidden[0] = 1.0f;
+  in.ids = {1};
+  in.route_weights = {1.0f};
+  for (DType dt : {DType::kBFloat16, DType::kFloat32}) {
+    s.act_dtype = dt;
+    const auto out = run(s, w, in);
+    const float want = dt == DType::kBFloat16 ? 1.0f : 1.125f;
+    for (int64_t h = 0; h < 64; ++h) ASSERT_EQ(out[h], want) << to_string(dt) << " " << h;
+  }
+}
+
 TEST(ReferenceForward, DISABLED_Qwen3ShapeSpeed) {
   const MoeSpec s = test::qwen3_30b_spec();
   const MoeWeights w = quant::make_random_weights(s, 1);
