@@ -775,47 +775,37 @@ void add_tensor(const std::string& path, NamedTensor t) {
 
 TEST(LayerWeightsStrict, TensorsTheSpecDoesNotReadAreRefused) {
   const ModelFamily& native = find_model_family("moekit");
+  // Saved with `with`, loaded with `without`: refused, naming the file and `tensor`.
+  auto expect_refused = [&](const MoeSpec& with, const MoeSpec& without, const std::string& tensor,
+                            uint64_t seed) {
+    SCOPED_TRACE(tensor);
+    const std::string path = temp_path(std::to_string(seed) + ".safetensors");
+    save_layer_weights(path, native, 0, with, quant::make_random_weights(with, seed));
+    expect_load_error(path, native, without, ErrorCode::kFormatMismatch, {path, tensor});
+  };
+  // An int4 file with zero points loaded as int4 without: refused, not run without them.
+  MoeSpec z = small_spec(WeightFormat::kInt4Group, 2, 128, 64);
+  z.weights.group_size = 32;
+  z.weights.zero_points = true;
+  MoeSpec plain = z;
+  plain.weights.zero_points = false;
+  expect_refused(z, plain, "layers.0.experts.fc1.zeros", 31);
   {
-    // An int4 file with zero points loaded as int4 without: refused, not run without them.
-    MoeSpec z = small_spec(WeightFormat::kInt4Group, 2, 128, 64);
-    z.weights.group_size = 32;
-    z.weights.zero_points = true;
-    const std::string path = temp_path("zeros.safetensors");
-    save_layer_weights(path, native, 0, z, quant::make_random_weights(z, 31));
-    MoeSpec plain = z;
-    plain.weights.zero_points = false;
-    expect_load_error(path, native, plain, ErrorCode::kFormatMismatch,
-                      {path, "layers.0.experts.fc1.zeros", "zero_points false"});
     // And the other way: zero points expected but absent.
     const std::string p2 = temp_path("nozeros.safetensors");
     save_layer_weights(p2, native, 0, plain, quant::make_random_weights(plain, 31));
     expect_load_error(p2, native, z, ErrorCode::kBadFile, {p2, "layers.0.experts.fc1.zeros"});
   }
-  {
-    MoeSpec awq = small_spec(WeightFormat::kInt8Group, 2, 128, 64);
-    awq.weights.group_size = 64;
-    awq.weights.pre_quant_scale = true;
-    const std::string path = temp_path("awq.safetensors");
-    save_layer_weights(path, native, 0, awq, quant::make_random_weights(awq, 32));
-    MoeSpec plain = awq;
-    plain.weights.pre_quant_scale = false;
-    expect_load_error(path, native, plain, ErrorCode::kFormatMismatch,
-                      {path, "layers.0.experts.fc1.pre_quant_scale"});
-  }
-  {
-    MoeSpec b = small_spec(WeightFormat::kFP16, 2, 64, 32);
-    b.fc1_bias = b.fc2_bias = true;
-    const std::string path = temp_path("bias.safetensors");
-    save_layer_weights(path, native, 0, b, quant::make_random_weights(b, 33));
-    MoeSpec no1 = b;
-    no1.fc1_bias = false;
-    expect_load_error(path, native, no1, ErrorCode::kFormatMismatch,
-                      {path, "layers.0.experts.fc1_bias", "fc1_bias false"});
-    MoeSpec no2 = b;
-    no2.fc2_bias = false;
-    expect_load_error(path, native, no2, ErrorCode::kFormatMismatch,
-                      {path, "layers.0.experts.fc2_bias"});
-  }
+  MoeSpec awq = plain;
+  awq.weights.pre_quant_scale = true;
+  expect_refused(awq, plain, "layers.0.experts.fc1.pre_quant_scale", 32);
+  MoeSpec b = small_spec(WeightFormat::kFP16, 2, 64, 32);
+  b.fc1_bias = b.fc2_bias = true;
+  MoeSpec no1 = b, no2 = b;
+  no1.fc1_bias = false;
+  no2.fc2_bias = false;
+  expect_refused(b, no1, "layers.0.experts.fc1_bias", 33);
+  expect_refused(b, no2, "layers.0.experts.fc2_bias", 34);
   {
     // gpt-oss biases the spec lacks.
     const MoeSpec g = gpt_oss_spec(WeightFormat::kBF16, GateUpLayout::kInterleaved);

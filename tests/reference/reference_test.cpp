@@ -365,16 +365,11 @@ Status run_status(const MoeSpec& spec, const MoeWeights& w, const Inputs& in,
 // ModelOpt's AWQ scale multiplies the activations: x * 2 against weights w gives exactly what
 // x against weights 2 w gives (the products differ by an exact factor 2 only).
 TEST(ReferenceQuantSemantics, AwqPreQuantScaleMultipliesTheActivations) {
-  MoeSpec s;
-  s.num_experts = 4;
-  s.top_k = 2;
-  s.hidden = 128;
-  s.intermediate = 64;
+  MoeSpec s = small_spec();
   s.act_dtype = DType::kBFloat16;
   s.weights.format = WeightFormat::kInt8Group;
   s.weights.group_size = 32;
   s.weights.pre_quant_scale = true;
-  s.routing.method = RoutingMethod::kTopKSoftmax;
   MoeWeights twice = quant::make_random_weights(s, 41);
   for (QuantizedTensor* t : {&twice.fc1, &twice.fc2})
     std::fill(t->pre_quant_scale.begin(), t->pre_quant_scale.end(), 2.0f);
@@ -395,15 +390,10 @@ TEST(ReferenceQuantSemantics, AwqPreQuantScaleMultipliesTheActivations) {
 TEST(ReferenceQuantSemantics, NanE8m0ScaleIsRefused) {
   for (WeightFormat f : {WeightFormat::kMXFP4, WeightFormat::kMXFP8}) {
     SCOPED_TRACE(to_string(f));
-    MoeSpec s;
-    s.num_experts = 2;
-    s.top_k = 1;
-    s.hidden = 64;
-    s.intermediate = 64;
+    MoeSpec s = small_spec();
     s.weights.format = f;
-    s.routing.method = RoutingMethod::kTopKSoftmax;
     MoeWeights w = quant::make_random_weights(s, 42);
-    w.fc2.scale_bytes[2 * 64 + 3] = 0xff;  // expert 1, row 1, group 1
+    w.fc2.scale_bytes[(256 + 1) * 4 + 1] = 0xff;  // fc2 [8, 256, 128]: expert 1, row 1, group 1
     const Inputs in = make_inputs(s, 2, 6);
     std::vector<float> out;
     const Status st = run_status(s, w, in, out);
@@ -418,39 +408,36 @@ TEST(ReferenceQuantSemantics, NanE8m0ScaleIsRefused) {
 // that the order shows: FC1 gives 1.0625 + 2^-12, bf16 makes it 1.0625, a tie in e4m3 that goes
 // to the even 1.0; unrounded (fp32 activations) it becomes 1.125.
 TEST(ReferenceQuantSemantics, Fc2InputIsRoundedToActDtypeBeforeQuantization) {
-  MoeSpec s;
-  s.num_experts = 2;
-  s.top_k = 1;
-  s.hidden = 64;
-  s.intermediate = 64;
+  MoeSpec s = small_spec();  // E8 k2 H256 I128
   s.weights.format = WeightFormat::kFP8PerTensor;
   s.activation.kind = ActivationKind::kIdentity;
-  s.routing.method = RoutingMethod::kTopKSoftmax;
-  auto column0 = [](float weight_scale) {  // W[r][0] = 1.0 * weight_scale, the rest 0
+  // W[r][0] = 1.0 * weight_scale, the rest 0, for every expert.
+  auto column0 = [&](int64_t rows, int64_t cols, float weight_scale) {
     QuantizedTensor t;
     t.format = WeightFormat::kFP8PerTensor;
-    t.experts = 2;
-    t.rows = t.cols = 64;
-    t.values.assign(2 * 64 * 64, 0);
-    for (int64_t r = 0; r < 2 * 64; ++r) t.values[r * 64] = 0x38;  // e4m3 1.0
-    t.weight_scale = {weight_scale, weight_scale};
-    t.input_scale = {1.0f, 1.0f};
+    t.experts = s.num_experts;
+    t.rows = rows;
+    t.cols = cols;
+    t.values.assign(static_cast<size_t>(t.experts * rows * cols), 0);
+    for (int64_t r = 0; r < t.experts * rows; ++r) t.values[r * cols] = 0x38;  // e4m3 1.0
+    t.weight_scale.assign(static_cast<size_t>(t.experts), weight_scale);
+    t.input_scale.assign(static_cast<size_t>(t.experts), 1.0f);
     return t;
   };
   MoeWeights w;
-  w.fc1 = column0(1.0625f + 0x1.0p-12f);
-  w.fc2 = column0(1.0f);
+  w.fc1 = column0(s.intermediate, s.hidden, 1.0625f + 0x1.0p-12f);
+  w.fc2 = column0(s.hidden, s.intermediate, 1.0f);
   Inputs in;
   in.tokens = 1;
-  in.hidden.assign(64, 0.0f);
+  in.hidden.assign(static_cast<size_t>(s.hidden), 0.0f);
   in.hidden[0] = 1.0f;
-  in.ids = {1};
-  in.route_weights = {1.0f};
+  in.ids = {1, 5};
+  in.route_weights = {1.0f, 0.0f};
   for (DType dt : {DType::kBFloat16, DType::kFloat32}) {
     s.act_dtype = dt;
     const auto out = run(s, w, in);
     const float want = dt == DType::kBFloat16 ? 1.0f : 1.125f;
-    for (int64_t h = 0; h < 64; ++h) ASSERT_EQ(out[h], want) << to_string(dt) << " " << h;
+    for (int64_t h = 0; h < s.hidden; ++h) ASSERT_EQ(out[h], want) << to_string(dt) << " " << h;
   }
 }
 
