@@ -179,6 +179,7 @@ TEST(LayerWeights, LocalShardEqualsShardWeights) {
        "gpt_oss/mxfp4/halves"},
       {"gpt_oss", gpt_oss_spec(WeightFormat::kBF16, GateUpLayout::kInterleaved), "gpt_oss/bf16"},
       {"llama4", small_spec(WeightFormat::kFP16, 4, 48, 64), "llama4"},
+      {"mixtral", small_spec(WeightFormat::kNVFP4, 4, 64, 64), "mixtral/nvfp4 (ModelOpt)"},
   };
   cases[1].spec.intermediate = 512;  // fp8 blocks: 256 rows per TP rank
   cases[0].spec.gate_up_layout = GateUpLayout::kInterleaved;
