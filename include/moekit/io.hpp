@@ -125,7 +125,7 @@ std::string expand_tensor_name(std::string_view pattern, int layer, int64_t expe
 // fc2_bias and routing_bias whole). The result equals shard_weights(spec, <full set>) and passes
 // check_weights(spec, .).
 // Errors: kInvalidSpec (spec invalid), kUnsupported (the family cannot hold spec's format,
-// activation, biases or gate/up layout), kBadFile (missing tensor, dtype or shape other than described: file,
+// activation, biases or gate/up layout; NVFP4 gate and up with different global scales), kBadFile (missing tensor, dtype or shape other than described: file,
 // tensor, expected and found are named; an e8m0 NaN scale 0xff of a local expert),
 // kFormatMismatch (a kNative file of another format, or a tensor of this layer's experts that
 // the spec's options do not read: zero points, an AWQ scale, another format's scales, a bias or

@@ -29,11 +29,18 @@ constexpr const char* kModelOptBlockScaleSuffix = "_scale";
 constexpr const char* kModelOptGlobalScaleSuffix = "_scale_2";
 constexpr const char* kModelOptInputScale = "input_scale";
 
+// The start shared by a projection's tensors: its name up to the last dot, kept
+// ("...gate_proj.weight" -> "...gate_proj."); a name without a dot is its own prefix.
+std::string projection_prefix(const std::string& name) {
+  const auto dot = name.rfind('.');
+  return dot == std::string::npos ? name : name.substr(0, dot + 1);
+}
+
 // The tensor beside `name` whose last dot-separated component is `leaf`
 // ("...gate_proj.weight" -> "...gate_proj.input_scale").
 std::string sibling(const std::string& name, const char* leaf) {
-  const auto dot = name.rfind('.');
-  return (dot == std::string::npos ? std::string() : name.substr(0, dot + 1)) + leaf;
+  const std::string p = projection_prefix(name);
+  return (p == name ? name + "." : p) + leaf;
 }
 
 // The spec's options a file must match, for error messages.
@@ -189,7 +196,7 @@ void load_per_expert(const Ctx& c, const TensorIndex& idx, MoeWeights& w) {
   for (int64_t el = 0; el < c.lp.num_experts; ++el) {
     const int64_t e = c.lp.first_expert + el;
     for (const std::string* pattern : {&c.fam.gate_proj, &c.fam.up_proj, &c.fam.down_proj})
-      idx.refuse_unread(sibling(c.name(*pattern, e), ""), options);
+      idx.refuse_unread(projection_prefix(c.name(*pattern, e)), options);
   }
 }
 
