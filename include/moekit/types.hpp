@@ -48,11 +48,11 @@ std::optional<DType> dtype_from_string(std::string_view s);
 //   nibble. Without zero points a nibble is signed two's complement (-8..7), w = q * s; with
 //   zero points (uint8 [E, rows, cols/group], 0..15) nibbles are unsigned, w = float(q - z) * s.
 //   For kInt8Group / kInt4Group an optional AWQ pre-quant (smoothing) scale pre_quant_scale
-//   fp32 [E, cols] MULTIPLIES the activations before the matmul: y = W (x * pre_quant_scale),
-//   one fp32 product per element, as NVIDIA ModelOpt's exports mean it (TensorRT-LLM
-//   tensorrt_llm/_torch/modules/linear.py, W4A16_AWQ_LinearMethod.apply: input = input *
-//   module.pre_quant_scale). The stored W carries the inverse factor (W = w / pre_quant_scale
-//   per column), so that W (x * pre_quant_scale) = w x.
+//   fp32 [E, cols] MULTIPLIES the activations before the matmul: y = W x', x' = the fp32
+//   product x * pre_quant_scale rounded to act_dtype, as NVIDIA ModelOpt's exports mean it
+//   (TensorRT-LLM tensorrt_llm/_torch/modules/linear.py, W4A16_AWQ_LinearMethod.apply:
+//   input = input * module.pre_quant_scale, a bf16/fp16 product). The stored W carries the
+//   inverse factor (W = w / pre_quant_scale per column), so that W (x * pre_quant_scale) = w x.
 // kMXFP4 (gpt-oss): two e2m1 elements per byte, element 2j in the LOW nibble. scales e8m0
 //   uint8 [E, rows, cols/32] (2^(s-127); 0xff is NaN). w = e2m1 * 2^(s-127). Activations stay
 //   bf16/fp16.
@@ -80,7 +80,7 @@ std::optional<DType> dtype_from_string(std::string_view s);
 //    rounded value is what W8A8 formats then quantize (DeepSeek-V3 inference/model.py,
 //    Expert.forward: w2(silu(w1(x)) * w3(x)) with bf16 tensors, and kernel.py act_quant reads
 //    that bf16 input and computes in fp32). PyTorch's eager bf16 also rounds silu(gate) before
-//    the product; moekit does not (at most one bf16 ulp of difference in FC2's input).
+//    the product; moekit does not (about one bf16 ulp of difference in FC2's input).
 //  - sat_e4m3(v): v rounded to the nearest e4m3fn value, ties to even; |v| beyond 448 (after
 //    rounding, infinities included) gives +-448, as PTX cvt.rn.satfinite.e4m3x2.f32 and vLLM's
 //    clamp before the cast do; NaN gives NaN (0x7f). Subnormals (down to 2^-9) are kept.

@@ -163,7 +163,8 @@ void dequantize_expert(const QuantizedTensor& t, int64_t e, float* out) {
   throw Error(ErrorCode::kInternal, "dequantize_expert: unhandled weight format");
 }
 
-void prepare_activations(const QuantizedTensor& t, int64_t e, float* x, int64_t rows) {
+void prepare_activations(const QuantizedTensor& t, int64_t e, float* x, int64_t rows,
+                         DType act_dtype) {
   check_expert(t, e, "prepare_activations");
   if (rows < 0)
     throw Error(ErrorCode::kInvalidArgument,
@@ -181,11 +182,12 @@ void prepare_activations(const QuantizedTensor& t, int64_t e, float* x, int64_t 
                                                      std::to_string(t.pre_quant_scale.size()) +
                                                      " elements, too few for expert " +
                                                      std::to_string(e));
-      // ModelOpt's AWQ scale multiplies the activations (TensorRT-LLM
-      // tensorrt_llm/_torch/modules/linear.py, W4A16_AWQ_LinearMethod.apply).
+      // ModelOpt's AWQ scale multiplies the activations, a product in the activation type
+      // (TensorRT-LLM tensorrt_llm/_torch/modules/linear.py, W4A16_AWQ_LinearMethod.apply).
       const float* p = t.pre_quant_scale.data() + e * cols;
       for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < cols; ++c) x[r * cols + c] *= p[c];
+        for (int64_t c = 0; c < cols; ++c)
+          x[r * cols + c] = round_to(act_dtype, x[r * cols + c] * p[c]);
       return;
     }
     case WeightFormat::kFP8PerTensor: {

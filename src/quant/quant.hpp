@@ -12,10 +12,11 @@ namespace moekit::quant {
 void dequantize_expert(const QuantizedTensor& t, int64_t e, float* out);
 
 // Rounds activations x [rows, cols] (the input of projection t, expert e) the way the format's
-// kernels see them: AWQ pre-quant product x * pre_quant_scale for int formats with one, and
-// quantize-dequantize for W8A8 formats (kFP8PerTensor static scale, kFP8Block128 per token per
-// 128, kMXFP8 per token per 32). Other formats: unchanged.
-void prepare_activations(const QuantizedTensor& t, int64_t e, float* x, int64_t rows);
+// kernels see them: AWQ pre-quant product x * pre_quant_scale rounded to act_dtype for int
+// formats with one, and quantize-dequantize for W8A8 formats (kFP8PerTensor static scale,
+// kFP8Block128 per token per 128, kMXFP8 per token per 32). Other formats: unchanged.
+void prepare_activations(const QuantizedTensor& t, int64_t e, float* x, int64_t rows,
+                         DType act_dtype);
 
 // Encodes fp32 weights w [experts, rows, cols] into format q.format (computing scales from the
 // data: absmax per block/group, zero points when q.zero_points). For kFP8PerTensor input_scale

@@ -210,7 +210,7 @@ class Forward {
       const float* src = hidden_ + (slots[i] / k) * H;
       std::copy(src, src + H, b.x.data() + i * H);
     }
-    quant::prepare_activations(w_.fc1, e, b.x.data(), n);
+    quant::prepare_activations(w_.fc1, e, b.x.data(), n, spec_.act_dtype);
 
     // FC1 (+bias), rounded to the activation type as the kernels store it.
     b.y.resize(static_cast<size_t>(n * R1));
@@ -240,7 +240,7 @@ class Forward {
         a[j] = quant::round_to(dt, v);
       }
     }
-    quant::prepare_activations(w_.fc2, e, b.a.data(), n);
+    quant::prepare_activations(w_.fc2, e, b.a.data(), n, spec_.act_dtype);
 
     // FC2 (+bias on TP rank 0 only, so the TP sum adds it once), kept per (token, slot).
     b.z.resize(static_cast<size_t>(n * H));

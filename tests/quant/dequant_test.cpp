@@ -223,16 +223,22 @@ TEST(PrepareActivations, AwqMultipliesByThePreQuantScale) {
   std::vector<float> x(2 * 32);
   for (int i = 0; i < 64; ++i) x[i] = 0.1f * static_cast<float>(i + 1);
   auto none = x;
-  prepare_activations(t, 1, none.data(), 2);
+  prepare_activations(t, 1, none.data(), 2, DType::kFloat32);
   EXPECT_EQ(none, x);  // no pre-quant scale: unchanged
   t.pre_quant_scale.resize(64);
   for (int i = 0; i < 64; ++i) t.pre_quant_scale[i] = i < 32 ? 100.0f : 0.5f + 0.1f * (i - 32);
   auto y = x;
-  prepare_activations(t, 1, y.data(), 2);
+  prepare_activations(t, 1, y.data(), 2, DType::kFloat32);
   for (int r = 0; r < 2; ++r)
     for (int c = 0; c < 32; ++c)
       ASSERT_EQ(y[r * 32 + c], x[r * 32 + c] * t.pre_quant_scale[32 + c]);
   EXPECT_EQ(y[0], 0.05f);  // 0.1 * 0.5
+  // With bf16 activations the product is rounded to bf16, as TensorRT-LLM's bf16 product is.
+  auto b = x;
+  prepare_activations(t, 1, b.data(), 2, DType::kBFloat16);
+  for (int i = 0; i < 64; ++i)
+    ASSERT_EQ(b[i], round_to(DType::kBFloat16, x[i] * t.pre_quant_scale[32 + i % 32])) << i;
+  EXPECT_NE(b, y);
 }
 
 TEST(PrepareActivations, Fp8PerTensorUsesTheStaticScale) {
@@ -240,7 +246,7 @@ TEST(PrepareActivations, Fp8PerTensorUsesTheStaticScale) {
   t.weight_scale = {1, 1};
   t.input_scale = {1.0f, 0.5f};
   std::vector<float> x = {1.3f, 300.0f, -0.01f, 0.0f};
-  prepare_activations(t, 1, x.data(), 1);
+  prepare_activations(t, 1, x.data(), 1, DType::kFloat32);
   EXPECT_EQ(x[0], 1.25f);          // 2.6 -> 2.5
   EXPECT_EQ(x[1], 224.0f);         // 600 saturates to 448
   EXPECT_EQ(x[2], -0.009765625f);  // -0.02 -> -10 * 2^-9
@@ -253,7 +259,7 @@ TEST(PrepareActivations, E4m3SaturatesAndKeepsNaN) {
   t.weight_scale = {1};
   t.input_scale = {1.0f};
   std::vector<float> x = {INFINITY, -INFINITY, NAN, 464.0f, 463.9f, 17.0f};
-  prepare_activations(t, 0, x.data(), 1);
+  prepare_activations(t, 0, x.data(), 1, DType::kFloat32);
   EXPECT_EQ(x[0], 448.0f);
   EXPECT_EQ(x[1], -448.0f);
   EXPECT_TRUE(std::isnan(x[2]));
@@ -274,7 +280,7 @@ TEST(PrepareActivations, Fp8Block128PerTokenPer128Columns) {
   x[130] = -3.5f;  // group 1: amax 3.5, s = 2^-7
   x[131] = 0.01f;  // 1.28 -> 1.25 -> 0.009765625
   // Token 1 stays all zero: the 1e-10 floor keeps it finite.
-  prepare_activations(t, 0, x.data(), 2);
+  prepare_activations(t, 0, x.data(), 2, DType::kFloat32);
   EXPECT_EQ(x[0], 7.0f);
   EXPECT_EQ(x[1], 1.0f);
   EXPECT_EQ(x[2], 0.3125f);
@@ -294,7 +300,7 @@ TEST(PrepareActivations, MXFP8PerTokenPer32ColumnsWithPowerOfTwoScales) {
   x[2] = -0.02f;  // -2.56 -> -2.5 -> -0.01953125
   x[40] = 448.0f; // group 1: amax/448 = 1 -> s = 1
   x[41] = 17.0f;  // 17 -> 16 (tie at exponent 4: 16 | 18 -> even 16)
-  prepare_activations(t, 0, x.data(), 1);
+  prepare_activations(t, 0, x.data(), 1, DType::kFloat32);
   EXPECT_EQ(x[0], 3.0f);
   EXPECT_EQ(x[1], 0.1015625f);
   EXPECT_EQ(x[2], -0.01953125f);
@@ -309,7 +315,7 @@ TEST(PrepareActivations, WeightOnlyFormatsAreUnchanged) {
     std::vector<float> x(32);
     for (int i = 0; i < 32; ++i) x[i] = 0.37f * static_cast<float>(i) - 3.0f;
     auto y = x;
-    prepare_activations(t, 0, y.data(), 1);
+    prepare_activations(t, 0, y.data(), 1, DType::kFloat32);
     EXPECT_EQ(x, y) << to_string(f);
   }
 }

@@ -193,7 +193,7 @@ TEST(Quantize, AwqStoresTheSmoothedWeightsAndTheActivationsUndoIt) {
   const auto d = dequant_all(t);
   for (int64_t e = 0; e < E; ++e) {
     auto xs = x;
-    prepare_activations(t, e, xs.data(), 1);
+    prepare_activations(t, e, xs.data(), 1, DType::kFloat32);
     for (int64_t r = 0; r < R; ++r) {
       double y = 0, y_ref = 0, norm = 0;
       for (int64_t c = 0; c < C; ++c) {

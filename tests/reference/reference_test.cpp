@@ -82,7 +82,7 @@ std::vector<float> brute_force(const MoeSpec& spec, const MoeWeights& w, const I
       quant::dequantize_expert(w.fc1, e, w1.data());
       quant::dequantize_expert(w.fc2, e, w2.data());
       std::copy(in.hidden.begin() + t * H, in.hidden.begin() + (t + 1) * H, x.begin());
-      quant::prepare_activations(w.fc1, e, x.data(), 1);
+      quant::prepare_activations(w.fc1, e, x.data(), 1, spec.act_dtype);
       for (int64_t r = 0; r < R1; ++r) {
         double d = spec.fc1_bias ? w.fc1_bias[e * R1 + r] : 0.0;
         for (int64_t h = 0; h < H; ++h) d += double{w1[r * H + h]} * x[h];
@@ -99,7 +99,7 @@ std::vector<float> brute_force(const MoeSpec& spec, const MoeWeights& w, const I
         }
         a[i] = quant::round_to(spec.act_dtype, v);
       }
-      quant::prepare_activations(w.fc2, e, a.data(), 1);
+      quant::prepare_activations(w.fc2, e, a.data(), 1, spec.act_dtype);
       for (int64_t h = 0; h < H; ++h) {
         double d = spec.fc2_bias ? w.fc2_bias[e * H + h] : 0.0;
         for (int64_t i = 0; i < I; ++i) d += double{w2[h * I + i]} * a[i];
