@@ -71,7 +71,9 @@ std::optional<DType> dtype_from_string(std::string_view s);
 //
 // e8m0 scales (kMXFP4, kMXFP8): 0xff is NaN in OCP MX. moekit refuses it: check_weights throws
 // Error(kInvalidArgument) naming tensor, expert, row and group, and load_layer_weights throws
-// Error(kBadFile) naming file and tensor, so no forward ever sees a NaN scale.
+// Error(kBadFile) naming file and tensor, so no forward ever sees a NaN scale. e4m3 codes
+// 0x7f / 0xff (fp8 weights, NVFP4 block scales) are not refused: they decode to NaN, and so do
+// the weights they scale.
 //
 // What the reference (and every kernel) computes where the checkpoints' reference code leaves
 // room:

@@ -178,6 +178,9 @@ TEST(Dequantize, NVFP4MultipliesTheScalesFirst) {
   EXPECT_EQ(dequant(t, 0)[0], e * block);
   const float other_order = (e * s) * gs;
   EXPECT_NE(e * block, other_order);  // the order is visible with these values
+  // A NaN block scale (e4m3 0x7f) is not refused: its 16 weights decode to NaN (types.hpp).
+  t.scale_bytes = {0x7f};
+  for (float v : dequant(t, 0)) EXPECT_TRUE(std::isnan(v));
 }
 
 TEST(Dequantize, MXFP8AndPlainFormats) {
