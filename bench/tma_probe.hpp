@@ -1,4 +1,4 @@
-// What the TMA probes (tma_stream.cu, tma_gather.cu) share: errors, tensor maps, timing.
+// Helpers of the TMA weight-stream probe (tma_stream.cu): errors, tensor maps, timing.
 #pragma once
 #include <cuda.h>
 #include <cudaTypedefs.h>

@@ -5,8 +5,8 @@
 // Variants differ in the stage's shape: 64 rows x 64 k (one 128-byte piece per row: the GEMV's
 // box), 16 x 256 or 8 x 512 (4 or 8 boxes side by side: longer runs per row), and the same
 // bytes read as contiguous 8 KB boxes; 8 stages at 3 blocks per SM or 12 at 2; the GEMV's box
-// without its L2 promotion (or with 256-byte lines, the GEMV's until session 16: 4.14-4.32
-// TB/s against 4.50-4.55) or without its swizzle; half the tiles through
+// without its L2 promotion (or with 256-byte lines: 4.14-4.32 TB/s against
+// 4.50-4.55 on an H200, 2026-12-01) or without its swizzle; half the tiles through
 // the ring and half by the consumer warps' own plain loads; grids of fewer blocks than slots, as
 // the decode GEMVs launch at one token. A plain vectorized read of the same bytes gives the
 // machine's read-only stream rate beside them.

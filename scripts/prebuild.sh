@@ -3,7 +3,7 @@
 # programs scripts/device.sh runs and the commit and tree they were built from. Pass `.prebuilt`
 # in the device tool's carry list and run `bash scripts/device.sh prebuilt test sanitize bench`:
 # the device has the same CUDA 13 libraries, so no device minutes go to compiling (a full build
-# there takes ~3 of them). Session 22 ran all tests, the sanitizers and the bench this way.
+# there takes ~3 of them).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"

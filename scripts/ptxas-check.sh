@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Compiles the BF16 grouped-GEMM tactics (src/gemm/sm90_bf16_bf16.cu; FP16 shares their code)
 # with ptxas's report and fails where ptxas says it serialized the wgmmas or spilled more than
-# MOEKIT_MAX_SPILL bytes (default 64) in a kernel. Such a build is correct, only slower:
-# session 37's narrow column tiles as a compile-time path made ptxas serialize FC1's wgmmas
-# (C7511), +4% on gpt-oss's forward, seen only on the device. scripts/prebuild.sh runs this on
+# MOEKIT_MAX_SPILL bytes (default 64) in a kernel. Such a build is correct, only slower: narrow
+# column tiles as a compile-time path once made ptxas serialize FC1's wgmmas (C7511), +4% on
+# gpt-oss's forward (H200, 2026-12-02), seen only on the device. scripts/prebuild.sh runs this on
 # every tactic; scripts/test.sh (CI) on the prefill pick's (MOEKIT_ONE_TACTIC=1, as its build).
 # Usage: [MOEKIT_ONE_TACTIC=1] bash scripts/ptxas-check.sh [log file]
 set -euo pipefail

@@ -4,10 +4,10 @@
 # Prints "same" or "DIFF" and the instruction counts for every kernel of either side (labels,
 # the anonymous namespace's hash and internal helper numbers normalised). SASS_DIFF_RENAME, a sed
 # expression, maps the working tree's kernel names onto the ref's where a signature changed, e.g.
-# 's/ELb0EEEv/EEEv/; s/NS0_9TokenRowsE$//' (session 27's new template flag and argument). For changes that must
+# 's/ELb0EEEv/EEEv/; s/NS0_9TokenRowsE$//' (a new template flag and argument). For changes that must
 # leave some kernels as they were: timing alone cannot tell a code change from where the code
-# lands (session 27: qwen3 T=1 moved 0.35 us with the module loading mode alone, and four more
-# GemvParams fields had changed every standalone GEMV's code). Needs no GPU. The compile command
+# lands (qwen3 T=1 moved 0.35 us with the module loading mode alone on an H200, 2026-12-01, and four
+# more GemvParams fields had changed every standalone GEMV's code). Needs no GPU. The compile command
 # is the build's own (ninja), so flags follow CMake; nvdisasm comes from NVIDIA's wheel into
 # .deps (the toolkit here ships none).
 set -euo pipefail

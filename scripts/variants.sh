@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the programs of several commits for one device call that compares them, and lays them
+# Builds the programs of several commits for one device run that compares them, and lays them
 # out under .carry/variants/NAME/ as scripts/prebuild.sh lays out .prebuilt/ (moekit,
 # moekit_tests, moekit_gemm_sweep, commit), gzipped to fit the carry's 64 MiB. One worktree and
 # build folder serve every variant in turn, so each one recompiles only what its commit changed.
@@ -25,7 +25,7 @@ for spec in "$@"; do  # check every spec before building any
 done
 [[ -d "$work/src" ]] || git worktree add -q --detach "$work/src" HEAD
 ln -sfn "$root/.deps" "$work/src/.deps"  # CUTLASS and the tools scripts/deps.sh fetched
-rm -rf .carry/variants && mkdir -p .carry/variants  # one call's set: device.sh unpacks them all
+rm -rf .carry/variants && mkdir -p .carry/variants  # one run's set: device.sh unpacks them all
 for i in "${!names[@]}"; do
   name=${names[$i]} sha=${shas[$i]}
   git -C "$work/src" checkout -q --detach "$sha"
