@@ -36,6 +36,13 @@ struct WeightQuant {
   bool pre_quant_scale = false;// AWQ input smoothing, kInt8Group / kInt4Group only
 };
 
+// The most elements one tensor of a layer may hold: validate() refuses a spec whose FC1 or FC2
+// weights (all experts), [max_tokens, hidden] activations, [max_tokens, num_experts] logits or
+// [max_tokens * top_k, fc1 rows] intermediate would hold more (2^48; DeepSeek-V3's FC1, the
+// largest preset tensor, holds about 2^43). Every size product of a valid spec is then exact in
+// int64.
+inline constexpr int64_t kMaxTensorElements = int64_t{1} << 48;
+
 struct MoeSpec {
   int64_t num_experts = 0;   // global expert count E
   int64_t top_k = 0;
@@ -52,7 +59,8 @@ struct MoeSpec {
   int tp_size = 1, tp_rank = 0;
   int ep_size = 1, ep_rank = 0;
 
-  // Every violation at once, each one sentence naming the field and the value.
+  // Every violation at once, each one sentence naming the field and the value (sizes
+  // included: see kMaxTensorElements).
   std::vector<std::string> validate() const;
   // Throws Error(kInvalidSpec) with all violations joined, when there are any.
   void validate_or_throw() const;
