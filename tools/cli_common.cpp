@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -73,6 +74,14 @@ int64_t parse_integer(const std::string& flag, const std::string& text, int64_t 
   return v;
 }
 
+int parse_int(const std::string& flag, const std::string& text, int min) {
+  const int64_t v = parse_integer(flag, text, min);
+  if (v > std::numeric_limits<int>::max())
+    throw Error(ErrorCode::kInvalidArgument, flag + " '" + text + "' is too large (at most " +
+                                                 std::to_string(std::numeric_limits<int>::max()) + ")");
+  return static_cast<int>(v);
+}
+
 float parse_real(const std::string& flag, const std::string& text) {
   char* end = nullptr;
   errno = 0;
@@ -107,11 +116,12 @@ int64_t forward_host_bytes(const MoeSpec& spec, int64_t tokens) {
   return product_or_throw({tokens, per_token}, "the inputs and output of " + std::to_string(tokens) + " tokens");
 }
 
-int64_t random_weight_host_bytes(const MoeSpec& spec) {
+int64_t weight_host_bytes(const MoeSpec& spec) {
   const LocalProblem lp = derive_local(spec);
   // The experts are drawn unsharded along the intermediate, then sliced.
   const int64_t elements = lp.num_experts * (spec.fc1_rows() * spec.hidden + spec.hidden * spec.intermediate);
-  return elements / 8 * format_value_bits(spec.weights.format) + elements % 8;
+  const int64_t bits = format_value_bits(spec.weights.format);
+  return elements / 8 * bits + elements % 8 * bits / 8;
 }
 
 Resolution resolve_or_refuse(const MoeSpec& spec, const std::string& backend) {

@@ -91,13 +91,7 @@ struct LayerOpts {
   bool given(const std::string& name) const { return app != nullptr && app->count(name) > 0; }
   const std::string& value(const std::string& name) const { return text.at(name); }
   int64_t count(const std::string& name, int64_t min) const { return parse_integer(name, value(name), min); }
-  int small(const std::string& name, int min) const {
-    const int64_t v = count(name, min);
-    if (v > std::numeric_limits<int>::max())
-      throw Error(ErrorCode::kInvalidArgument, name + " " + value(name) + " is too large (at most " +
-                                                   std::to_string(std::numeric_limits<int>::max()) + ")");
-    return static_cast<int>(v);
-  }
+  int small(const std::string& name, int min) const { return parse_int(name, value(name), min); }
   template <class E, class Parse>
   E named(const std::string& name, Parse parse, const std::string& fallback) const {
     const std::string& v = given(name) ? value(name) : fallback;
@@ -242,7 +236,7 @@ struct RunOpts {
 
 int cmd_run(const LayerOpts& lo, const RunOpts& ro) {
   int64_t tokens = parse_integer("--tokens", ro.tokens, 0);  // 0 tokens: a valid, empty batch
-  const int layer_index = static_cast<int>(std::min<int64_t>(parse_integer("--layer", ro.layer, 0), 1 << 30));
+  const int layer_index = parse_int("--layer", ro.layer, 0);
   std::vector<NamedTensor> input_tensors;
   if (!ro.input.empty()) {
     input_tensors = read_tensors(ro.input);
@@ -265,6 +259,7 @@ int cmd_run(const LayerOpts& lo, const RunOpts& ro) {
   if (!ro.input.empty()) in = inputs_from_tensors(spec, input_tensors, ro.input);
   else in = random_inputs(spec, tokens, lo.seed);
 
+  check_host_bytes(weight_host_bytes(spec), "the weights of " + lo.layer_name());
   MoeWeights w;
   if (!ro.weight_files.empty()) {
     // The preset's own family unless --family names another (a spec file has none).
@@ -277,7 +272,6 @@ int cmd_run(const LayerOpts& lo, const RunOpts& ro) {
       for (auto& f : checkpoint_files(path)) files.push_back(std::move(f));
     w = load_layer_weights(files, find_model_family(family), layer_index, spec);
   } else {
-    check_host_bytes(random_weight_host_bytes(spec), "the random weights of " + lo.layer_name());
     w = quant::make_random_weights(spec, lo.seed);
   }
   auto layer = MoeLayer::create(spec, w, lo.options());
@@ -358,7 +352,7 @@ void refuse_unless_device(const MoeSpec& spec, const std::string& name, const st
 
 int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& flush_text,
               const std::string& json_path, const std::string& trace_text) {
-  const int trace_replays = static_cast<int>(std::min<int64_t>(parse_integer("--trace", trace_text, 0), 1 << 20));
+  const int trace_replays = parse_int("--trace", trace_text, 0);
   const std::vector<int64_t> tokens = parse_tokens(tokens_list);
   const L2Flush flush = parse_l2_flush(flush_text);
   // The workspace: --max-tokens where given (as a server sizes it for its largest batch; the
@@ -390,7 +384,7 @@ int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& f
       throw Error(ErrorCode::kInvalidArgument, "max_tokens " + std::to_string(spec.max_tokens) + " of " + name +
                                                    " is below the token count " + std::to_string(largest));
     refuse_unless_device(spec, name, lo.backend);
-    check_host_bytes(random_weight_host_bytes(spec), "the random weights of " + name);
+    check_host_bytes(weight_host_bytes(spec), "the random weights of " + name);
   }
   const int64_t workspace = layers.front().second.max_tokens;  // max_t, or the spec file's
   const Floors floors = measure_floors(flush);

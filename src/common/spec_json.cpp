@@ -115,8 +115,9 @@ class Reader {
     }
     if (!v.is_number()) bad(path_of(key) + " " + v.dump() + " is not a number");
     const double d = v.get<double>();
-    if (std::isfinite(d) && std::fabs(d) > double(std::numeric_limits<float>::max()))
-      bad(path_of(key) + " " + v.dump() + " does not fit a 32-bit float");
+    // Past the midpoint between FLT_MAX and 2^128 a double no longer rounds to a finite float.
+    const double float_limit = std::ldexp(2.0 - std::ldexp(1.0, -24), 127);
+    if (std::fabs(d) >= float_limit) bad(path_of(key) + " " + v.dump() + " does not fit a 32-bit float");
     return static_cast<float>(d);
   }
 
@@ -172,27 +173,30 @@ MoeSpec spec_from_json(const std::string& text) {
   top.int64("hidden", s.hidden);
   top.int64("intermediate", s.intermediate);
   top.name("act_dtype", s.act_dtype, dtype_from_string, "dtype");
-  if (const json* w = top.object("weights")) {
-    Reader r(*w, "weights");
+  // A nested object: read by `read`, then checked for keys nobody asked for.
+  auto nested = [&](const char* key, auto&& read) {
+    if (const json* v = top.object(key)) {
+      Reader r(*v, key);
+      read(r);
+      r.finish();
+    }
+  };
+  nested("weights", [&](Reader& r) {
     r.name("format", s.weights.format, weight_format_from_string, "weight format");
     r.int32("group_size", s.weights.group_size);
     r.boolean("zero_points", s.weights.zero_points);
     r.boolean("pre_quant_scale", s.weights.pre_quant_scale);
-    r.finish();
-  }
-  if (const json* a = top.object("activation")) {
-    Reader r(*a, "activation");
+  });
+  nested("activation", [&](Reader& r) {
     r.name("kind", s.activation.kind, activation_from_string, "activation");
     r.optional_real("limit", s.activation.limit);
     r.optional_real("alpha", s.activation.alpha);
     r.optional_real("beta", s.activation.beta);
-    r.finish();
-  }
+  });
   top.name("gate_up_layout", s.gate_up_layout, gate_up_layout_from_string, "gate/up layout");
   top.boolean("fc1_bias", s.fc1_bias);
   top.boolean("fc2_bias", s.fc2_bias);
-  if (const json* ro = top.object("routing")) {
-    Reader r(*ro, "routing");
+  nested("routing", [&](Reader& r) {
     r.name("method", s.routing.method, routing_from_string, "routing method");
     r.int32("n_group", s.routing.n_group);
     r.int32("topk_group", s.routing.topk_group);
@@ -201,8 +205,7 @@ MoeSpec spec_from_json(const std::string& text) {
     r.boolean("renormalize", s.routing.renormalize);
     r.name("weight_placement", s.routing.weight_placement, router_weight_placement_from_string,
            "router weight placement");
-    r.finish();
-  }
+  });
   top.int64("max_tokens", s.max_tokens);
   top.int32("tp_size", s.tp_size);
   top.int32("tp_rank", s.tp_rank);

@@ -18,7 +18,7 @@ TEST(CheckedProduct, ExactOrNothing) {
   EXPECT_EQ(checked_product({}), 1);
   EXPECT_EQ(checked_product({16384, 7168, 2}), int64_t{16384} * 7168 * 2);
   EXPECT_EQ(checked_product({kMax, 1}), kMax);
-  EXPECT_EQ(checked_product({0, kMax, kMax}), std::nullopt) << "overflow is seen before the 0 would hide it";
+  EXPECT_EQ(checked_product({0, kMax, kMax}), 0) << "an empty extent makes an exact 0";
   EXPECT_EQ(checked_product({kMax, 0}), 0);
   EXPECT_EQ(checked_product({int64_t{1} << 32, int64_t{1} << 31}), std::nullopt);
   EXPECT_EQ(checked_product({int64_t{1} << 31, int64_t{1} << 31}), int64_t{1} << 62);

@@ -10,6 +10,7 @@
 #include "moekit/presets.hpp"
 #include "moekit/spec.hpp"
 #include "moekit/status.hpp"
+#include "support/specs.hpp"
 
 namespace moekit {
 namespace {
@@ -72,20 +73,15 @@ TEST(SpecJson, EveryPresetRoundTrips) {
 }
 
 TEST(SpecJson, EveryFieldSetRoundTrips) {
-  MoeSpec s;
-  s.num_experts = 256;
-  s.top_k = 8;
-  s.hidden = 7168;
-  s.intermediate = 2048;
+  MoeSpec s = test::qwen3_30b_spec();
   s.act_dtype = DType::kFloat16;
   s.weights = {WeightFormat::kInt4Group, 64, true, true};
-  s.activation.kind = ActivationKind::kSwiGLUClamped;
-  s.activation.limit = 7.0f;
-  s.activation.alpha = 1.702f;
-  s.activation.beta = 1.0f;
+  test::set_clamped_swiglu(s);
   s.gate_up_layout = GateUpLayout::kInterleaved;
   s.fc1_bias = s.fc2_bias = true;
-  s.routing = {RoutingMethod::kDeepSeekV3, 8, 4, 2.5f, true, false, RouterWeightPlacement::kInput};
+  test::set_deepseek_v3_routing(s, 8, 4);
+  s.routing.renormalize = false;
+  s.routing.weight_placement = RouterWeightPlacement::kInput;
   s.max_tokens = int64_t{1} << 40;
   s.tp_size = 4;
   s.tp_rank = 3;

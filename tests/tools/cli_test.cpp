@@ -259,6 +259,8 @@ TEST(Cli, RangeErrorsNameTheValue) {
       {"run --tokens 1e15", "1000000000000000"},
       {"bench --tokens 1e15", "1000000000000000"},
       {"run --experts 2000000000 --top-k 1", "2000000000"},
+      // Within the bound but past any host's memory: 65536 experts of bf16 weights, 618 GB.
+      {"run --experts 65536", "618475290624"},
   };
   for (const auto& c : cases) {
     const RanWithPeak r = moekit_with_peak(c.args);
