@@ -224,9 +224,9 @@ MoeWeights fast_random_weights(const MoeSpec& spec, uint64_t seed) {
     q.experts = lp.num_experts;
     q.rows = rows;
     q.cols = cols;
-    q.values.resize(q.experts * rows * cols * 2);
+    const int64_t n = product_or_throw({q.experts, rows, cols}, "the random weights [experts, rows, cols]");
+    q.values.resize(static_cast<std::size_t>(n) * 2);
     const float amp = std::sqrt(3.0f / static_cast<float>(cols));  // variance 1/fan_in
-    const int64_t n = q.experts * rows * cols;
     const unsigned workers = std::max(1u, std::thread::hardware_concurrency());
     std::vector<std::thread> pool;
     for (unsigned w = 0; w < workers; ++w) {
