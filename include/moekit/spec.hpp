@@ -64,7 +64,8 @@ struct MoeSpec {
   std::vector<std::string> validate() const;
   // Throws Error(kInvalidSpec) with all violations joined, when there are any.
   void validate_or_throw() const;
-  // Rows of FC1 per expert (2I for gated activations, I otherwise), unsharded.
+  // Rows of FC1 per expert (2I for gated activations, I otherwise), unsharded; exact for a
+  // valid spec.
   int64_t fc1_rows() const;
 };
 
@@ -83,9 +84,13 @@ struct LocalProblem {
 LocalProblem derive_local(const MoeSpec& spec);
 
 // The spec as JSON, every field (what `moekit resolve --json` prints under "spec" and
-// `moekit ... --spec FILE.json` reads). spec_from_json(spec_to_json(s)) == s field by field.
-// spec_from_json throws Error(kInvalidArgument) naming the field and value on malformed text, an
-// unknown key or a value of the wrong type; it does not validate (call validate()).
+// `moekit ... --spec FILE.json` reads): enums by name, nested objects "weights", "activation"
+// (limit / alpha / beta only when present) and "routing"; floats as their shortest exact text,
+// inf / -inf / nan as those strings. spec_from_json(spec_to_json(s)) == s field by field, floats
+// bit for bit. spec_from_json reads any name *_from_string knows; keys left out keep MoeSpec's
+// defaults. It throws Error(kInvalidArgument) naming the field and value on malformed text, an
+// unknown key, a value of the wrong type, an unknown enum name or an integer or float that does
+// not fit its field; it does not validate (call validate()).
 std::string spec_to_json(const MoeSpec& spec);
 MoeSpec spec_from_json(const std::string& text);
 
