@@ -3,11 +3,19 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <limits>
 #include <random>
+#include <sstream>
 #include <thread>
+#include <unistd.h>
 
+#include "common/checked.hpp"
 #include "common/numeric.hpp"
+#include "moekit/environment.hpp"
 #include "quant/quant.hpp"
 #include "moekit/status.hpp"
 
@@ -44,17 +52,106 @@ float uniform_pm1(uint64_t& s) { return static_cast<float>(mix(s) >> 40) * (2.0f
 
 }  // namespace
 
+int64_t parse_integer(const std::string& flag, const std::string& text, int64_t min) {
+  auto bad = [&](const std::string& why) {
+    throw Error(ErrorCode::kInvalidArgument, flag + " '" + text + "' " + why);
+  };
+  if (text.empty()) bad("is empty, not an integer");
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (*end != '\0') {
+    // 1e6 and the like: exact integers only.
+    errno = 0;
+    const double d = std::strtod(text.c_str(), &end);
+    if (*end != '\0' || !std::isfinite(d) || d != std::floor(d)) bad("is not an integer");
+    if (std::fabs(d) >= 9.2e18) bad("does not fit a 64-bit integer");
+    v = static_cast<long long>(d);
+  } else if (errno == ERANGE) {
+    bad("does not fit a 64-bit integer");
+  }
+  if (v < min) bad(min == 0 ? "is negative; it must be 0 or more" : "must be at least " + std::to_string(min));
+  return v;
+}
+
+int parse_int(const std::string& flag, const std::string& text, int min) {
+  const int64_t v = parse_integer(flag, text, min);
+  if (v > std::numeric_limits<int>::max())
+    throw Error(ErrorCode::kInvalidArgument, flag + " '" + text + "' is too large (at most " +
+                                                 std::to_string(std::numeric_limits<int>::max()) + ")");
+  return static_cast<int>(v);
+}
+
+float parse_real(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const float v = std::strtof(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v))
+    throw Error(ErrorCode::kInvalidArgument, flag + " '" + text + "' is not a finite 32-bit float");
+  return v;
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw Error(ErrorCode::kIo, "cannot read " + path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void check_host_bytes(int64_t bytes, const std::string& what) {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return;  // unknown: let the allocation decide
+  const int64_t memory = static_cast<int64_t>(pages) * page;
+  if (bytes > memory)
+    throw Error(ErrorCode::kInvalidArgument,
+                what + " need " + std::to_string(bytes) + " bytes of host memory, more than this machine's " +
+                    std::to_string(memory));
+}
+
+int64_t forward_host_bytes(const MoeSpec& spec, int64_t tokens) {
+  const int64_t es = static_cast<int64_t>(dtype_size(spec.act_dtype));
+  // hidden and output in the act dtype, the output again as fp32, logits or ids and weights.
+  const int64_t per_token = spec.hidden * (2 * es + 4) + 4 * std::max(spec.num_experts, 2 * spec.top_k);
+  return product_or_throw({tokens, per_token}, "the inputs and output of " + std::to_string(tokens) + " tokens");
+}
+
+int64_t weight_host_bytes(const MoeSpec& spec) {
+  const LocalProblem lp = derive_local(spec);
+  // The experts are drawn unsharded along the intermediate, then sliced.
+  const int64_t elements = lp.num_experts * (spec.fc1_rows() * spec.hidden + spec.hidden * spec.intermediate);
+  const int64_t bits = format_value_bits(spec.weights.format);
+  return elements / 8 * bits + elements % 8 * bits / 8;
+}
+
+Resolution resolve_or_refuse(const MoeSpec& spec, const std::string& backend) {
+  Resolution r = resolve(spec, Environment::detected(), backend);
+  if (r.ok()) return r;
+  std::string why;
+  if (r.degraded_from) {
+    why = r.degraded_from->reason.reason;
+  } else {
+    for (const CandidateReport& c : r.candidates)
+      if (c.rejection) { why = c.rejection->reason; break; }
+  }
+  throw Error(ErrorCode::kUnsupported,
+              "no implementation can run this layer for backend '" + backend + "': " + why);
+}
+
 HostInputs random_inputs(const MoeSpec& spec, int64_t tokens, uint64_t seed) {
   HostInputs in;
   in.tokens = tokens;
   const std::size_t es = dtype_size(spec.act_dtype);
-  in.hidden.resize(tokens * spec.hidden * es);
+  const int64_t n_hidden = product_or_throw({tokens, spec.hidden}, "the random hidden [tokens, hidden]");
+  check_host_bytes(forward_host_bytes(spec, tokens), "the random inputs and output");
+  in.hidden.resize(n_hidden * es);
   uint64_t s = seed * 7919 + 17;
-  for (int64_t i = 0; i < tokens * spec.hidden; ++i) store(spec.act_dtype, uniform_pm1(s) * 1.7f, &in.hidden[i * es]);
+  for (int64_t i = 0; i < n_hidden; ++i) store(spec.act_dtype, uniform_pm1(s) * 1.7f, &in.hidden[i * es]);
   if (spec.routing.method == RoutingMethod::kExternal) {
     // Distinct random experts per token, weights summing to 1.
-    in.topk_ids.resize(tokens * spec.top_k);
-    in.topk_weights.resize(tokens * spec.top_k);
+    const int64_t n_ids = product_or_throw({tokens, spec.top_k}, "the random topk_ids [tokens, top_k]");
+    in.topk_ids.resize(n_ids);
+    in.topk_weights.resize(n_ids);
     std::vector<int32_t> perm(spec.num_experts);
     for (int64_t t = 0; t < tokens; ++t) {
       for (int64_t e = 0; e < spec.num_experts; ++e) perm[e] = static_cast<int32_t>(e);
@@ -67,7 +164,7 @@ HostInputs random_inputs(const MoeSpec& spec, int64_t tokens, uint64_t seed) {
       for (int64_t j = 0; j < spec.top_k; ++j) in.topk_weights[t * spec.top_k + j] /= sum;
     }
   } else {
-    in.router_logits.resize(tokens * spec.num_experts);
+    in.router_logits.resize(product_or_throw({tokens, spec.num_experts}, "the random router_logits [tokens, experts]"));
     for (auto& v : in.router_logits) v = uniform_pm1(s) * 3.0f;
   }
   return in;
@@ -127,9 +224,9 @@ MoeWeights fast_random_weights(const MoeSpec& spec, uint64_t seed) {
     q.experts = lp.num_experts;
     q.rows = rows;
     q.cols = cols;
-    q.values.resize(q.experts * rows * cols * 2);
+    const int64_t n = product_or_throw({q.experts, rows, cols}, "the random weights [experts, rows, cols]");
+    q.values.resize(static_cast<std::size_t>(n) * 2);
     const float amp = std::sqrt(3.0f / static_cast<float>(cols));  // variance 1/fan_in
-    const int64_t n = q.experts * rows * cols;
     const unsigned workers = std::max(1u, std::thread::hardware_concurrency());
     std::vector<std::thread> pool;
     for (unsigned w = 0; w < workers; ++w) {
@@ -177,9 +274,10 @@ RunResult run_layer(MoeLayer& layer, const HostInputs& in) {
   ForwardArgs a;
   a.hidden = host_view(copy.hidden.data(), spec.act_dtype, {in.tokens, spec.hidden});
   a.output = host_view(out_raw.data(), spec.act_dtype, {in.tokens, spec.hidden});
-  if (!copy.router_logits.empty())
+  // By the routing method, not by emptiness: a batch of 0 tokens has empty inputs of shape [0, n].
+  if (spec.routing.method != RoutingMethod::kExternal) {
     a.router_logits = host_view(copy.router_logits.data(), DType::kFloat32, {in.tokens, spec.num_experts});
-  if (!copy.topk_ids.empty()) {
+  } else {
     a.topk_ids = host_view(copy.topk_ids.data(), DType::kInt32, {in.tokens, spec.top_k});
     a.topk_weights = host_view(copy.topk_weights.data(), DType::kFloat32, {in.tokens, spec.top_k});
   }

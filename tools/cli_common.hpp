@@ -21,6 +21,29 @@ struct HostInputs {
   std::vector<float> topk_weights;   // [T, k]
 };
 
+// Command-line numbers, refused with a sentence naming the flag and the text: an integer
+// (written plainly or as an exact 1e6-style number) of at least `min`, or a finite float.
+int64_t parse_integer(const std::string& flag, const std::string& text, int64_t min);
+// The same, for a value that must also fit an int.
+int parse_int(const std::string& flag, const std::string& text, int min);
+float parse_real(const std::string& flag, const std::string& text);
+// The whole file; Error(kIo) names it when it cannot be read.
+std::string read_text_file(const std::string& path);
+
+// Host memory the CLI is about to allocate, refused (Error kInvalidArgument, naming `what`, the
+// size and the machine's memory) where it exceeds this machine's physical memory: an absurd size
+// is a sentence, not an attempt that the OS kills.
+void check_host_bytes(int64_t bytes, const std::string& what);
+// Host bytes of the inputs (and the output) of a forward of `tokens` tokens, and of the spec's
+// weights in its format (drawn or loaded), in 64-bit arithmetic (the spec is valid, so no
+// product overflows).
+int64_t forward_host_bytes(const MoeSpec& spec, int64_t tokens);
+int64_t weight_host_bytes(const MoeSpec& spec);
+
+// The resolver's choice for `backend`, or Error(kUnsupported) with its reason in one line: run
+// and bench refuse before building any weight.
+Resolution resolve_or_refuse(const MoeSpec& spec, const std::string& backend);
+
 HostInputs random_inputs(const MoeSpec& spec, int64_t tokens, uint64_t seed);
 
 // Inputs from a tensors file: 'hidden' [T, H] (any float dtype, rounded to the act dtype) and

@@ -46,11 +46,11 @@ struct DeviceInputs {
     const int64_t t = in.tokens;
     args.hidden = cuda_view(hidden.ptr, spec.act_dtype, {t, spec.hidden}, device);
     args.output = cuda_view(output.ptr, spec.act_dtype, {t, spec.hidden}, device);
-    if (!in.router_logits.empty()) {
+    // By the routing method, not by emptiness: a batch of 0 tokens has empty inputs of shape [0, n].
+    if (spec.routing.method != RoutingMethod::kExternal) {
       check(cudaMemcpy(logits.ptr, in.router_logits.data(), in.router_logits.size() * 4, cudaMemcpyHostToDevice), "copy logits");
       args.router_logits = cuda_view(logits.ptr, DType::kFloat32, {t, spec.num_experts}, device);
-    }
-    if (!in.topk_ids.empty()) {
+    } else {
       check(cudaMemcpy(ids.ptr, in.topk_ids.data(), in.topk_ids.size() * 4, cudaMemcpyHostToDevice), "copy ids");
       check(cudaMemcpy(weights.ptr, in.topk_weights.data(), in.topk_weights.size() * 4, cudaMemcpyHostToDevice), "copy weights");
       args.topk_ids = cuda_view(ids.ptr, DType::kInt32, {t, spec.top_k}, device);

@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <limits>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -22,76 +24,174 @@
 namespace moekit::cli {
 namespace {
 
-// Options shared by run, resolve and bench: a preset and what to change in it.
+// Options shared by run, resolve and bench: a preset (or a spec file) and what to change in it.
+// Values are taken as text and parsed here, so that a bad one is refused with a sentence naming
+// it (not CLI11's terse conversion error), and so that "not given" differs from every value.
 struct LayerOpts {
   std::string preset = "qwen3-30b-a3b";
-  std::string weights_format, act_dtype, activation, routing, backend = "auto";
-  int64_t experts = 0, top_k = 0, hidden = 0, intermediate = 0, max_tokens = 0;
-  int group_size = 0;
-  int tp_size = 1, tp_rank = 0, ep_size = 1, ep_rank = 0;
+  std::string spec_file;
+  std::string backend = "auto";
   uint64_t seed = 1;
+  // bench only: the weight format and activation dtype of a preset when none is given.
+  std::string default_weights_format, default_act_dtype;
+  CLI::App* app = nullptr;
+  std::map<std::string, std::string> text;  // each valued option, by its long name
+  std::map<std::string, bool> flags;        // each on/off flag, by its long name
 
-  void add_to(CLI::App* app) {
-    app->add_option("--preset", preset, "built-in layer shape (see `moekit presets`)")->capture_default_str();
-    app->add_option("--weights-format", weights_format, "bf16, fp16, fp32, fp8, fp8_block128, int8_group, int4_group, mxfp4, nvfp4, mxfp8");
-    app->add_option("--group-size", group_size, "group size of int8_group / int4_group (32, 64, 128)");
-    app->add_option("--act-dtype", act_dtype, "activation dtype: bf16, fp16, fp32");
-    app->add_option("--activation", activation, "swiglu, swiglu_clamped, geglu_tanh, geglu_erf, silu, gelu_tanh, gelu_erf, relu2, identity");
-    app->add_option("--routing", routing, "softmax_topk, topk_softmax, deepseek_v3, llama4, external");
-    app->add_option("--experts", experts, "override the preset's expert count");
-    app->add_option("--top-k", top_k, "override top-k");
-    app->add_option("--hidden", hidden, "override hidden size");
-    app->add_option("--intermediate", intermediate, "override intermediate size");
-    app->add_option("--max-tokens", max_tokens, "workspace size in tokens (default: the largest token count asked for)");
-    app->add_option("--tp-size", tp_size, "tensor-parallel size")->capture_default_str();
-    app->add_option("--tp-rank", tp_rank, "tensor-parallel rank")->capture_default_str();
-    app->add_option("--ep-size", ep_size, "expert-parallel size")->capture_default_str();
-    app->add_option("--ep-rank", ep_rank, "expert-parallel rank")->capture_default_str();
-    app->add_option("--backend", backend, "auto, a family (reference, cutlass) or an implementation id")->capture_default_str();
-    app->add_option("--seed", seed, "seed of the random weights and inputs")->capture_default_str();
+  void add_to(CLI::App* sub) {
+    app = sub;
+    auto opt = [&](const std::string& name, const std::string& help) {
+      sub->add_option(name, text[name], help);
+    };
+    auto on_off = [&](const std::string& name, const std::string& help) {
+      sub->add_flag(name + ",!--no-" + name.substr(2), flags[name], help + " (--no-" + name.substr(2) + ": off)");
+    };
+    sub->add_option("--preset", preset, "built-in layer shape (see `moekit presets`)")->capture_default_str();
+    sub->add_option("--spec", spec_file,
+                    "JSON file holding the whole layer spec (as `moekit resolve --json` prints under "
+                    "\"spec\"); replaces --preset, and the flags below override its fields");
+    opt("--weights-format",
+        "bf16, fp16, fp32, fp8, fp8_block128, int8_group, int4_group, mxfp4, nvfp4, mxfp8; another "
+        "format than the preset's resets group size, zero points and pre-quant scale to defaults");
+    opt("--group-size", "group size of int8_group / int4_group (32, 64, 128)");
+    on_off("--zero-points", "int8_group / int4_group with zero points");
+    on_off("--pre-quant-scale", "int8_group / int4_group with an AWQ pre-quant scale");
+    opt("--act-dtype", "activation dtype: bf16, fp16, fp32");
+    opt("--activation",
+        "swiglu, swiglu_clamped, geglu_tanh, geglu_erf, silu, gelu_tanh, gelu_erf, relu2, identity; "
+        "another kind than the preset's drops its clamp limit, alpha and beta");
+    opt("--clamp-limit", "swiglu_clamped: clamp limit");
+    opt("--alpha", "swiglu_clamped: sigmoid slope");
+    opt("--beta", "swiglu_clamped: added to up");
+    opt("--gate-up-layout", "halves (gate rows then up rows) or interleaved (gate, up, gate, ...)");
+    on_off("--fc1-bias", "FC1 has a bias");
+    on_off("--fc2-bias", "FC2 has a bias");
+    opt("--routing",
+        "softmax_topk, topk_softmax, deepseek_v3, llama4, external; another method than the "
+        "preset's resets groups, scaling, correction bias, renormalization and placement to defaults");
+    opt("--n-group", "deepseek_v3: expert groups");
+    opt("--topk-group", "deepseek_v3: groups kept per token");
+    opt("--routed-scaling", "factor on the routing weights moekit computes");
+    on_off("--correction-bias", "deepseek_v3: selection correction bias");
+    on_off("--renormalize", "deepseek_v3: normalize the k selected weights to sum 1");
+    opt("--router-weight-on", "where the routing weight multiplies: output (the expert's output) or input");
+    opt("--experts", "expert count (the preset's unless given)");
+    opt("--top-k", "experts per token");
+    opt("--hidden", "hidden size");
+    opt("--intermediate", "intermediate size per expert, unsharded");
+    opt("--max-tokens", "workspace size in tokens (default: the spec file's, else the largest token count asked for)");
+    opt("--tp-size", "tensor-parallel size (default 1)");
+    opt("--tp-rank", "tensor-parallel rank (default 0)");
+    opt("--ep-size", "expert-parallel size (default 1)");
+    opt("--ep-rank", "expert-parallel rank (default 0)");
+    sub->add_option("--backend", backend, "auto, a family (reference, cutlass) or an implementation id")->capture_default_str();
+    sub->add_option("--seed", seed, "seed of the random weights and inputs")->capture_default_str();
   }
 
+  bool given(const std::string& name) const { return app != nullptr && app->count(name) > 0; }
+  const std::string& value(const std::string& name) const { return text.at(name); }
+  int64_t count(const std::string& name, int64_t min) const { return parse_integer(name, value(name), min); }
+  int small(const std::string& name, int min) const { return parse_int(name, value(name), min); }
+  template <class E, class Parse>
+  E named(const std::string& name, Parse parse, const std::string& fallback) const {
+    const std::string& v = given(name) ? value(name) : fallback;
+    const auto parsed = parse(v);
+    if (!parsed) throw Error(ErrorCode::kInvalidArgument, name + " '" + v + "' is not a known value (see --help)");
+    return *parsed;
+  }
+
+  // The spec: the --spec file or the preset, then each flag given. A flag that changes the
+  // weight format, activation kind or routing method first resets the parameters of that kind
+  // (the preset's belong to its own format, activation or routing).
   MoeSpec spec(int64_t tokens_hint) const {
-    MoeSpec s = find_preset(preset).spec;
-    auto parse = [](auto parsed, const std::string& what, const std::string& v) {
-      if (!parsed) throw Error(ErrorCode::kInvalidArgument, "unknown " + what + " '" + v + "'");
-      return *parsed;
-    };
-    if (!weights_format.empty()) {
-      s.weights.format = parse(weight_format_from_string(weights_format), "weight format", weights_format);
+    MoeSpec s;
+    if (!spec_file.empty()) {
+      if (given("--preset"))
+        throw Error(ErrorCode::kInvalidArgument, "--spec " + spec_file + " and --preset " + preset +
+                                                     " both name the layer; give one of them");
+      s = spec_from_json(read_text_file(spec_file));
+    } else {
+      s = find_preset(preset).spec;
     }
-    if (group_size) s.weights.group_size = group_size;
-    if (!act_dtype.empty()) s.act_dtype = parse(dtype_from_string(act_dtype), "activation dtype", act_dtype);
-    if (!activation.empty()) s.activation.kind = parse(activation_from_string(activation), "activation", activation);
-    if (!routing.empty()) s.routing.method = parse(routing_from_string(routing), "routing", routing);
-    if (experts) s.num_experts = experts;
-    if (top_k) s.top_k = top_k;
-    if (hidden) s.hidden = hidden;
-    if (intermediate) s.intermediate = intermediate;
-    s.max_tokens = max_tokens ? max_tokens : std::max<int64_t>(tokens_hint, 1);
-    s.tp_size = tp_size; s.tp_rank = tp_rank; s.ep_size = ep_size; s.ep_rank = ep_rank;
+    const bool from_preset = spec_file.empty();
+    const std::string fmt = given("--weights-format") ? value("--weights-format") : from_preset ? default_weights_format : "";
+    if (!fmt.empty()) {
+      const WeightFormat f = named<WeightFormat>("--weights-format", weight_format_from_string, fmt);
+      if (f != s.weights.format) {
+        s.weights = WeightQuant{};
+        s.weights.format = f;
+      }
+    }
+    if (given("--group-size")) s.weights.group_size = small("--group-size", 1);
+    if (given("--zero-points")) s.weights.zero_points = flags.at("--zero-points");
+    if (given("--pre-quant-scale")) s.weights.pre_quant_scale = flags.at("--pre-quant-scale");
+    const std::string act = given("--act-dtype") ? value("--act-dtype") : from_preset ? default_act_dtype : "";
+    if (!act.empty()) s.act_dtype = named<DType>("--act-dtype", dtype_from_string, act);
+
+    if (given("--activation")) {
+      const ActivationKind k = named<ActivationKind>("--activation", activation_from_string, "");
+      if (k != s.activation.kind) {
+        s.activation = ActivationParams{};
+        s.activation.kind = k;
+        // The interleaved gate/up rows exist only for gated activations.
+        if (!activation_is_gated(k)) s.gate_up_layout = GateUpLayout::kHalves;
+      }
+    }
+    if (given("--clamp-limit")) s.activation.limit = real("--clamp-limit");
+    if (given("--alpha")) s.activation.alpha = real("--alpha");
+    if (given("--beta")) s.activation.beta = real("--beta");
+    if (given("--gate-up-layout"))
+      s.gate_up_layout = named<GateUpLayout>("--gate-up-layout", gate_up_layout_from_string, "");
+    if (given("--fc1-bias")) s.fc1_bias = flags.at("--fc1-bias");
+    if (given("--fc2-bias")) s.fc2_bias = flags.at("--fc2-bias");
+
+    if (given("--routing")) {
+      const RoutingMethod m = named<RoutingMethod>("--routing", routing_from_string, "");
+      if (m != s.routing.method) {
+        s.routing = RoutingParams{};
+        s.routing.method = m;
+      }
+    }
+    if (given("--n-group")) s.routing.n_group = small("--n-group", 1);
+    if (given("--topk-group")) s.routing.topk_group = small("--topk-group", 1);
+    if (given("--routed-scaling")) s.routing.routed_scaling_factor = real("--routed-scaling");
+    if (given("--correction-bias")) s.routing.correction_bias = flags.at("--correction-bias");
+    if (given("--renormalize")) s.routing.renormalize = flags.at("--renormalize");
+    if (given("--router-weight-on"))
+      s.routing.weight_placement =
+          named<RouterWeightPlacement>("--router-weight-on", router_weight_placement_from_string, "");
+
+    if (given("--experts")) s.num_experts = count("--experts", 1);
+    if (given("--top-k")) s.top_k = count("--top-k", 1);
+    if (given("--hidden")) s.hidden = count("--hidden", 1);
+    if (given("--intermediate")) s.intermediate = count("--intermediate", 1);
+    if (given("--max-tokens")) s.max_tokens = count("--max-tokens", 1);
+    else if (from_preset) s.max_tokens = std::max<int64_t>(tokens_hint, 1);
+    if (given("--tp-size")) s.tp_size = small("--tp-size", 1);
+    if (given("--tp-rank")) s.tp_rank = small("--tp-rank", 0);
+    if (given("--ep-size")) s.ep_size = small("--ep-size", 1);
+    if (given("--ep-rank")) s.ep_rank = small("--ep-rank", 0);
     s.validate_or_throw();
     return s;
   }
+  // What names the layer in messages and bench rows: the spec file or the preset.
+  std::string layer_name() const { return spec_file.empty() ? preset : spec_file; }
   LayerOptions options() const {
     LayerOptions o;
     o.backend = backend;
     return o;
   }
+
+ private:
+  float real(const std::string& name) const { return parse_real(name, value(name)); }
 };
 
 std::vector<int64_t> parse_tokens(const std::string& list) {
   std::vector<int64_t> out;
   std::stringstream ss(list);
   std::string item;
-  while (std::getline(ss, item, ',')) {
-    char* end = nullptr;
-    const long long v = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || *end || v < 1)
-      throw Error(ErrorCode::kInvalidArgument, "token count '" + item + "' is not a positive integer");
-    out.push_back(v);
-  }
-  if (out.empty()) throw Error(ErrorCode::kInvalidArgument, "no token count given");
+  while (std::getline(ss, item, ',')) out.push_back(parse_integer("--tokens", item, 1));
+  if (out.empty()) throw Error(ErrorCode::kInvalidArgument, "--tokens '" + list + "' names no token count");
   return out;
 }
 
@@ -125,37 +225,52 @@ int cmd_presets() {
 }
 
 struct RunOpts {
-  int64_t tokens = 16;
+  std::string tokens = "16";
+  bool tokens_given = false;
   std::vector<std::string> weight_files;
   std::string family;
-  int layer = 0;
+  std::string layer = "0";
   std::string input, output;
   bool check = false;
 };
 
 int cmd_run(const LayerOpts& lo, const RunOpts& ro) {
-  HostInputs in;
-  int64_t tokens = ro.tokens;
+  int64_t tokens = parse_integer("--tokens", ro.tokens, 0);  // 0 tokens: a valid, empty batch
+  const int layer_index = parse_int("--layer", ro.layer, 0);
   std::vector<NamedTensor> input_tensors;
   if (!ro.input.empty()) {
     input_tensors = read_tensors(ro.input);
     auto it = std::find_if(input_tensors.begin(), input_tensors.end(), [](auto& t) { return t.name == "hidden"; });
     if (it == input_tensors.end() || it->shape.size() != 2)
       throw Error(ErrorCode::kBadFile, ro.input + ": needs a 2-D tensor 'hidden' [tokens, hidden]");
+    if (ro.tokens_given && it->shape[0] != tokens)
+      throw Error(ErrorCode::kInvalidArgument, "--tokens " + std::to_string(tokens) + " differs from the " +
+                                                   std::to_string(it->shape[0]) + " tokens of 'hidden' in " +
+                                                   ro.input + "; give one of them");
     tokens = it->shape[0];
   }
   const MoeSpec spec = lo.spec(tokens);
+  if (tokens > spec.max_tokens)
+    throw Error(ErrorCode::kInvalidArgument, "the batch of " + std::to_string(tokens) +
+                                                 " tokens exceeds max_tokens " + std::to_string(spec.max_tokens));
+  // The resolver decides first: nothing is built for a layer that cannot run here.
+  resolve_or_refuse(spec, lo.backend);
+  HostInputs in;
   if (!ro.input.empty()) in = inputs_from_tensors(spec, input_tensors, ro.input);
   else in = random_inputs(spec, tokens, lo.seed);
 
+  check_host_bytes(weight_host_bytes(spec), "the weights of " + lo.layer_name());
   MoeWeights w;
   if (!ro.weight_files.empty()) {
-    // The preset's own family unless --family names another.
+    // The preset's own family unless --family names another (a spec file has none).
+    if (ro.family.empty() && !lo.spec_file.empty())
+      throw Error(ErrorCode::kInvalidArgument, "--weights with --spec " + lo.spec_file +
+                                                   " needs --family to name the tensors");
     const std::string family = ro.family.empty() ? find_preset(lo.preset).family : ro.family;
     std::vector<std::string> files;
     for (const auto& path : ro.weight_files)
       for (auto& f : checkpoint_files(path)) files.push_back(std::move(f));
-    w = load_layer_weights(files, find_model_family(family), ro.layer, spec);
+    w = load_layer_weights(files, find_model_family(family), layer_index, spec);
   } else {
     w = quant::make_random_weights(spec, lo.seed);
   }
@@ -168,7 +283,9 @@ int cmd_run(const LayerOpts& lo, const RunOpts& ro) {
   const double sum = checksum(res.output, &abs_sum);
   std::printf("tokens %lld  hidden %lld  checksum sum=%.6e abs=%.6e  time %.3f ms\n", (long long)tokens,
               (long long)spec.hidden, sum, abs_sum, res.milliseconds);
-  if (ro.check && r.chosen->id() != "cpu.reference") {
+  if (ro.check && r.chosen->id() == "cpu.reference") {
+    std::cout << "check: cpu.reference ran this layer itself; there is nothing to compare it against\n";
+  } else if (ro.check) {
     LayerOptions ref_opts = lo.options();
     ref_opts.backend = "reference";
     auto ref_layer = MoeLayer::create(spec, w, ref_opts);
@@ -190,35 +307,86 @@ int cmd_run(const LayerOpts& lo, const RunOpts& ro) {
   return 0;
 }
 
+// The report with the spec first: {"spec": {...}, "schema": ..., ...}.
+std::string resolve_json(const MoeSpec& spec, const Resolution& r) {
+  std::string spec_text = spec_to_json(spec), indented;
+  for (char c : spec_text) {
+    indented += c;
+    if (c == '\n') indented += "  ";
+  }
+  const std::string report = r.json();  // "{\n  ...}"
+  return "{\n  \"spec\": " + indented + "," + report.substr(1);
+}
+
 int cmd_resolve(const LayerOpts& lo, bool json) {
   const MoeSpec spec = lo.spec(1);
   const Resolution r = resolve(spec, Environment::detected(), lo.backend);
   if (json) {
-    std::cout << r.json() << "\n";
+    std::cout << resolve_json(spec, r) << "\n";
   } else {
-    std::cout << r.table();  // the table already says what was not given, and why
+    const std::string table = r.table();  // it already says what was not given, and why
+    std::cout << table << (table.empty() || table.back() != '\n' ? "\n" : "");
   }
   return r.ok() ? 0 : 1;
 }
 
+// The bench times a device implementation: the resolver's choice for the request, refused with
+// its reason when there is none or when it is a host implementation.
+void refuse_unless_device(const MoeSpec& spec, const std::string& name, const std::string& backend) {
+  const Resolution r = resolve_or_refuse(spec, backend);
+  if (r.chosen->device() == Device::kCuda) return;
+  std::string why = r.chosen->id() + " runs on the host";
+  if (backend == "auto") {
+    // Why no device implementation took it: ask the resolver for the first device family.
+    for (const Implementation* impl : all_implementations()) {
+      if (impl->device() != Device::kCuda) continue;
+      const Resolution d = resolve(spec, Environment::detected(), impl->family());
+      if (d.degraded_from) why = d.degraded_from->reason.reason;
+      break;
+    }
+  }
+  throw Error(ErrorCode::kUnsupported, "bench times a CUDA implementation, but none can run " + name +
+                                           " here (backend '" + backend + "' gives " + r.chosen->id() +
+                                           "): " + why);
+}
+
 int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& flush_text,
-              const std::string& json_path, int trace_replays) {
+              const std::string& json_path, const std::string& trace_text) {
+  const int trace_replays = parse_int("--trace", trace_text, 0);
   const std::vector<int64_t> tokens = parse_tokens(tokens_list);
   const L2Flush flush = parse_l2_flush(flush_text);
   // The workspace: --max-tokens where given (as a server sizes it for its largest batch; the
   // decode GEMVs' grids follow it), else the largest count asked for.
   const int64_t largest = *std::max_element(tokens.begin(), tokens.end());
-  if (lo.max_tokens != 0 && lo.max_tokens < largest)
-    throw Error(ErrorCode::kInvalidArgument, "--max-tokens " + std::to_string(lo.max_tokens) +
+  const int64_t max_t = lo.given("--max-tokens") ? lo.count("--max-tokens", 1) : largest;
+  if (max_t < largest)
+    throw Error(ErrorCode::kInvalidArgument, "--max-tokens " + std::to_string(max_t) +
                                                  " is below the token count " +
                                                  std::to_string(largest));
-  const int64_t max_t = lo.max_tokens != 0 ? lo.max_tokens : largest;
-  std::vector<std::string> presets;
-  {
+  // bench draws bf16 weights and inputs unless told otherwise (a spec file says its own).
+  lo.default_weights_format = "bf16";
+  lo.default_act_dtype = "bf16";
+  // Every layer is resolved before anything touches the GPU or allocates weights.
+  std::vector<std::pair<std::string, MoeSpec>> layers;
+  if (!lo.spec_file.empty()) {
+    layers.emplace_back(lo.spec_file, lo.spec(max_t));
+  } else {
     std::stringstream ss(lo.preset);
     std::string p;
-    while (std::getline(ss, p, ',')) presets.push_back(p);
+    while (std::getline(ss, p, ',')) {
+      LayerOpts one = lo;
+      one.preset = p;
+      layers.emplace_back(p, one.spec(max_t));
+    }
   }
+  for (const auto& [name, spec] : layers) {
+    if (spec.max_tokens < largest)
+      throw Error(ErrorCode::kInvalidArgument, "max_tokens " + std::to_string(spec.max_tokens) + " of " + name +
+                                                   " is below the token count " + std::to_string(largest));
+    refuse_unless_device(spec, name, lo.backend);
+    check_host_bytes(weight_host_bytes(spec), "the random weights of " + name);
+  }
+  const int64_t workspace = layers.front().second.max_tokens;  // max_t, or the spec file's
   const Floors floors = measure_floors(flush);
   std::printf("# moekit bench on %s; floors: copy %.2f TB/s (read+write), BF16 GEMM %.0f TFLOP/s (cuBLAS 8192^3), "
               "graph launch %.1f us (an empty kernel's replay, timed as the rows)\n",
@@ -230,17 +398,11 @@ int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& f
       flush == L2Flush::kRead    ? "256 MiB read (L2 left clean)"
       : flush == L2Flush::kWrite ? "256 MiB written (L2 left dirty)"
                                  : "none",
-      static_cast<long long>(max_t));
+      static_cast<long long>(workspace));
   std::printf("%-16s %6s %10s %9s %9s %6s %8s %6s %8s %6s %10s  %s\n", "preset", "T", "median_us", "p10", "p90",
               "hit", "GB/s", "%bw", "TFLOP/s", "%gemm", "floor_us", "implementation");
   nlohmann::json rows = nlohmann::json::array();
-  for (const std::string& name : presets) {
-    lo.preset = name;
-    if (lo.weights_format.empty()) lo.weights_format = "bf16";
-    if (lo.act_dtype.empty()) lo.act_dtype = "bf16";
-    LayerOpts one = lo;
-    one.max_tokens = max_t;
-    MoeSpec spec = one.spec(max_t);
+  for (const auto& [name, spec] : layers) {
     MoeWeights w = fast_random_weights(spec, lo.seed);
     auto layer = MoeLayer::create(spec, w, lo.options());
     std::vector<float> bias = w.routing_bias;
@@ -279,7 +441,7 @@ int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& f
                       {"p90_us", row.p90_us}, {"reps", row.reps}, {"experts_hit", row.experts_hit},
                       {"bytes", row.bytes}, {"flops", row.flops}, {"floor_us", floor_us},
                       {"implementation", layer->resolution().chosen->id()}, {"l2_flush", to_string(flush)},
-                      {"max_tokens", max_t}, {"trace", traced}});
+                      {"max_tokens", spec.max_tokens}, {"trace", traced}});
     }
   }
   if (!json_path.empty()) {
@@ -310,11 +472,11 @@ int main(int argc, char** argv) {
   RunOpts ro;
   auto* run = app.add_subcommand("run", "one forward of a preset or of a layer loaded from files");
   run_lo.add_to(run);
-  run->add_option("--tokens", ro.tokens, "tokens in the batch")->capture_default_str()->check(CLI::PositiveNumber);
+  auto* run_tokens = run->add_option("--tokens", ro.tokens, "tokens in the batch (0: an empty batch)")->capture_default_str();
   run->add_option("--weights", ro.weight_files, "safetensors files, folders or *.safetensors.index.json holding the layer's experts");
-  run->add_option("--family", ro.family, "model family naming the tensors (default: the preset's): mixtral, qwen3_moe, deepseek_v3, gpt_oss, llama4, moekit");
+  run->add_option("--family", ro.family, "model family naming the tensors (default: the preset's; needed with --spec): mixtral, qwen3_moe, deepseek_v3, gpt_oss, llama4, moekit");
   run->add_option("--layer", ro.layer, "layer index inside the weight files")->capture_default_str();
-  run->add_option("--input", ro.input, "safetensors file with 'hidden' [T,H] and 'router_logits' [T,E] (or 'topk_ids','topk_weights')");
+  run->add_option("--input", ro.input, "safetensors file with 'hidden' [T,H] and 'router_logits' [T,E] (or 'topk_ids','topk_weights'); its T is the token count");
   run->add_option("--output", ro.output, "write the output as tensor 'output' [T,H] to this safetensors file");
   run->add_flag("--check", ro.check, "also run the CPU reference and fail if the relative error is 1e-2 or more");
 
@@ -322,12 +484,11 @@ int main(int argc, char** argv) {
   bool json = false;
   auto* res = app.add_subcommand("resolve", "which implementation would run this layer here, and why not the others");
   res_lo.add_to(res);
-  res->add_flag("--json", json, "print the report as JSON");
+  res->add_flag("--json", json, "print {\"spec\": the spec, then the report} as JSON");
 
   LayerOpts bench_lo;
   bench_lo.preset = "qwen3-30b-a3b,mixtral-8x7b,deepseek-v3,gpt-oss-120b";
-  std::string tokens = "1,8,64,512,4096,16384", json_path, flush = "read";
-  int trace_replays = 0;
+  std::string tokens = "1,8,64,512,4096,16384", json_path, flush = "read", trace_replays = "0";
   auto* bench = app.add_subcommand("bench", "time full forwards (CUDA graph replays) of presets on the GPU");
   bench_lo.add_to(bench);
   bench->add_option("--tokens", tokens, "comma-separated token counts")->capture_default_str();
@@ -338,8 +499,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   bench->add_option("--trace", trace_replays,
                     "then replay each forward this many more times with CUPTI recording every "
-                    "kernel, and print each kernel's median duration and gap from the one before")
-      ->check(CLI::NonNegativeNumber);
+                    "kernel, and print each kernel's median duration and gap from the one before");
 
   try {
     app.parse(argc, argv);
@@ -349,6 +509,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (*presets) return cmd_presets();
+    ro.tokens_given = run_tokens->count() > 0;
     if (*run) return cmd_run(run_lo, ro);
     if (*res) return cmd_resolve(res_lo, json);
     if (*bench) return cmd_bench(bench_lo, tokens, flush, json_path, trace_replays);

@@ -15,9 +15,10 @@ struct LayerOptions {
 
 class MoeLayer {
  public:
-  // Validates spec, resolves, checks the weights against the spec (formats fixed here), then
-  // prepares the engine. Throws Error before allocating anything when the spec is invalid, the
-  // request cannot be met (kUnsupported, message carries the report) or the weights mismatch.
+  // Validates spec (sizes included), resolves, and only then checks the weights against the spec
+  // (formats fixed here) and prepares the engine. Throws Error before allocating anything when the
+  // spec is invalid (kInvalidSpec), the request cannot be met (kUnsupported, whatever the weights
+  // are; the message carries the report) or the weights mismatch.
   static std::unique_ptr<MoeLayer> create(const MoeSpec& spec, const MoeWeights& weights,
                                           const LayerOptions& options = {});
 

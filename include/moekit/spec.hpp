@@ -36,6 +36,13 @@ struct WeightQuant {
   bool pre_quant_scale = false;// AWQ input smoothing, kInt8Group / kInt4Group only
 };
 
+// The most elements one tensor of a layer may hold: validate() refuses a spec whose FC1 or FC2
+// weights (all experts), [max_tokens, hidden] activations, [max_tokens, num_experts] logits or
+// [max_tokens * top_k, fc1 rows] intermediate would hold more (2^48; DeepSeek-V3's FC1, the
+// largest preset tensor, holds about 2^43). Every size product of a valid spec is then exact in
+// int64.
+inline constexpr int64_t kMaxTensorElements = int64_t{1} << 48;
+
 struct MoeSpec {
   int64_t num_experts = 0;   // global expert count E
   int64_t top_k = 0;
@@ -52,11 +59,13 @@ struct MoeSpec {
   int tp_size = 1, tp_rank = 0;
   int ep_size = 1, ep_rank = 0;
 
-  // Every violation at once, each one sentence naming the field and the value.
+  // Every violation at once, each one sentence naming the field and the value (sizes
+  // included: see kMaxTensorElements).
   std::vector<std::string> validate() const;
   // Throws Error(kInvalidSpec) with all violations joined, when there are any.
   void validate_or_throw() const;
-  // Rows of FC1 per expert (2I for gated activations, I otherwise), unsharded.
+  // Rows of FC1 per expert (2I for gated activations, I otherwise), unsharded; exact for a
+  // valid spec.
   int64_t fc1_rows() const;
 };
 
@@ -75,9 +84,13 @@ struct LocalProblem {
 LocalProblem derive_local(const MoeSpec& spec);
 
 // The spec as JSON, every field (what `moekit resolve --json` prints under "spec" and
-// `moekit ... --spec FILE.json` reads). spec_from_json(spec_to_json(s)) == s field by field.
-// spec_from_json throws Error(kInvalidArgument) naming the field and value on malformed text, an
-// unknown key or a value of the wrong type; it does not validate (call validate()).
+// `moekit ... --spec FILE.json` reads): enums by name, nested objects "weights", "activation"
+// (limit / alpha / beta only when present) and "routing"; floats as their shortest exact text,
+// inf / -inf / nan as those strings. spec_from_json(spec_to_json(s)) == s field by field, floats
+// bit for bit. spec_from_json reads any name *_from_string knows; keys left out keep MoeSpec's
+// defaults. It throws Error(kInvalidArgument) naming the field and value on malformed text, an
+// unknown key, a value of the wrong type, an unknown enum name or an integer or float that does
+// not fit its field; it does not validate (call validate()).
 std::string spec_to_json(const MoeSpec& spec);
 MoeSpec spec_from_json(const std::string& text);
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/checked.hpp"
 #include "moekit/status.hpp"
 #include "moekit/types.hpp"
 
@@ -210,6 +211,30 @@ void check_routing(const MoeSpec& s, std::vector<std::string>& v) {
   }
 }
 
+// Every tensor of the layer and of a forward at max_tokens must have an element count that is
+// exact in int64 and at most kMaxTensorElements, so that sizes derived from the spec anywhere
+// (weights, workspace, host buffers) are computed without overflow and nothing absurd is
+// attempted. Only called once the extents themselves are positive.
+void check_sizes(const MoeSpec& s, std::vector<std::string>& v) {
+  const int64_t gate_factor = activation_is_gated(s.activation.kind) ? 2 : 1;
+  auto bounded = [&](const std::string& what, std::initializer_list<int64_t> factors) {
+    const std::optional<int64_t> n = checked_product(factors);
+    if (!n || *n > kMaxTensorElements) {
+      v.push_back(what + " = " + factors_text(factors) + " elements " +
+                  (n ? "= " + num(*n) + " exceeds" : "overflows 64-bit arithmetic, past") +
+                  " the bound of " + num(kMaxTensorElements) + " elements per tensor");
+    }
+  };
+  bounded("FC1 weights num_experts x fc1 rows x hidden",
+          {s.num_experts, gate_factor, s.intermediate, s.hidden});
+  bounded("FC2 weights num_experts x hidden x intermediate",
+          {s.num_experts, s.hidden, s.intermediate});
+  bounded("activations max_tokens x hidden", {s.max_tokens, s.hidden});
+  bounded("router logits max_tokens x num_experts", {s.max_tokens, s.num_experts});
+  bounded("intermediate workspace max_tokens x top_k x fc1 rows",
+          {s.max_tokens, s.top_k, gate_factor, s.intermediate});
+}
+
 }  // namespace
 
 std::vector<std::string> MoeSpec::validate() const {
@@ -279,6 +304,10 @@ std::vector<std::string> MoeSpec::validate() const {
 
   check_activation(*this, v);
   check_routing(*this, v);
+  if (num_experts > 0 && top_k > 0 && hidden > 0 && intermediate > 0 && max_tokens > 0 &&
+      valid_activation(activation.kind)) {
+    check_sizes(*this, v);
+  }
   return v;
 }
 

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <string>
 
+#include "common/checked.hpp"
 #include "common/weights_slice.hpp"
 #include "moekit/status.hpp"
 
@@ -21,7 +22,7 @@ bool has_byte_scales(WeightFormat f) {
 bool has_e8m0_scales(WeightFormat f) {
   return f == WeightFormat::kMXFP4 || f == WeightFormat::kMXFP8;
 }
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0); }  // no a + b - 1 to overflow
 
 bool known_format(WeightFormat f) {
   const int v = static_cast<int>(f);
@@ -73,7 +74,17 @@ void QuantizedTensor::check_sizes(const char* what) const {
     fail(name + ": cols " + std::to_string(cols) + " is not a multiple of the group size " +
          std::to_string(g) + " of " + to_string(format));
 
-  const int64_t per_group = g > 0 ? experts * rows * (cols / g) : 0;
+  // Extents come from files: every count below is a checked product, so none wraps around.
+  auto count = [&](const char* buffer, std::initializer_list<int64_t> factors) {
+    const std::optional<int64_t> n = checked_product(factors);
+    if (!n)
+      fail(name + ": the " + buffer + " element count " + factors_text(factors) +
+           " overflows 64-bit arithmetic");
+    return *n;
+  };
+  const int64_t row_bytes = count("values", {cols, format_value_bits(format)}) / 8;
+  const int64_t n_values = count("values", {experts, rows, row_bytes});
+  const int64_t per_group = g > 0 ? count("scales", {experts, rows, cols / g}) : 0;
   auto expect = [&](const char* buffer, std::size_t have, int64_t need, bool optional) {
     if (static_cast<int64_t>(have) == need || (optional && have == 0)) return;
     std::string needs = std::to_string(need);
@@ -81,10 +92,10 @@ void QuantizedTensor::check_sizes(const char* what) const {
     fail(name + ": " + buffer + " has " + std::to_string(have) + " elements, but " +
          describe(*this) + " needs " + needs);
   };
-  expect("values", values.size(), experts * expert_value_bytes(), false);
+  expect("values", values.size(), n_values, false);
   int64_t n_scales = 0;
   if (format == WeightFormat::kFP8Block128)
-    n_scales = experts * ceil_div(rows, 128) * ceil_div(cols, 128);
+    n_scales = count("scales", {experts, ceil_div(rows, 128), ceil_div(cols, 128)});
   else if (is_int_format(format))
     n_scales = per_group;
   expect("scales", scales.size(), n_scales, false);
@@ -96,7 +107,8 @@ void QuantizedTensor::check_sizes(const char* what) const {
   expect("global_scale", global_scale.size(), format == WeightFormat::kNVFP4 ? experts : 0, false);
   expect("input_scale", input_scale.size(),
          format == WeightFormat::kFP8PerTensor ? experts : 0, false);
-  expect("pre_quant_scale", pre_quant_scale.size(), is_int ? experts * cols : 0, is_int);
+  expect("pre_quant_scale", pre_quant_scale.size(),
+         is_int ? count("pre_quant_scale", {experts, cols}) : 0, is_int);
 }
 
 namespace detail {

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/checked.hpp"
 #include "common/weights_slice.hpp"
 #include "moekit/status.hpp"
 #include "quant/quant.hpp"
@@ -143,9 +144,10 @@ QuantizedTensor random_tensor(const WeightQuant& q, uint64_t seed, uint64_t tag,
   detail::fill_pre_quant_scale(t, detail::splitmix64(seed ^ smooth_tag), first_expert);
   const float sd = static_cast<float>(1.0 / std::sqrt(static_cast<double>(cols)));
   detail::parallel_for(experts, [&](int64_t e) {
-    std::vector<float> w(static_cast<std::size_t>(rows * cols));
+    const int64_t n = product_or_throw({rows, cols}, "one expert's random weights [rows, cols]");
+    std::vector<float> w(static_cast<std::size_t>(n));
     detail::normal_fill(detail::stream_key(seed, tag, static_cast<uint64_t>(first_expert + e)),
-                        sd, w.data(), rows * cols);
+                        sd, w.data(), n);
     detail::quantize_expert(t, e, w.data(), 4.0f);
   });
   return t;
@@ -153,7 +155,7 @@ QuantizedTensor random_tensor(const WeightQuant& q, uint64_t seed, uint64_t tag,
 
 std::vector<float> random_table(uint64_t seed, uint64_t tag, int64_t first_expert,
                                 int64_t experts, int64_t width, float sd) {
-  std::vector<float> t(static_cast<std::size_t>(experts * width));
+  std::vector<float> t(static_cast<std::size_t>(product_or_throw({experts, width}, "a random table [experts, width]")));
   for (int64_t e = 0; e < experts; ++e)
     detail::normal_fill(detail::stream_key(seed, tag, static_cast<uint64_t>(first_expert + e)),
                         sd, t.data() + e * width, width);

@@ -1,4 +1,6 @@
 // The resolver: the only place an implementation is chosen. Pure: reads spec and environment.
+#include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,16 +16,47 @@ bool uninformative(RejectStage s) {
   return s == RejectStage::kFormat || s == RejectStage::kGpuGeneration;
 }
 
+// A member that takes the weight format but was refused for the activation dtype says what the
+// user can change: "fp16 weights need fp16 activations, not bf16 (sm90...)". Empty when no
+// member of `rows` is such a one.
+std::optional<Rejection> act_dtype_rejection(const std::vector<CandidateReport>& rows,
+                                             const std::vector<const Implementation*>& table,
+                                             const MoeSpec& spec) {
+  for (const CandidateReport& c : rows) {
+    if (!c.rejection || c.rejection->stage != RejectStage::kFormat) continue;
+    const auto it = std::find_if(table.begin(), table.end(),
+                                 [&](const Implementation* i) { return i->id() == c.id; });
+    if (it == table.end()) continue;
+    const Implementation* impl = *it;
+    const Capability& cap = impl->capability();
+    const auto takes = [](const auto& list, auto v) {
+      return std::find(list.begin(), list.end(), v) != list.end();
+    };
+    if (!takes(cap.weight_formats, spec.weights.format) || takes(cap.act_dtypes, spec.act_dtype) ||
+        cap.act_dtypes.empty())
+      continue;
+    std::string wanted;
+    for (DType t : cap.act_dtypes) wanted += std::string(wanted.empty() ? "" : " or ") + to_string(t);
+    return Rejection{RejectStage::kFormat, std::string(to_string(spec.weights.format)) +
+                                               " weights need " + wanted + " activations, not " +
+                                               to_string(spec.act_dtype) + " (" + c.id + ")."};
+  }
+  return std::nullopt;
+}
+
 // The rejection that best explains why a request was not met: the highest-priority one for a
 // reason other than format or GPU generation (the member meant for this problem, stopped by
 // something the user can change). Failing that, a GPU-generation rejection: a member that took
-// the format but had no GPU to run on says more than one that never took the format. Else the
-// first.
-const Rejection& most_informative(const std::vector<CandidateReport>& rows) {
+// the format but had no GPU to run on says more than one that never took the format. Then a
+// member that took the weight format but not the activation dtype (naming the dtype needed).
+// Else the first.
+Rejection most_informative(const std::vector<CandidateReport>& rows,
+                           const std::vector<const Implementation*>& table, const MoeSpec& spec) {
   for (const CandidateReport& c : rows)
     if (c.rejection && !uninformative(c.rejection->stage)) return *c.rejection;
   for (const CandidateReport& c : rows)
     if (c.rejection && c.rejection->stage == RejectStage::kGpuGeneration) return *c.rejection;
+  if (std::optional<Rejection> r = act_dtype_rejection(rows, table, spec)) return *r;
   return *rows.front().rejection;
 }
 
@@ -76,14 +109,14 @@ Resolution resolve_in(const std::vector<const Implementation*>& table, const Moe
   // GPU, falling back to a host implementation is a degradation worth saying out loud: the user
   // hears why every device implementation declined instead of silently running on the CPU.
   if (r.chosen == nullptr && !is_auto) {
-    r.degraded_from = Degradation{request, "", most_informative(r.candidates)};
+    r.degraded_from = Degradation{request, "", most_informative(r.candidates, table, spec)};
   } else if (is_auto && r.chosen != nullptr && r.chosen->device() == Device::kHost && !env.gpus.empty()) {
     std::vector<CandidateReport> device_rows;
     for (size_t j = 0; j < considered.size(); ++j)
       if (table[considered[j]]->device() == Device::kCuda && r.candidates[j].rejection)
         device_rows.push_back(r.candidates[j]);
     if (!device_rows.empty())
-      r.degraded_from = Degradation{"auto (a GPU is present)", r.chosen->id(), most_informative(device_rows)};
+      r.degraded_from = Degradation{"auto (a GPU is present)", r.chosen->id(), most_informative(device_rows, table, spec)};
   }
   return r;
 }

@@ -49,6 +49,15 @@ bool has(const std::vector<std::string>& v, std::initializer_list<std::string> p
   return false;
 }
 
+ErrorCode code_of_validate(const MoeSpec& s) {
+  try {
+    s.validate_or_throw();
+  } catch (const Error& e) {
+    return e.code();
+  }
+  return ErrorCode::kOk;
+}
+
 std::string dump(const std::vector<std::string>& v) {
   std::string s;
   for (const auto& m : v) s += "\n  " + m;
@@ -277,6 +286,50 @@ TEST(SpecValidate, UnknownEnumValuesAreNamedByNumber) {
   EXPECT_TRUE(has(v, {"55"})) << dump(v);
   EXPECT_TRUE(has(v, {"66"})) << dump(v);
   EXPECT_TRUE(has(v, {"44"})) << dump(v);
+}
+
+TEST(SpecValidate, SizesAreBoundedAndNeverOverflow) {
+  // The largest preset tensors are far inside the bound.
+  EXPECT_TRUE(deepseek().validate().empty()) << dump(deepseek().validate());
+
+  // --hidden 1e12: the weights of one layer would be 10^17 elements.
+  MoeSpec s = qwen3();
+  s.hidden = 1000000000000;
+  std::vector<std::string> v = s.validate();
+  EXPECT_TRUE(has(v, {"FC1", "1000000000000", "exceeds"})) << dump(v);
+  EXPECT_TRUE(has(v, {"FC2", "1000000000000"})) << dump(v);
+
+  // --tokens 1e15: the activations and the workspace.
+  s = qwen3();
+  s.max_tokens = 1000000000000000;
+  v = s.validate();
+  EXPECT_TRUE(has(v, {"max_tokens x hidden", "1000000000000000", "exceeds"})) << dump(v);
+  EXPECT_TRUE(has(v, {"max_tokens x num_experts", "1000000000000000"})) << dump(v);
+  EXPECT_TRUE(has(v, {"intermediate workspace", "overflows"})) << dump(v);
+
+  // Products past int64 are named, not wrapped (the extents alone are valid int64 values).
+  s = qwen3();
+  s.num_experts = 1 << 20;
+  s.top_k = 1;
+  s.intermediate = int64_t{1} << 62;
+  s.hidden = int64_t{1} << 62;
+  v = s.validate();
+  EXPECT_TRUE(has(v, {"FC1", "overflows"})) << dump(v);
+  EXPECT_TRUE(has(v, {"FC2", "overflows"})) << dump(v);
+  EXPECT_EQ(code_of_validate(s), ErrorCode::kInvalidSpec);
+
+  // Exactly the bound is allowed; one element more is not.
+  s = qwen3();
+  s.activation.kind = ActivationKind::kSiLU;  // FC1 rows = intermediate
+  s.num_experts = 1;
+  s.top_k = 1;
+  s.routing.method = RoutingMethod::kSoftmaxTopK;
+  s.max_tokens = 1;
+  s.hidden = int64_t{1} << 24;
+  s.intermediate = int64_t{1} << 24;
+  EXPECT_TRUE(s.validate().empty()) << dump(s.validate());
+  s.intermediate += 1;
+  EXPECT_TRUE(has(s.validate(), {"FC1", std::to_string(kMaxTensorElements)})) << dump(s.validate());
 }
 
 TEST(SpecDerive, Fc1Rows) {

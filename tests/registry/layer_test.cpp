@@ -289,6 +289,35 @@ TEST(MoeLayer, ForcedIneligibleRequestFailsBeforeAllocation) {
   EXPECT_EQ(engines_created(), before + 1);
 }
 
+TEST(MoeLayer, ResolvesBeforeLookingAtTheWeights) {
+  // No weights at all: an ineligible request is refused by the resolver (kUnsupported), before
+  // the weights are checked (which would be kFormatMismatch / kInvalidArgument).
+  const MoeSpec s = layer_spec();
+  const uint64_t before = engines_created();
+  std::string msg;
+  EXPECT_EQ(code_of([&] { MoeLayer::create(s, MoeWeights{}, cpu_options(Environment::cpu_only(), "cutlass")); },
+                    &msg),
+            ErrorCode::kUnsupported);
+  EXPECT_NE(msg.find("cutlass"), std::string::npos) << msg;
+  EXPECT_EQ(engines_created(), before);
+}
+
+TEST(MoeLayer, EmptyBatchIsValid) {
+  std::mt19937 rng(5);
+  const MoeSpec s = layer_spec();
+  auto layer = MoeLayer::create(s, random_weights(s, WeightFormat::kBF16, rng),
+                                cpu_options(Environment::cpu_only()));
+  Buffers b = random_inputs(s, 0, rng);
+  ForwardArgs a = args_for(s, 0, b);
+  EXPECT_EQ(a.hidden.shape, (std::vector<int64_t>{0, s.hidden}));
+  EXPECT_NO_THROW(layer->forward(a));
+  // Null data is fine where there is nothing to read or write.
+  a.hidden.data = nullptr;
+  a.output.data = nullptr;
+  a.router_logits.data = nullptr;
+  EXPECT_NO_THROW(layer->forward(a));
+}
+
 TEST(MoeLayer, ChosenOnTheRequestedDevice) {
   // Device 1 is a Hopper, device 0 is not: the layer on device 1 may take the Hopper kernels,
   // the one on device 0 may not. Resolution only; no engine is built.

@@ -153,6 +153,20 @@ TEST(Resolve, CutlassFamilyExplainsTheInformativeRejection) {
   EXPECT_EQ(r.degraded_from->reason.stage, RejectStage::kBuild);
 }
 
+TEST(Resolve, Fp16WeightsWithBf16ActivationsNameTheDtypeNeeded) {
+  // Both members decline on format: the bf16 one for the weights, the fp16 one for the
+  // activations. The fp16 one says what to change.
+  for (const Environment& env : {Environment::cpu_only(), h200_env()}) {
+    Resolution r = resolve(small_spec(WeightFormat::kFP16, DType::kBFloat16), env, "cutlass");
+    EXPECT_FALSE(r.ok());
+    ASSERT_TRUE(r.degraded_from.has_value());
+    EXPECT_EQ(r.degraded_from->reason.stage, RejectStage::kFormat);
+    EXPECT_NE(r.degraded_from->reason.reason.find("fp16 weights need fp16 activations, not bf16"),
+              std::string::npos)
+        << r.degraded_from->reason.reason;
+  }
+}
+
 #ifndef MOEKIT_WITH_CUDA
 TEST(Resolve, CudaLessBuildSaysSo) {
   Resolution r = resolve(small_spec(), Environment::detected(), "cutlass");
@@ -209,6 +223,20 @@ TEST_F(DegradedFrom, GpuGenerationOverFormatWhenNothingElse) {
   Resolution r = run({&a, &b});
   ASSERT_TRUE(r.degraded_from.has_value());
   EXPECT_EQ(r.degraded_from->reason.stage, RejectStage::kGpuGeneration);
+  EXPECT_NE(r.degraded_from->reason.reason.find("f.b.k.bf16"), std::string::npos);
+}
+
+TEST_F(DegradedFrom, MemberTakingTheWeightFormatNamesTheActivationDtype) {
+  FakeImpl a("f.a.k.fp8", "f", cap_with(WeightFormat::kFP8Block128));
+  Capability half_acts = permissive_capability();
+  half_acts.act_dtypes = {DType::kFloat16, DType::kFloat32};
+  FakeImpl b("f.b.k.bf16", "f", half_acts);
+  Resolution r = run({&a, &b});
+  ASSERT_TRUE(r.degraded_from.has_value());
+  EXPECT_EQ(r.degraded_from->reason.stage, RejectStage::kFormat);
+  EXPECT_NE(r.degraded_from->reason.reason.find("bf16 weights need fp16 or fp32 activations, not bf16"),
+            std::string::npos)
+      << r.degraded_from->reason.reason;
   EXPECT_NE(r.degraded_from->reason.reason.find("f.b.k.bf16"), std::string::npos);
 }
 

@@ -1,7 +1,13 @@
 // The `moekit` command end to end: exit codes, one-line errors, --help, the file round trip.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -23,6 +29,45 @@ std::string tmp_dir() { return testcmd::test_dir("cli"); }
 
 Ran moekit(const std::string& args) {
   return testcmd::run(tmp_dir(), testcmd::program("MOEKIT_TEST_CLI", MOEKIT_CLI_PATH) + " " + args);
+}
+
+// Runs the command as a child of this process and measures its peak resident memory (KiB): the
+// shell execs moekit, so wait4's ru_maxrss is moekit's own.
+struct RanWithPeak {
+  Ran ran;
+  long peak_kib = -1;
+};
+RanWithPeak moekit_with_peak(const std::string& args) {
+  const std::string dir = tmp_dir();
+  const std::string cmd = "exec " + testcmd::program("MOEKIT_TEST_CLI", MOEKIT_CLI_PATH) + " " + args;
+  const std::string out_path = dir + "/out.txt", err_path = dir + "/err.txt";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (out < 0 || err < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) _exit(126);
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  RanWithPeak r;
+  int status = 0;
+  struct rusage usage {};
+  if (pid > 0 && wait4(pid, &status, 0, &usage) == pid) {
+    r.ran.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.peak_kib = usage.ru_maxrss;
+  }
+  r.ran.out = slurp(out_path);
+  r.ran.err = slurp(err_path);
+  return r;
+}
+
+// The "spec" of `moekit resolve ... --json`.
+nlohmann::json resolved_spec(const std::string& args) {
+  Ran r = moekit("resolve " + args + " --json");
+  EXPECT_EQ(r.code, 0) << args << "\n" << r.err;
+  const nlohmann::json doc = nlohmann::json::parse(r.out, nullptr, false);
+  EXPECT_FALSE(doc.is_discarded()) << r.out;
+  return doc.is_discarded() ? nlohmann::json() : doc.value("spec", nlohmann::json());
 }
 
 // A small Qwen3-like layer the reference runs in milliseconds.
@@ -62,8 +107,7 @@ TEST(Cli, ErrorsAreOneLineAndNonZero) {
   }
   EXPECT_NE(moekit("run --preset no-such-model").err.find("no-such-model"), std::string::npos);
   EXPECT_NE(moekit("bench --flush sideways").err.find("sideways"), std::string::npos);
-  EXPECT_EQ(moekit("run --tokens 0").code, 2);  // command-line error
-  EXPECT_EQ(moekit("bench --trace -1").code, 2);
+  EXPECT_EQ(moekit("run --tokens").code, 2);  // command-line error: a flag without its value
   // bench sizes the workspace by --max-tokens where given, so a count past it is refused first.
   Ran small = moekit("bench --preset qwen3-30b-a3b --tokens 1,64 --max-tokens 8");
   EXPECT_EQ(small.code, 1) << small.out << small.err;
@@ -156,6 +200,193 @@ TEST(Cli, FileRoundTripMatchesTheLibrary) {
   Ran r3 = moekit(std::string("run ") + kSmall + " --weights " + d + "/layer.safetensors --layer 6");
   EXPECT_EQ(r3.code, 1);
   EXPECT_NE(r3.err.find("layers.6"), std::string::npos) << r3.err;
+}
+
+// A layer no implementation asked for can run is refused with the resolver's reason before any
+// weight is built: DeepSeek-V3's 11 GB of fp8 weights are never drawn.
+TEST(Cli, RefusesBeforeAllocating) {
+  const RanWithPeak r = moekit_with_peak("run --preset deepseek-v3 --backend cutlass");
+  EXPECT_EQ(r.ran.code, 1) << r.ran.out << r.ran.err;
+  EXPECT_NE(r.ran.err.find("cutlass"), std::string::npos) << r.ran.err;
+  EXPECT_NE(r.ran.err.find("fp8_block128"), std::string::npos) << "the reason names the format: " << r.ran.err;
+  EXPECT_EQ(std::count(r.ran.err.begin(), r.ran.err.end(), '\n'), 1) << r.ran.err;
+  ASSERT_GT(r.peak_kib, 0);
+  EXPECT_LT(r.peak_kib, 200 * 1024) << "peak resident memory of the refused run, KiB";
+#ifndef MOEKIT_WITH_CUDA
+  // Without CUDA, bench refuses with the resolver's reason, not a CUDA error, and allocates nothing.
+  const RanWithPeak b = moekit_with_peak("bench --preset deepseek-v3,qwen3-30b-a3b --tokens 1,16384");
+  EXPECT_EQ(b.ran.code, 1) << b.ran.out << b.ran.err;
+  EXPECT_NE(b.ran.err.find("cuda.sm90.cutlass"), std::string::npos) << b.ran.err;
+  EXPECT_NE(b.ran.err.find("deepseek-v3"), std::string::npos) << b.ran.err;
+  EXPECT_LT(b.peak_kib, 200 * 1024);
+  // A host implementation asked for by name is no device implementation either.
+  Ran ref = moekit(std::string("bench ") + kSmall + " --tokens 2");
+  EXPECT_EQ(ref.code, 1) << ref.out << ref.err;
+  EXPECT_NE(ref.err.find("cpu.reference"), std::string::npos) << ref.err;
+#endif
+}
+
+TEST(Cli, Fp16WeightsWithBf16ActivationsNameTheDtypeNeeded) {
+  Ran r = moekit("run --preset qwen3-30b-a3b --experts 8 --hidden 128 --intermediate 64 --weights-format fp16 "
+                 "--act-dtype bf16 --backend cutlass");
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find("fp16 weights need fp16 activations, not bf16"), std::string::npos) << r.err;
+}
+
+TEST(Cli, RangeErrorsNameTheValue) {
+  const struct {
+    const char* args;
+    const char* names;
+  } cases[] = {
+      {"run --tokens -1", "--tokens '-1'"},
+      {"run --tokens many", "--tokens 'many'"},
+      {"run --experts 0", "--experts '0'"},
+      {"run --top-k 0", "--top-k '0'"},
+      {"run --hidden -5", "--hidden '-5'"},
+      {"run --intermediate 0", "--intermediate '0'"},
+      {"run --max-tokens 0", "--max-tokens '0'"},
+      {"run --tp-size 0", "--tp-size '0'"},
+      {"run --tp-size 99999999999", "99999999999"},
+      {"run --group-size 0", "--group-size '0'"},
+      {"run --clamp-limit x", "--clamp-limit 'x'"},
+      {"run --hidden 1.5", "--hidden '1.5'"},
+      {"run --hidden 99999999999999999999", "99999999999999999999"},
+      {"bench --trace -1", "--trace '-1'"},
+      {"bench --tokens 0", "--tokens '0'"},
+      {"bench --tokens 1,,2", "--tokens ''"},
+      // Absurd sizes: refused by the spec's size bound, naming the value, not attempted.
+      {"run --hidden 1e12", "1000000000000"},
+      {"run --tokens 1e15", "1000000000000000"},
+      {"bench --tokens 1e15", "1000000000000000"},
+      {"run --experts 2000000000 --top-k 1", "2000000000"},
+      // Within the bound but past any host's memory: 65536 experts of bf16 weights, 618 GB.
+      {"run --experts 65536", "618475290624"},
+  };
+  for (const auto& c : cases) {
+    const RanWithPeak r = moekit_with_peak(c.args);
+    EXPECT_EQ(r.ran.code, 1) << c.args << "\n" << r.ran.out << r.ran.err;
+    EXPECT_NE(r.ran.err.find(c.names), std::string::npos) << c.args << ": " << r.ran.err;
+    EXPECT_EQ(std::count(r.ran.err.begin(), r.ran.err.end(), '\n'), 1) << c.args << ": " << r.ran.err;
+    EXPECT_LT(r.peak_kib, 200 * 1024) << c.args;
+  }
+}
+
+TEST(Cli, EmptyBatchRuns) {
+  const std::string out = tmp_dir() + "/empty.safetensors";
+  Ran r = moekit(std::string("run ") + kSmall + " --tokens 0 --output " + out);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("tokens 0 "), std::string::npos) << r.out;
+  EXPECT_EQ(moekit::read_tensor(out, "output").shape, (std::vector<int64_t>{0, 128}));
+  Ran ext = moekit(std::string("run ") + kSmall + " --routing external --tokens 0");
+  EXPECT_EQ(ext.code, 0) << ext.out << ext.err;
+}
+
+TEST(Cli, CheckAgainstItselfSaysSo) {
+  Ran r = moekit(std::string("run ") + kSmall + " --tokens 2 --check");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("nothing to compare"), std::string::npos) << r.out;
+}
+
+TEST(Cli, InputFileAndTokensMustAgree) {
+  using namespace moekit;
+  const std::string d = tmp_dir();
+  std::vector<float> h(3 * 128, 0.5f), logits(3 * 8, 0.25f);
+  write_tensors(d + "/in.safetensors",
+                {named_tensor_from_floats("hidden", DType::kBFloat16, {3, 128}, h.data()),
+                 named_tensor_from_floats("router_logits", DType::kFloat32, {3, 8}, logits.data())});
+  Ran bad = moekit(std::string("run ") + kSmall + " --tokens 5 --input " + d + "/in.safetensors");
+  EXPECT_EQ(bad.code, 1) << bad.out << bad.err;
+  EXPECT_NE(bad.err.find("--tokens 5"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("3 tokens"), std::string::npos) << bad.err;
+  Ran same = moekit(std::string("run ") + kSmall + " --tokens 3 --input " + d + "/in.safetensors");
+  EXPECT_EQ(same.code, 0) << same.err;
+  Ran implied = moekit(std::string("run ") + kSmall + " --input " + d + "/in.safetensors");
+  EXPECT_EQ(implied.code, 0) << implied.err;
+  EXPECT_NE(implied.out.find("tokens 3 "), std::string::npos) << implied.out;
+}
+
+// A flag that changes the routing method, activation kind or weight format drops the preset's
+// parameters of that kind; one that keeps it keeps them.
+TEST(Cli, OverridesReplaceThePresetsParametersOfThatKind) {
+  nlohmann::json s = resolved_spec("--preset deepseek-v3 --routing softmax_topk");
+  EXPECT_EQ(s["routing"]["method"], "softmax_topk");
+  EXPECT_EQ(s["routing"]["n_group"], 1);
+  EXPECT_EQ(s["routing"]["topk_group"], 1);
+  EXPECT_EQ(s["routing"]["correction_bias"], false);
+  EXPECT_EQ(s["routing"]["routed_scaling_factor"], 1.0);
+  s = resolved_spec("--preset deepseek-v3 --routing deepseek_v3");
+  EXPECT_EQ(s["routing"]["n_group"], 8) << "the same method keeps the preset's groups";
+  s = resolved_spec("--preset deepseek-v3 --n-group 4 --topk-group 2 --routed-scaling 1.5 --no-correction-bias "
+                    "--no-renormalize");
+  EXPECT_EQ(s["routing"]["n_group"], 4);
+  EXPECT_EQ(s["routing"]["topk_group"], 2);
+  EXPECT_EQ(s["routing"]["routed_scaling_factor"], 1.5);
+  EXPECT_EQ(s["routing"]["correction_bias"], false);
+  EXPECT_EQ(s["routing"]["renormalize"], false);
+
+  s = resolved_spec("--preset gpt-oss-120b --activation swiglu");
+  EXPECT_EQ(s["activation"], (nlohmann::json{{"kind", "swiglu"}}));
+  s = resolved_spec("--preset gpt-oss-120b --activation gelu_tanh");
+  EXPECT_EQ(s["gate_up_layout"], "halves") << "no interleaved rows without a gate";
+  s = resolved_spec("--preset gpt-oss-120b --activation swiglu_clamped --clamp-limit 5 --beta 0.5");
+  EXPECT_EQ(s["activation"]["limit"], 5.0);
+  EXPECT_EQ(s["activation"]["beta"], 0.5);
+  EXPECT_NEAR(s["activation"]["alpha"].get<double>(), 1.702, 1e-6) << "the same kind keeps alpha";
+
+  s = resolved_spec("--preset qwen3-30b-a3b --weights-format int4_group --group-size 64 --zero-points "
+                    "--pre-quant-scale");
+  EXPECT_EQ(s["weights"], (nlohmann::json{{"format", "int4_group"}, {"group_size", 64}, {"zero_points", true},
+                                          {"pre_quant_scale", true}}));
+  s = resolved_spec("--preset qwen3-30b-a3b --router-weight-on input --gate-up-layout interleaved --fc1-bias "
+                    "--fc2-bias --tp-size 2 --tp-rank 1 --ep-size 4 --ep-rank 3");
+  EXPECT_EQ(s["routing"]["weight_placement"], "input");
+  EXPECT_EQ(s["gate_up_layout"], "interleaved");
+  EXPECT_EQ(s["fc1_bias"], true);
+  EXPECT_EQ(s["fc2_bias"], true);
+  EXPECT_EQ(s["tp_rank"], 1);
+  EXPECT_EQ(s["ep_rank"], 3);
+}
+
+TEST(Cli, SpecFileReplacesThePreset) {
+  const std::string d = tmp_dir();
+  // What resolve --json prints under "spec" is what --spec reads.
+  for (const char* preset : {"gpt-oss-120b", "deepseek-v3", "llama4-maverick"}) {
+    const nlohmann::json s = resolved_spec(std::string("--preset ") + preset);
+    std::ofstream(d + "/spec.json") << s.dump(2);
+    EXPECT_EQ(resolved_spec("--spec " + d + "/spec.json"), s) << preset;
+  }
+  // A small layer from a file, run, and a flag overriding one of its fields.
+  nlohmann::json small = resolved_spec(kSmall);
+  small["max_tokens"] = 64;
+  std::ofstream(d + "/small.json") << small.dump();
+  Ran r = moekit("run --spec " + d + "/small.json --backend reference --tokens 3");
+  ASSERT_EQ(r.code, 0) << r.err;
+  Ran flags = moekit(std::string("run ") + kSmall + " --tokens 3 --max-tokens 64");
+  ASSERT_EQ(flags.code, 0) << flags.err;
+  auto checksum = [](const std::string& out) {
+    const size_t a = out.find("checksum"), b = out.find(" time");
+    return a == std::string::npos || b == std::string::npos ? out : out.substr(a, b - a);
+  };
+  EXPECT_EQ(checksum(r.out), checksum(flags.out)) << "the same layer from the file and from flags";
+  // A batch past the file's max_tokens is refused, naming both.
+  Ran past = moekit("run --spec " + d + "/small.json --backend reference --tokens 65");
+  EXPECT_EQ(past.code, 1);
+  EXPECT_NE(past.err.find("65"), std::string::npos) << past.err;
+  EXPECT_NE(past.err.find("64"), std::string::npos) << past.err;
+  EXPECT_EQ(resolved_spec("--spec " + d + "/small.json --hidden 256")["hidden"], 256);
+
+  // Refused: --spec with --preset, a malformed file, a missing file, --weights without --family.
+  Ran both = moekit("resolve --spec " + d + "/small.json --preset mixtral-8x7b");
+  EXPECT_EQ(both.code, 1);
+  EXPECT_NE(both.err.find("mixtral-8x7b"), std::string::npos) << both.err;
+  std::ofstream(d + "/bad.json") << R"({"hidden": 128, "colour": "blue"})";
+  Ran bad = moekit("resolve --spec " + d + "/bad.json");
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.err.find("colour"), std::string::npos) << bad.err;
+  EXPECT_EQ(moekit("resolve --spec " + d + "/missing.json").code, 1);
+  Ran nofamily = moekit("run --spec " + d + "/small.json --weights " + d + "/small.json");
+  EXPECT_EQ(nofamily.code, 1);
+  EXPECT_NE(nofamily.err.find("--family"), std::string::npos) << nofamily.err;
 }
 
 }  // namespace
