@@ -18,6 +18,7 @@
 #include "moekit/io.hpp"
 #include "moekit/layer.hpp"
 #include "moekit/presets.hpp"
+#include "moekit/version.hpp"
 #include "quant/quant.hpp"
 #include "routing/routing.hpp"
 
@@ -446,6 +447,7 @@ int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& f
   }
   if (!json_path.empty()) {
     nlohmann::json doc = {{"gpu", floors.gpu_name},
+                          {"version", moekit::version()},
                           {"environment", Environment::detected().fingerprint()},
                           {"floors", {{"copy_bytes_per_s", floors.copy_bytes_per_s}, {"gemm_flops_per_s", floors.gemm_flops_per_s},
                                       {"graph_launch_us", floors.launch_us}}},
@@ -464,6 +466,7 @@ int main(int argc, char** argv) {
   using namespace moekit::cli;
   CLI::App app{"moekit: the Mixture-of-Experts layer of LLM inference, on NVIDIA GPUs and the CPU"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("moekit ") + moekit::version());
   app.set_help_all_flag("--help-all", "help of every subcommand");
 
   auto* presets = app.add_subcommand("presets", "list the built-in layer shapes of real models");

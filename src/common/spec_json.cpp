@@ -13,6 +13,7 @@
 #include "moekit/spec.hpp"
 #include "moekit/status.hpp"
 #include "moekit/types.hpp"
+#include "io/safetensors.hpp"  // json_depth_within
 
 namespace moekit {
 namespace {
@@ -164,6 +165,9 @@ std::string spec_to_json(const MoeSpec& s) {
 }
 
 MoeSpec spec_from_json(const std::string& text) {
+  // The messages below dump() offending values, which recurses per nesting level.
+  if (!io::json_depth_within(text, io::kMaxJsonDepth))
+    bad("the text nests deeper than " + std::to_string(io::kMaxJsonDepth) + " levels");
   const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) bad("the text is not valid JSON");
   MoeSpec s;  // keys that are absent keep MoeSpec's defaults

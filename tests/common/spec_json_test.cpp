@@ -149,6 +149,9 @@ TEST(SpecJson, MalformedInputIsRefusedNamingFieldAndValue) {
     std::vector<std::string> names;
   } cases[] = {
       {"{\"hidden\": 128", {"not valid JSON"}},
+      // Deep nesting where a number belongs: refused before a message dump()s it.
+      {"{\"hidden\": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}",
+       {"deeper than 64"}},
       {"[1, 2]", {"[1,2]", "not an object"}},
       {R"({"hiden": 128})", {"hiden", "unknown"}},
       {R"({"weights": {"format": "bf16", "groupsize": 64}})", {"weights.groupsize"}},

@@ -14,6 +14,7 @@
 #include "moekit/io.hpp"
 #include "moekit/layer.hpp"
 #include "moekit/presets.hpp"
+#include "moekit/version.hpp"
 #include "quant/quant.hpp"
 #include "support/command.hpp"
 #ifdef MOEKIT_WITH_CUDA
@@ -86,6 +87,12 @@ TEST(Cli, HelpOnEverySubcommand) {
     EXPECT_EQ(r.code, 0) << sub;
     EXPECT_NE(r.out.find("--help"), std::string::npos) << sub;
   }
+}
+
+TEST(Cli, VersionIsTheLibrarys) {
+  Ran r = moekit("--version");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find(std::string("moekit ") + moekit::version()), std::string::npos) << r.out;
 }
 
 TEST(Cli, RunPrintsImplementationAndChecksum) {
