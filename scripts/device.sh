@@ -141,8 +141,8 @@ if want sanitize; then
     ((rc == 124 || rc == 137)) && running=" timed out in $(grep '^\[ RUN      \]' "$log" | tail -1 | cut -c14-)"
     echo "compute-sanitizer $tool: rc=$rc; ${errors:-no summary}; tests ok $passed, failed $failed$running" >>"$summary"
     # The first reports (kind, where, by which thread), to tell them apart without the log.
-    grep -E -A2 '^========= [A-Z]' "$log" | grep -vE '^--$|SUMMARY|COMPUTE-SANITIZER' | head -9 |
-      cut -c1-220 | sed 's/^/    /' >>"$summary"
+    grep -v 'COMPUTE-SANITIZER' "$log" | grep -E -A2 '^========= [A-Z]' | grep -vE '^--$|SUMMARY' |
+      head -9 | cut -c1-220 | sed 's/^/    /' >>"$summary"
     echo "  slowest under $tool:" >>"$summary"
     sed -nE 's/^\[       OK \] (.*) \(([0-9]+) ms\)$/\2 \1/p' "$log" | sort -rn | head -5 |
       sed 's/^/    /' >>"$summary"
