@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the H200 device machine, from the repository root, with .carry/ (scripts/carry.sh)
-# carried along: builds every tactic, runs the GPU tests, compute-sanitizer on a small case, and the
-# benchmarks. Logs go to $OUT (at most 8 files come back). Usage:
+# carried along: builds every tactic, runs the GPU tests, compute-sanitizer's four tools over the
+# GPU tests (step "sanitize", below), and the benchmarks. Logs go to $OUT (at most 8 files come back). Usage:
 #   MOEKIT_COMMIT=<sha> bash scripts/device.sh [variants] [build | prebuilt] [test] [sanitize] [bench] [sweep] [torch] [ab] [clocks] [envab] [ncu] [ncu-gemm] [ncu-source] [ncu-forward] [hang]
 #   (default: build test sanitize bench sweep torch)
 # Step "prebuilt" instead of "build": the programs from .prebuilt/ (scripts/prebuild.sh, a full
@@ -28,8 +28,9 @@
 # ncu (kernels serialized, caches flushed before each), with the bench's inputs (seed 1 + T, so
 # the same experts are hit; deepseek's correction bias comes with the weights and still differs). `moekit bench --trace N` times the kernels inside the
 # replays instead (PDL overlap and gaps included).
-# Environment: MOEKIT_TEST_FILTER (gtest filter), MOEKIT_SANITIZER_FILTER, MOEKIT_TEST_TIMEOUT (s,
-# per test or sanitizer run; a hang shows as rc=124), MOEKIT_BENCH_PRESETS, MOEKIT_BENCH_TOKENS,
+# Environment: MOEKIT_TEST_FILTER (gtest filter), MOEKIT_SANITIZER_FILTER (gtest filter; default
+# every GPU suite), MOEKIT_SANITIZER_TIMEOUT (s, per tool; default 540), MOEKIT_TEST_TIMEOUT (s,
+# for the test step; a hang shows as rc=124), MOEKIT_BENCH_PRESETS, MOEKIT_BENCH_TOKENS,
 # MOEKIT_FLUSH (read|write|none: how bench and torch empty the L2 before each rep; default read),
 # MOEKIT_SWEEP_TOKENS, MOEKIT_SWEEP_PRESETS, MOEKIT_SWEEP_ROUTING (random | even), MOEKIT_SWEEP_TACTICS,
 # MOEKIT_SWEEP_GEMMS (bench/gemm_sweep.cu).
@@ -101,13 +102,56 @@ if want test; then
   grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|FAILED  \]' "$OUT/tests.log" | tail -40 >>"$summary"
 fi
 
+# Step "sanitize": compute-sanitizer's memcheck, racecheck, initcheck and synccheck, all four at
+# once (16 cores, one GPU), each over every GPU test: the suites of tests/*/*_test.cu (or
+# MOEKIT_SANITIZER_FILTER). MOEKIT_SANITIZER_RUN=1 makes the tests whose sizes only add time
+# under the tools run smaller (tests/support/gpu.hpp: sanitizer_run(); the engine's largest
+# token counts and repeat counts, the GEMV's repeats) and skips the one past 2^31 elements,
+# which no tool needs to see at that size. No test is excluded. Each tool has
+# MOEKIT_SANITIZER_TIMEOUT seconds (default 540, inside the device's 10-minute command) and its
+# own log while it runs; the logs are then joined into sanitizer.log (one file of the 8 that
+# come back). summary.txt gets one line per tool (exit code: 9 errors found, 124 time out;
+# errors; tests passed / failed; the test running at a time-out) and its slowest tests.
 if want sanitize; then
-  for tool in memcheck racecheck; do
-    timeout "${MOEKIT_TEST_TIMEOUT:-900}" compute-sanitizer --tool $tool --error-exitcode 9 $bin/tests/moekit_tests --gtest_color=no \
-      --gtest_filter="${MOEKIT_SANITIZER_FILTER:-*Sanitizer*}" >>"$OUT/sanitizer.log" 2>&1
-    echo "compute-sanitizer $tool: rc=$? ($(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitizer.log") clean summaries so far)" >>"$summary"
+  suites=$(sed -nE 's/^(TEST|TEST_F|TEST_P)\(([A-Za-z0-9_]+),.*/\2/p' tests/*/*_test.cu | sort -u)
+  gpu_filter=$(for s in $suites; do printf '*%s.*:' "$s"; done)
+  san_filter=${MOEKIT_SANITIZER_FILTER:-${gpu_filter%:}}
+  tools=(memcheck racecheck initcheck synccheck)
+  declare -A pids
+  for tool in "${tools[@]}"; do
+    case $tool in
+      # Memory the application allocates but never touches is not an error.
+      initcheck) opts=(--track-unused-memory no) ;;
+      *) opts=() ;;
+    esac
+    MOEKIT_SANITIZER_RUN=1 timeout --kill-after=20 "${MOEKIT_SANITIZER_TIMEOUT:-540}" \
+      compute-sanitizer --tool "$tool" "${opts[@]}" --error-exitcode 9 --print-limit 20 \
+      $bin/tests/moekit_tests --gtest_color=no --gtest_filter="$san_filter" \
+      >"$OUT/sanitizer-$tool.log" 2>&1 &
+    pids[$tool]=$!
   done
-  grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer.log" >>"$summary"
+  for tool in "${tools[@]}"; do
+    wait "${pids[$tool]}"
+    rc=$?
+    log="$OUT/sanitizer-$tool.log"
+    errors=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)
+    passed=$(grep -c '^\[       OK \]' "$log")
+    failed=$(grep -c '^\[  FAILED  \] [A-Za-z0-9_/]*\.[A-Za-z0-9_/]* (' "$log")
+    running=""
+    ((rc == 124 || rc == 137)) && running=" timed out in $(grep '^\[ RUN      \]' "$log" | tail -1 | cut -c14-)"
+    echo "compute-sanitizer $tool: rc=$rc; ${errors:-no summary}; tests ok $passed, failed $failed$running" >>"$summary"
+    # The first reports (kind, where, by which thread), to tell them apart without the log.
+    grep -v 'COMPUTE-SANITIZER' "$log" | grep -E -A2 '^========= [A-Z]' | grep -vE '^--$|SUMMARY' |
+      head -9 | cut -c1-220 | sed 's/^/    /' >>"$summary"
+    echo "  slowest under $tool:" >>"$summary"
+    sed -nE 's/^\[       OK \] (.*) \(([0-9]+) ms\)$/\2 \1/p' "$log" | sort -rn | head -5 |
+      sed 's/^/    /' >>"$summary"
+  done
+  for tool in "${tools[@]}"; do
+    echo "######## compute-sanitizer --tool $tool"
+    cat "$OUT/sanitizer-$tool.log"
+  done >"$OUT/sanitizer.log"
+  rm -f "$OUT"/sanitizer-*.log
 fi
 
 if want bench; then

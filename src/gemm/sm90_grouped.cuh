@@ -247,6 +247,17 @@ class Sm90GroupedTactic final : public Tactic {
     if (workspace_bytes_ > 0) {
       err = cudaMalloc(&workspace_, workspace_bytes_);
       if (err != cudaSuccess) return cuda_status(err, "cudaMalloc(workspace)", what);
+      // Zeroed once. Most of it holds the per-SM TMA descriptors of the ptr-array main loop (and
+      // of CUTLASS's TMA-store epilogue), which CUTLASS's initialize_workspace leaves as
+      // cudaMalloc returned them. The load warp copies a whole 128-byte descriptor there
+      // (tensormap.cp_fenceproxy, warp-wide: 4 bytes a lane) and fences it (a warp-wide
+      // acquire) before any TMA reads it, so the old contents never matter; but initcheck takes
+      // those warp-wide accesses for 4-byte reads of uninitialized memory, one per lane, on
+      // every block's first descriptor (reported at lane 1 of warp 0, the load warp, in the
+      // swap-AB and pair kernels alike). The dynamic orders' counters after them are zeroed
+      // here too, and again by their initialize_workspace.
+      err = cudaMemset(workspace_, 0, workspace_bytes_);
+      if (err != cudaSuccess) return cuda_status(err, "cudaMemset(workspace)", what);
     }
     st = gemm_.initialize(args, workspace_);
     if (st != cutlass::Status::kSuccess)

@@ -326,6 +326,10 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
   workspace_ = device_alloc(workspace_bytes_, "the MoE workspace");
   Carver cut(static_cast<char*>(workspace_.get()));
   pbuf_ = carve(cut);
+  // Zeroed once, so that no kernel ever reads memory that was never written: the TMA GEMV's
+  // boxes of 8 token rows may reach past the last row the permute wrote (read, never used;
+  // GroupedGemm::run's contract). Each forward writes what it uses before reading it.
+  check_cuda(cudaMemset(workspace_.get(), 0, workspace_bytes_), "clearing the MoE workspace");
   check_cuda(cudaMemset(pbuf_.error_word, 0xff, sizeof(unsigned long long)),
              "clearing the device error word");
 

@@ -471,7 +471,7 @@ TEST_F(GroupedGemmRun, HeuristicPicksBuiltTacticsAndUnknownNamesAreNotFound) {
 // The dynamic tile order (sm90_dynamic_scheduler.cuh) starts afresh every run: its counters are
 // cleared by the last block of the run before, after a run where most blocks return at once
 // (fewer tiles than SMs) as after one where they draw tiles. Small enough for the sanitizers
-// (scripts/device.sh runs every "*Sanitizer*" test under memcheck and racecheck).
+// (scripts/device.sh runs every GPU test under compute-sanitizer's four tools).
 class GroupedGemmSanitizer : public GpuTest {};
 
 // The bf16 tactics whose names contain `part` (".dyn", ".pairs").

@@ -42,6 +42,13 @@ class GpuTest : public ::testing::Test {
   }
 };
 
+// Whether compute-sanitizer runs the tests (scripts/device.sh sets MOEKIT_SANITIZER_RUN=1):
+// tests whose largest sizes or repeat counts add only time under the tools then run smaller.
+inline bool sanitizer_run() {
+  const char* v = std::getenv("MOEKIT_SANITIZER_RUN");
+  return v != nullptr && *v != '\0' && std::string(v) != "0";
+}
+
 // A fresh seed per process (MOEKIT_TEST_SEED pins it), printed so a failure can be replayed.
 inline uint64_t base_seed() {
   static const uint64_t seed = [] {
