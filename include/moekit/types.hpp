@@ -134,12 +134,31 @@ enum class GateUpLayout : int {
 const char* to_string(GateUpLayout l);
 std::optional<GateUpLayout> gate_up_layout_from_string(std::string_view s);
 
+// How a token's experts and their weights come from its router logits [E]. Every method selects
+// the experts with the largest selection score, ties to the LOWER expert id (DeepSeek-V3's groups:
+// the lower group id), and writes the slots in that order; a NaN logit counts as -inf (chosen
+// last, weight 0). routed_scaling_factor multiplies the weights of every computed method. The
+// model code each follows (transformers' files under src/transformers/models/):
 enum class RoutingMethod : int {
-  kSoftmaxTopK = 1,   // Mixtral: softmax over all experts, take top-k, weights unnormalized
-  kTopKSoftmax = 2,   // Qwen3-MoE / gpt-oss: top-k logits, softmax over the k (renormalize)
-  kDeepSeekV3 = 3,    // sigmoid, correction bias for selection, grouped top-k, renormalize, scale
-  kLlama4 = 4,        // top-1 logit, weight sigmoid(logit)
-  kExternal = 5,      // caller passes ids and weights
+  // softmax over all E logits, the top-k of it, not renormalized: Qwen2-MoE and OLMoE with
+  // norm_topk_prob false (Qwen2MoeSparseMoeBlock.forward in qwen2_moe/modeling_qwen2_moe.py,
+  // OlmoeSparseMoeBlock.forward in olmoe/modeling_olmoe.py; Qwen1.5-MoE-A2.7B, OLMoE-1B-7B).
+  kSoftmaxTopK = 1,
+  // the top-k logits, softmax over those k: gpt-oss (MLPBlock.forward in gpt_oss/torch/model.py);
+  // equal to softmax-then-renormalized-top-k, hence Mixtral (MixtralSparseMoeBlock.forward in
+  // mixtral/modeling_mixtral.py) and Qwen3-MoE (Qwen3MoeSparseMoeBlock.forward in
+  // qwen3_moe/modeling_qwen3_moe.py, norm_topk_prob true).
+  kTopKSoftmax = 2,
+  // sigmoid scores, the correction bias added for selection only, the topk_group groups with the
+  // best top-2 sums, top-k within them, the plain scores renormalized (sum + 1e-20) when
+  // `renormalize`, times routed_scaling_factor: DeepSeek-V3 (Gate.forward in the model authors'
+  // inference/model.py; MoEGate.forward, noaux_tc, in the checkpoint's modeling_deepseek.py).
+  kDeepSeekV3 = 3,
+  // the top-k logits, each slot's weight the sigmoid of its own logit, not renormalized (any
+  // k): Llama-4 (Llama4Router.forward in llama4/modeling_llama4.py). Llama-4 applies it to the
+  // experts' input (RouterWeightPlacement::kInput, which the preset sets).
+  kLlama4 = 4,
+  kExternal = 5,      // caller passes ids and weights (used as given: no scaling factor)
 };
 const char* to_string(RoutingMethod r);
 std::optional<RoutingMethod> routing_from_string(std::string_view s);
@@ -148,6 +167,12 @@ std::optional<RoutingMethod> routing_from_string(std::string_view s);
 // sum over the k experts' outputs) or the expert's input (Llama-4: Hugging Face's
 // Llama4TextMoe.forward computes routed_in = hidden_states * router_scores before the experts;
 // vLLM passes apply_router_weight_on_input=True). With a non-linear activation the two differ.
+// kInput: slot s of a token reads x_s = round_to_act_dtype(float(x) * w_s) (the fp32 weight
+// times the row in fp32, rounded once to nearest even; Hugging Face rounds the sigmoid score to
+// bf16 and multiplies in bf16, at most one bf16 ulp of x_s away), and the token's output is the
+// plain sum of its slots' expert outputs (biases included), weight 1 each. With top_k above 1
+// each selected expert gets the row scaled by its own weight, as in Hugging Face's code, where
+// every expert gets the row times its score and the unselected ones score sigmoid(-inf) = 0.
 enum class RouterWeightPlacement : int {
   kOutput = 1,
   kInput = 2,

@@ -196,10 +196,6 @@ void check_routing(const MoeSpec& s, std::vector<std::string>& v) {
   if (r.correction_bias && !dsv3) {
     v.push_back("routing.correction_bias is only used by " + dsv3_name + " routing, not " + mname);
   }
-  if (r.method == RoutingMethod::kLlama4 && s.top_k != 1) {
-    v.push_back("top_k " + num(s.top_k) + " must be 1 for " +
-                std::string(to_string(RoutingMethod::kLlama4)) + " routing");
-  }
   if (r.weight_placement != RouterWeightPlacement::kOutput &&
       r.weight_placement != RouterWeightPlacement::kInput) {
     v.push_back("routing.weight_placement " +

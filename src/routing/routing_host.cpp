@@ -1,17 +1,40 @@
 // Routing on the host: the reference every device routing kernel is checked against.
 //
+// The methods and the model code whose semantics each follows (the weights as that code computes
+// them before they multiply the experts; routed_scaling_factor then multiplies every method's):
+// - kSoftmaxTopK: softmax over all E logits, the k largest, not renormalized. transformers'
+//   Qwen2MoeSparseMoeBlock.forward (models/qwen2_moe/modeling_qwen2_moe.py) and
+//   OlmoeSparseMoeBlock.forward (models/olmoe/modeling_olmoe.py) with norm_topk_prob false, as
+//   Qwen1.5-MoE-A2.7B and OLMoE-1B-7B ship.
+// - kTopKSoftmax: the k largest logits, softmax over those k. gpt-oss's MLPBlock.forward
+//   (gpt_oss/torch/model.py: topk of the gate, softmax of its values); also what transformers'
+//   MixtralSparseMoeBlock.forward (models/mixtral/modeling_mixtral.py: softmax, topk, divide by
+//   the sum) and Qwen3MoeSparseMoeBlock.forward (models/qwen3_moe/modeling_qwen3_moe.py,
+//   norm_topk_prob true) compute: softmax then renormalizing the top k equals a softmax over
+//   the top k logits.
+// - kDeepSeekV3: the model authors' Gate.forward (DeepSeek-V3 inference/model.py, score_func
+//   sigmoid, the bias added for selection only, groups scored by their top-2 sum, route_scale)
+//   and the MoEGate.forward of the checkpoint's modeling_deepseek.py (topk_method noaux_tc,
+//   whose renormalization divides by sum + 1e-20).
+// - kLlama4: transformers' Llama4Router.forward (models/llama4/modeling_llama4.py): the k
+//   largest logits, each slot's weight sigmoid(its logit), not renormalized (any k: the router
+//   takes topk of num_experts_per_tok and the sigmoid of each). Llama4TextMoe.forward then
+//   multiplies the experts' input by it (RouterWeightPlacement::kInput, set by the preset).
+//
 // Conventions shared with the device kernels:
 // - Selection order: descending selection score, ties to the lower expert id (for DeepSeek-V3
-//   groups: the lower group id). Slots are written in that order.
+//   groups: the lower group id). Slots are written in that order. (torch.topk leaves the order
+//   of ties unspecified; moekit fixes it so that host and device agree bit for bit.)
 // - A NaN logit (or a NaN correction bias) is treated as -inf, for selection and for the
 //   weights: it is chosen last, and its softmax / sigmoid weight is 0. When every logit a
 //   softmax sees is -inf (or NaN) the weights of that token are 0 rather than NaN. +inf logits
-//   are outside the contract (their softmax is NaN, as in IEEE arithmetic).
+//   are outside the contract (their softmax is NaN, as in IEEE arithmetic). A token's logits
+//   never reach another token's routing.
 // - kSoftmaxTopK selects on the logits, not on the probabilities: softmax is monotonic, so the
 //   choice is the same, and it does not depend on how a given exp() rounds near a tie.
 // - kDeepSeekV3: a group's score is the sum of its two best selection scores (its one score when
 //   a group holds a single expert); weights are the plain sigmoid scores (no bias), divided by
-//   (their sum + 1e-20) when renormalize, as in the DeepSeek-V3 reference code.
+//   (their sum + 1e-20) when renormalize.
 // - Weights (routing/weight_math.hpp, the same bits as the device's): each term in fp32 (softmax:
 //   exp(logit - max); DeepSeek-V3 and Llama-4: the sigmoid), the sum that normalizes them in
 //   double, then term / sum * routed_scaling_factor in fp32. The scaling factor multiplies the
@@ -80,9 +103,6 @@ Status check_args(const RoutingParams& p, int64_t tokens, int64_t experts, int64
   if (tokens > 0 && (!logits || !ids || !weights)) {
     return invalid("route_host needs non-null logits, ids and weights for " +
                    std::to_string(tokens) + " tokens");
-  }
-  if (p.method == RoutingMethod::kLlama4 && top_k != 1) {
-    return invalid("top_k " + std::to_string(top_k) + " must be 1 for llama4 routing");
   }
   if (p.method == RoutingMethod::kDeepSeekV3) {
     if (p.n_group < 1 || experts % p.n_group != 0) {
@@ -174,8 +194,9 @@ Status route_host(const RoutingParams& params, int64_t tokens, int64_t experts, 
       case RoutingMethod::kTopKSoftmax:  // softmax over the k selected logits
         softmax_weights(sel_keys.data(), top_k, sel_keys.data(), top_k, scale, w);
         break;
-      default:  // kLlama4 (top_k == 1)
-        w[0] = normalized_weight(sigmoid_fp32(sel_keys[0]), 1.0, static_cast<float>(scale));
+      default:  // kLlama4: each slot's own sigmoid, not renormalized
+        for (int64_t j = 0; j < top_k; ++j)
+          w[j] = normalized_weight(sigmoid_fp32(sel_keys[j]), 1.0, static_cast<float>(scale));
         break;
     }
   }

@@ -2,9 +2,9 @@
 // the routing warp (routing_warp.cuh), so both give the same bits. Every step is a single IEEE
 // operation (fmaf, float multiply, add, divide, rintf), which rounds the same on the CPU and the
 // GPU; nothing is left for a compiler to contract.
-// Why not exp() in double, as until session 48: on the one-token critical path a double exp and
-// a double divide were 0.55-0.7 us of a token's routing (session 47, call 6); the fp32 softmax
-// took 0.3-0.6 us off every softmax preset's decode rows (session 48, call 2).
+// Why not exp() in double: on the one-token critical path a double exp and a double divide were
+// 0.55-0.7 us of a token's routing; the fp32 softmax took 0.3-0.6 us off every softmax preset's
+// decode rows.
 #pragma once
 #include <cmath>
 #include <cstdint>

@@ -262,8 +262,8 @@ TEST(SpecValidate, Routing) {
   EXPECT_TRUE(has(v, {"n_group", "4"})) << dump(v);
 
   s = qwen3();
-  s.routing.method = RoutingMethod::kLlama4;
-  EXPECT_TRUE(has(s.validate(), {"top_k", "8"})) << dump(s.validate());
+  s.routing.method = RoutingMethod::kLlama4;  // any top_k, as transformers' Llama4Router
+  EXPECT_TRUE(s.validate().empty()) << dump(s.validate());
 
   for (float f : {-1.0f, 0.0f, NAN, INFINITY}) {
     s = qwen3();

@@ -56,6 +56,8 @@ std::vector<Case> cases() {
   }
   add(RoutingMethod::kLlama4, 16, 1);
   add(RoutingMethod::kLlama4, 128, 1, 1, 1, false, 2.0f);
+  add(RoutingMethod::kLlama4, 64, 4);  // any top_k, as transformers' Llama4Router
+  add(RoutingMethod::kLlama4, 300, 8, 1, 1, false, 1.5f);
   add(RoutingMethod::kDeepSeekV3, 256, 8, 8, 4, true, 2.5f);
   add(RoutingMethod::kDeepSeekV3, 64, 6, 8, 3, false, 1.0f, false);
   add(RoutingMethod::kDeepSeekV3, 32, 4, 32, 8, true);   // one expert per group

@@ -68,7 +68,7 @@ TEST(RoutingHost, ScalingFactorMultipliesEveryMethod) {
   const std::vector<float> l = {0.3f, -1.0f, 2.0f, 0.9f, 1.7f, -0.2f, 0.0f, 1.1f};
   for (RoutingMethod m : {RoutingMethod::kSoftmaxTopK, RoutingMethod::kTopKSoftmax,
                           RoutingMethod::kDeepSeekV3, RoutingMethod::kLlama4}) {
-    const int64_t k = m == RoutingMethod::kLlama4 ? 1 : 3;
+    const int64_t k = 3;
     RoutingParams p = params(m);
     Routed base = route(p, 8, k, l);
     p.routed_scaling_factor = 2.5f;
@@ -88,8 +88,18 @@ TEST(RoutingHost, Llama4TopOneSigmoid) {
   ASSERT_TRUE(r.status.ok()) << r.status.message();
   EXPECT_EQ(r.ids[0], 1);  // tie with expert 3
   EXPECT_NEAR(r.weights[0], sigmoid(1.25), 1e-7);
-  Routed bad = route(p, 4, 2, l);
-  EXPECT_EQ(bad.status.code(), ErrorCode::kInvalidArgument);
+}
+
+// transformers' Llama4Router.forward takes any top_k: each slot's weight is the sigmoid of its
+// own logit, not renormalized (they need not sum to 1).
+TEST(RoutingHost, Llama4TopKSigmoidOfEachSlot) {
+  const std::vector<float> l = {0.5f, 1.25f, -3.0f, 1.25f, 2.0f, -0.5f};
+  Routed r = route(params(RoutingMethod::kLlama4), 6, 3, l);
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  EXPECT_EQ(r.ids, (std::vector<int32_t>{4, 1, 3}));  // 1 and 3 tie: the lower id first
+  EXPECT_NEAR(r.weights[0], sigmoid(2.0), 1e-7);
+  EXPECT_NEAR(r.weights[1], sigmoid(1.25), 1e-7);
+  EXPECT_NEAR(r.weights[2], sigmoid(1.25), 1e-7);
 }
 
 // 8 experts in 4 groups of 2; sigmoid scores chosen so that the best single expert (0) sits in
@@ -209,7 +219,7 @@ TEST(RoutingHost, NaNLogitsAreMinusInfinity) {
   const std::vector<float> all_nan = {NAN, NAN, NAN, NAN};
   for (RoutingMethod m : {RoutingMethod::kSoftmaxTopK, RoutingMethod::kTopKSoftmax,
                           RoutingMethod::kDeepSeekV3, RoutingMethod::kLlama4}) {
-    const int64_t k = m == RoutingMethod::kLlama4 ? 1 : 2;
+    const int64_t k = 2;
     Routed z = route(params(m), 4, k, all_nan);
     ASSERT_TRUE(z.status.ok()) << to_string(m);
     EXPECT_EQ(z.ids[0], 0) << to_string(m);
