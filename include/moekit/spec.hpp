@@ -26,7 +26,9 @@ struct RoutingParams {
   float routed_scaling_factor = 1.0f; // multiplies the weights moekit computes (not kExternal's)
   bool correction_bias = false;       // DeepSeek-V3 e_score_correction_bias [E], selection only
   bool renormalize = true;            // DeepSeek-V3: normalize the k selected weights to sum 1
-  RouterWeightPlacement weight_placement = RouterWeightPlacement::kOutput;  // Llama-4: kInput
+  // Llama-4: kInput (each slot's expert reads its row times the slot's weight, rounded to
+  // act_dtype; the slots' outputs sum with weight 1: types.hpp, RouterWeightPlacement).
+  RouterWeightPlacement weight_placement = RouterWeightPlacement::kOutput;
 };
 
 struct WeightQuant {

@@ -4,6 +4,9 @@
 // tokens, round the activations as the format's kernels see them (prepare_activations), FC1
 // (+bias) rounded to act_dtype, activation rounded to act_dtype, FC2 (+bias on TP rank 0), then
 // the weighted sum over the top-k slots in slot order. fp32 everywhere.
+// With the routing weight on the expert's input (RouterWeightPlacement::kInput, Llama-4), each
+// slot's expert reads its token's row times the slot's own weight, rounded to act_dtype, and
+// the slots' outputs are summed with weight 1 (spec.hpp, RoutingParams::weight_placement).
 //
 // Determinism: every dot product is computed by one thread with one fixed summation order, and
 // each expert's output row is stored per (token, slot) and summed in slot order afterwards, so
@@ -129,7 +132,14 @@ class Forward {
  public:
   Forward(const MoeSpec& spec, const LocalProblem& lp, const MoeWeights& w, const float* hidden,
           const int32_t* ids, const float* route_weights, float* out)
-      : spec_(spec), lp_(lp), w_(w), hidden_(hidden), ids_(ids), rw_(route_weights), out_(out) {
+      : spec_(spec),
+        lp_(lp),
+        w_(w),
+        hidden_(hidden),
+        ids_(ids),
+        rw_(route_weights),
+        out_(out),
+        weight_on_input_(spec.routing.weight_placement == RouterWeightPlacement::kInput) {
     act_.kind = static_cast<activation::Kind>(spec.activation.kind);
     act_.limit = spec.activation.limit.value_or(INFINITY);
     act_.alpha = spec.activation.alpha_or_default();
@@ -188,7 +198,7 @@ class Forward {
     for (int64_t s = t * k; s < (t + 1) * k; ++s) {
       const int64_t le = ids_[s] - lp_.first_expert;
       if (le < 0 || le >= lp_.num_experts) continue;
-      const float wgt = rw_[s];
+      const float wgt = weight_on_input_ ? 1.0f : rw_[s];  // kInput: applied to the input
       const float* c = contrib_.data() + (s - contrib_base_) * H;
       for (int64_t h = 0; h < H; ++h) o[h] += wgt * c[h];
     }
@@ -206,9 +216,20 @@ class Forward {
     }
     const int64_t* slots = pairs_[e].data() + it.begin;
     b.x.resize(static_cast<size_t>(n * H));
+    const DType dt = spec_.act_dtype;
     for (int64_t i = 0; i < n; ++i) {
       const float* src = hidden_ + (slots[i] / k) * H;
-      std::copy(src, src + H, b.x.data() + i * H);
+      float* x = b.x.data() + i * H;
+      if (weight_on_input_) {
+        // Llama-4 (transformers' Llama4TextMoe.forward: routed_in = hidden_states *
+        // router_scores, each expert its own score). Hugging Face rounds the sigmoid score to
+        // bf16 and multiplies in bf16; here the fp32 weight multiplies in fp32 and the product
+        // is rounded once to act_dtype: the two are at most one act_dtype ulp apart.
+        const float wgt = rw_[slots[i]];
+        for (int64_t h = 0; h < H; ++h) x[h] = quant::round_to(dt, src[h] * wgt);
+      } else {
+        std::copy(src, src + H, x);
+      }
     }
     quant::prepare_activations(w_.fc1, e, b.x.data(), n, spec_.act_dtype);
 
@@ -216,7 +237,6 @@ class Forward {
     b.y.resize(static_cast<size_t>(n * R1));
     matmul_nt(b.x.data(), n, H, b.w1.data(), R1, b.y.data());
     const float* bias1 = w_.fc1_bias.empty() ? nullptr : w_.fc1_bias.data() + e * R1;
-    const DType dt = spec_.act_dtype;
     for (int64_t i = 0; i < n; ++i) {
       float* y = b.y.data() + i * R1;
       for (int64_t r = 0; r < R1; ++r) y[r] = quant::round_to(dt, bias1 ? y[r] + bias1[r] : y[r]);
@@ -289,6 +309,7 @@ class Forward {
   const int32_t* ids_;
   const float* rw_;
   float* out_;
+  const bool weight_on_input_;  // RouterWeightPlacement::kInput
   activation::Params act_;
   bool gated_ = true;
 

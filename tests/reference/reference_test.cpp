@@ -1,5 +1,6 @@
 // The CPU reference forward against a plain brute force, and the TP / EP sums against the
-// unsharded layer.
+// unsharded layer; the routing weight on the experts' input (Llama-4) against the output
+// placement and a hand-computed case; NaN / Inf in one token's inputs staying in that token.
 #include "reference/reference.hpp"
 
 #include <gtest/gtest.h>
@@ -74,14 +75,19 @@ std::vector<float> brute_force(const MoeSpec& spec, const MoeWeights& w, const I
   act.limit = spec.activation.limit.value_or(INFINITY);
   act.alpha = spec.activation.alpha_or_default();
   act.beta = spec.activation.beta_or_default();
+  const bool on_input = spec.routing.weight_placement == RouterWeightPlacement::kInput;
   std::vector<double> acc(in.tokens * H, 0.0);
   std::vector<float> w1(R1 * H), w2(H * I), x(H), y(R1), a(I);
   for (int64_t t = 0; t < in.tokens; ++t) {
     for (int64_t s = 0; s < k; ++s) {
       const int64_t e = in.ids[t * k + s];
+      const float route_w = in.route_weights[t * k + s];
       quant::dequantize_expert(w.fc1, e, w1.data());
       quant::dequantize_expert(w.fc2, e, w2.data());
-      std::copy(in.hidden.begin() + t * H, in.hidden.begin() + (t + 1) * H, x.begin());
+      for (int64_t h = 0; h < H; ++h) {
+        const float v = in.hidden[t * H + h];
+        x[h] = on_input ? quant::round_to(spec.act_dtype, v * route_w) : v;
+      }
       quant::prepare_activations(w.fc1, e, x.data(), 1, spec.act_dtype);
       for (int64_t r = 0; r < R1; ++r) {
         double d = spec.fc1_bias ? w.fc1_bias[e * R1 + r] : 0.0;
@@ -103,7 +109,7 @@ std::vector<float> brute_force(const MoeSpec& spec, const MoeWeights& w, const I
       for (int64_t h = 0; h < H; ++h) {
         double d = spec.fc2_bias ? w.fc2_bias[e * H + h] : 0.0;
         for (int64_t i = 0; i < I; ++i) d += double{w2[h * I + i]} * a[i];
-        acc[t * H + h] += in.route_weights[t * k + s] * d;
+        acc[t * H + h] += (on_input ? 1.0 : double{route_w}) * d;
       }
     }
   }
@@ -220,6 +226,26 @@ std::vector<Case> cases() {
   add("mxfp8_identity_fp32", 3e-3, [](MoeSpec& s) {
     s.weights.format = WeightFormat::kMXFP8;
     s.activation.kind = ActivationKind::kIdentity;
+  });
+  add("bf16_llama4_weight_on_input", 5e-4, [](MoeSpec& s) {
+    s.act_dtype = DType::kBFloat16;
+    s.weights.format = WeightFormat::kBF16;
+    s.top_k = 1;
+    s.routing.method = RoutingMethod::kLlama4;
+    s.routing.weight_placement = RouterWeightPlacement::kInput;
+  });
+  add("fp16_llama4_top2_weight_on_input_biases", 1e-4, [](MoeSpec& s) {
+    s.act_dtype = DType::kFloat16;
+    s.weights.format = WeightFormat::kFP16;
+    s.routing.method = RoutingMethod::kLlama4;
+    s.routing.weight_placement = RouterWeightPlacement::kInput;
+    s.fc1_bias = s.fc2_bias = true;
+  });
+  add("fp8_block128_deepseek_weight_on_input", 3e-3, [](MoeSpec& s) {
+    s.act_dtype = DType::kBFloat16;
+    s.weights.format = WeightFormat::kFP8Block128;
+    test::set_deepseek_v3_routing(s, 4, 2);
+    s.routing.weight_placement = RouterWeightPlacement::kInput;
   });
   return c;
 }
@@ -348,6 +374,138 @@ TEST(ReferenceForward, RefusesBadInput) {
   EXPECT_EQ(forward(s, w, 2, nullptr, in.ids.data(), in.route_weights.data(), out.data()).code(),
             ErrorCode::kInvalidArgument);
   EXPECT_TRUE(forward(s, w, 0, nullptr, nullptr, nullptr, nullptr).ok());
+}
+
+MoeSpec with_placement(MoeSpec s, RouterWeightPlacement p) {
+  s.routing.weight_placement = p;
+  return s;
+}
+
+// With SwiGLU, scaling an expert's input is not scaling its output: silu(w g) (w u) against
+// w silu(g) u. The two placements give clearly different layers.
+TEST(ReferenceForward, WeightOnInputDiffersFromOutputForSwiGLU) {
+  for (const int64_t k : {1, 2}) {
+    MoeSpec s = small_spec();  // fp32, SwiGLU
+    s.top_k = k;
+    const MoeWeights w = quant::make_random_weights(s, 21);
+    const Inputs in = make_inputs(s, 16, 21);
+    const std::vector<float> out = run(with_placement(s, RouterWeightPlacement::kOutput), w, in);
+    const std::vector<float> inp = run(with_placement(s, RouterWeightPlacement::kInput), w, in);
+    EXPECT_GT(rel_err(inp, out), 0.05) << "top_k " << k;
+  }
+}
+
+// Linear experts (identity activation, no biases): W2 W1 (w x) = w W2 W1 x, so the placements
+// agree up to rounding: fp32's (summation order) and bf16's (the input is rounded after the
+// multiply, FC1's output before FC2).
+TEST(ReferenceForward, WeightOnInputEqualsOutputForLinearExperts) {
+  for (const DType dt : {DType::kFloat32, DType::kBFloat16}) {
+    MoeSpec s = small_spec();
+    s.act_dtype = dt;
+    s.weights.format = dt == DType::kFloat32 ? WeightFormat::kFP32 : WeightFormat::kBF16;
+    s.activation.kind = ActivationKind::kIdentity;
+    const MoeWeights w = quant::make_random_weights(s, 22);
+    const Inputs in = make_inputs(s, 16, 22);
+    const std::vector<float> out = run(with_placement(s, RouterWeightPlacement::kOutput), w, in);
+    const std::vector<float> inp = run(with_placement(s, RouterWeightPlacement::kInput), w, in);
+    EXPECT_LT(rel_err(inp, out), dt == DType::kFloat32 ? 1e-5 : 1e-2) << to_string(dt);
+  }
+}
+
+double silu(double x) { return x / (1.0 + std::exp(-x)); }
+
+// Two experts of hidden 2 and intermediate 1, by hand (fp32, SwiGLU, gate rows first).
+// Expert 0: gate = x0, up = x1, out = (a, 2a). Expert 1: gate = x1, up = x0, out = (-a, a).
+// Token 0 [2, 3] to expert 0 with weight 0.5; token 1 [1, -1] to expert 1 with weight 0.25.
+TEST(ReferenceForward, WeightOnInputByHand) {
+  MoeSpec s;
+  s.num_experts = 2;
+  s.top_k = 1;
+  s.hidden = 2;
+  s.intermediate = 1;
+  s.act_dtype = DType::kFloat32;
+  s.weights.format = WeightFormat::kFP32;
+  s.routing.method = RoutingMethod::kExternal;
+  s.max_tokens = 2;
+  ASSERT_TRUE(s.validate().empty()) << s.validate().front();
+  MoeWeights w = quant::make_random_weights(s, 1);
+  const float fc1[] = {1, 0, 0, 1,   // expert 0: gate row, up row
+                       0, 1, 1, 0};  // expert 1
+  const float fc2[] = {1, 2,         // expert 0: [H = 2, I = 1]
+                       -1, 1};       // expert 1
+  ASSERT_EQ(w.fc1.values.size(), sizeof(fc1));
+  ASSERT_EQ(w.fc2.values.size(), sizeof(fc2));
+  std::memcpy(w.fc1.values.data(), fc1, sizeof(fc1));
+  std::memcpy(w.fc2.values.data(), fc2, sizeof(fc2));
+  Inputs in;
+  in.tokens = 2;
+  in.hidden = {2, 3, 1, -1};
+  in.ids = {0, 1};
+  in.route_weights = {0.5f, 0.25f};
+
+  // Input: token 0 reads (1, 1.5), token 1 reads (0.25, -0.25).
+  const double a0 = silu(1.0) * 1.5, a1 = silu(-0.25) * 0.25;
+  const std::vector<double> want_input = {a0, 2 * a0, -a1, a1};
+  // Output: token 0's expert gives silu(2) * 3, token 1's silu(-1) * 1, then weighted.
+  const double b0 = 0.5 * silu(2.0) * 3.0, b1 = 0.25 * silu(-1.0) * 1.0;
+  const std::vector<double> want_output = {b0, 2 * b0, -b1, b1};
+  for (const RouterWeightPlacement p : {RouterWeightPlacement::kInput, RouterWeightPlacement::kOutput}) {
+    const std::vector<float> got = run(with_placement(s, p), w, in);
+    const std::vector<double>& want = p == RouterWeightPlacement::kInput ? want_input : want_output;
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_NEAR(got[i], want[i], 1e-6 * std::fabs(want[i])) << to_string(p) << " element " << i;
+  }
+}
+
+// A NaN or Inf in one token's hidden row, or in one of its routing weights, reaches that token's
+// output only (registry.hpp, ForwardArgs): every other token's output is bit for bit the one of
+// the clean run, and finite. Both placements, fp32 and bf16, with biases.
+TEST(ReferenceForward, NaNAndInfStayInTheirToken) {
+  struct Poison {
+    const char* name;
+    int64_t token;
+    bool in_weights;  // else in the hidden row
+    int64_t index;    // column or slot
+    float value;
+  };
+  const Poison poisons[] = {{"NaN in a hidden column", 1, false, 5, NAN},
+                            {"+Inf in a hidden column", 2, false, 0, INFINITY},
+                            {"-Inf in the last hidden column", 3, false, 255, -INFINITY},
+                            {"NaN routing weight", 4, true, 1, NAN},
+                            {"Inf routing weight", 5, true, 0, INFINITY}};
+  for (const RouterWeightPlacement p : {RouterWeightPlacement::kOutput, RouterWeightPlacement::kInput})
+    for (const DType dt : {DType::kFloat32, DType::kBFloat16}) {
+      MoeSpec s = with_placement(small_spec(), p);
+      s.act_dtype = dt;
+      s.weights.format = dt == DType::kFloat32 ? WeightFormat::kFP32 : WeightFormat::kBF16;
+      s.fc1_bias = s.fc2_bias = true;
+      const MoeWeights w = quant::make_random_weights(s, 23);
+      const Inputs clean_in = make_inputs(s, 8, 23);
+      const std::vector<float> clean = run(s, w, clean_in);
+      const int64_t H = s.hidden, k = s.top_k;
+      for (const Poison& x : poisons) {
+        SCOPED_TRACE(std::string(x.name) + ", " + to_string(p) + ", " + to_string(dt));
+        Inputs in = clean_in;
+        if (x.in_weights)
+          in.route_weights[x.token * k + x.index] = x.value;
+        else
+          in.hidden[x.token * H + x.index] = x.value;
+        std::vector<float> out(clean.size(), 0.0f);
+        ASSERT_TRUE(forward(s, w, in.tokens, in.hidden.data(), in.ids.data(),
+                            in.route_weights.data(), out.data())
+                        .ok());
+        for (int64_t t = 0; t < in.tokens; ++t) {
+          const float* o = out.data() + t * H;
+          const bool finite = std::all_of(o, o + H, [](float v) { return std::isfinite(v); });
+          if (t == x.token) {
+            EXPECT_FALSE(finite) << "the poisoned token " << t << " keeps its NaN / Inf";
+            continue;
+          }
+          EXPECT_TRUE(finite) << "token " << t;
+          EXPECT_EQ(0, std::memcmp(o, clean.data() + t * H, H * sizeof(float))) << "token " << t;
+        }
+      }
+    }
 }
 
 // The speed target: the Qwen3-30B-A3B layer (E128 k8 H2048 I768, bf16) at 64 tokens in
