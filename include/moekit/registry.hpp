@@ -63,6 +63,9 @@ struct Capability {
   std::vector<DType> act_dtypes;
   std::vector<ActivationKind> activations;
   std::vector<RoutingMethod> routings;
+  // Applies RoutingParams::weight_placement kInput (the weight on the experts' input, Llama-4);
+  // every implementation applies kOutput.
+  bool router_weight_on_input = false;
   bool clamp = false;                // ActivationParams::limit
   bool alpha_beta = false;           // ActivationParams::alpha / beta
   bool fc1_bias = false, fc2_bias = false;
@@ -79,6 +82,12 @@ struct Capability {
 // (Implementation::device()). hidden [T, H] act_dtype; output [T, H] act_dtype.
 // Routing input: router_logits [T, E] fp32, or for kExternal topk_ids [T, k] int32 (global
 // expert ids) with topk_weights [T, k] fp32.
+// NaN and Inf stay in their token: a NaN or Inf in one token's hidden row, or in one of its
+// kExternal routing weights, may make that token's output NaN / Inf, and never changes any
+// other token's output (every implementation computes each token's rows on their own and adds
+// nothing across tokens). A NaN router logit counts as -inf (RoutingMethod), so it changes only
+// its own token's choice. A NaN / Inf in an expert's weights or biases reaches the tokens routed
+// to that expert (on this rank), and only those.
 struct ForwardArgs {
   TensorView hidden;
   TensorView router_logits;

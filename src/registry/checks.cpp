@@ -129,6 +129,11 @@ Eligibility check_routing(const Capability& c, const std::string& id, const MoeS
     return reject(
         RejectStage::kRouting, id,
         "supports routing {" + list(c.routings) + "}, not " + to_string(spec.routing.method) + ".");
+  if (spec.routing.weight_placement == RouterWeightPlacement::kInput && !c.router_weight_on_input)
+    return reject(RejectStage::kRouting, id,
+                  "applies the routing weight to the experts' output only, not to their input "
+                  "(routing.weight_placement " +
+                      std::string(to_string(spec.routing.weight_placement)) + ").");
   return Eligibility::eligible();
 }
 

@@ -104,6 +104,12 @@ TEST(Eligibility, CutlassBf16Matrix) {
        no_env, std::nullopt},
       {"external routing", [](MoeSpec& s) { s.routing.method = RoutingMethod::kExternal; }, no_env,
        std::nullopt},
+      {"llama4 routing, weight on the input",
+       [](MoeSpec& s) {
+         s.routing.method = RoutingMethod::kLlama4;
+         s.routing.weight_placement = RouterWeightPlacement::kInput;
+       },
+       no_env, std::nullopt},
       {"both biases", [](MoeSpec& s) { s.fc1_bias = s.fc2_bias = true; }, no_env, std::nullopt},
       {"TP 2 and EP 2",
        [](MoeSpec& s) {
@@ -189,6 +195,11 @@ TEST(Eligibility, ReferenceRunsEveryFormatActivationAndRoutingWithoutAGpu) {
     s.routing.method = m;
     EXPECT_TRUE(ref.can_implement(s, env).ok()) << to_string(m);
   }
+  for (RouterWeightPlacement p : {RouterWeightPlacement::kOutput, RouterWeightPlacement::kInput}) {
+    MoeSpec s = small_spec();
+    s.routing.weight_placement = p;
+    EXPECT_TRUE(ref.can_implement(s, env).ok()) << to_string(p);
+  }
   MoeSpec sharded = small_spec();
   sharded.tp_size = 2;
   sharded.ep_size = 4;
@@ -252,6 +263,11 @@ TEST(Eligibility, EachSharedRuleOnAFake) {
        no_env, S::kActivation},
       {"routing", [](Capability& c) { c.routings = {RoutingMethod::kTopKSoftmax}; },
        [](MoeSpec& s) { s.routing.method = RoutingMethod::kSoftmaxTopK; }, no_env, S::kRouting},
+      {"weight on the input", [](Capability& c) { c.router_weight_on_input = false; },
+       [](MoeSpec& s) { s.routing.weight_placement = RouterWeightPlacement::kInput; }, no_env,
+       S::kRouting},
+      {"weight on the output, input not supported",
+       [](Capability& c) { c.router_weight_on_input = false; }, no_spec, no_env, std::nullopt},
       {"fc1 bias", [](Capability& c) { c.fc1_bias = false; }, [](MoeSpec& s) { s.fc1_bias = true; },
        no_env, S::kFeature},
       {"fc2 bias", [](Capability& c) { c.fc2_bias = false; }, [](MoeSpec& s) { s.fc2_bias = true; },
@@ -340,6 +356,27 @@ TEST(Eligibility, ReasonsNameTheValues) {
   env.probe_note = "cudaGetDeviceCount failed: cudaErrorNoDevice";
   r = bf16.can_implement(small_spec(), env).rejection().reason;
   EXPECT_NE(r.find("cudaErrorNoDevice"), std::string::npos) << "the probe note explains: " << r;
+}
+
+// An implementation that applies the routing weight to the experts' output only refuses the
+// input placement at stage routing, with a sentence naming the placement.
+TEST(Eligibility, WeightOnTheInputNeedsTheCapability) {
+  Capability cap = permissive_capability();
+  cap.router_weight_on_input = false;
+  FakeImpl fake("fake.output.kernel.any", "fake", cap);
+  MoeSpec s = small_spec();
+  s.routing.method = RoutingMethod::kLlama4;
+  s.routing.weight_placement = RouterWeightPlacement::kInput;
+  ASSERT_TRUE(s.validate().empty());
+  const Eligibility e = fake.can_implement(s, h200_env());
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.rejection().stage, RejectStage::kRouting);
+  EXPECT_NE(e.rejection().reason.find("weight_placement input"), std::string::npos)
+      << e.rejection().reason;
+  // The resolver then passes it over for one that can.
+  const Resolution r = resolve(s, Environment::cpu_only(), "auto");
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r.chosen->capability().router_weight_on_input) << r.chosen->id();
 }
 
 TEST(Eligibility, RejectStageNamesRoundTrip) {

@@ -55,6 +55,7 @@ inline Capability permissive_capability() {
   c.act_dtypes = impls::all_act_dtypes();
   c.activations = impls::all_activations();
   c.routings = impls::all_routings();
+  c.router_weight_on_input = true;
   c.clamp = c.alpha_beta = c.fc1_bias = c.fc2_bias = true;
   return c;
 }

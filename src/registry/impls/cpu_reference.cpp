@@ -39,6 +39,7 @@ Capability reference_capability() {
   c.act_dtypes = all_act_dtypes();
   c.activations = all_activations();
   c.routings = all_routings();
+  c.router_weight_on_input = true;
   c.clamp = c.alpha_beta = c.fc1_bias = c.fc2_bias = true;
   c.tensor_parallel = c.expert_parallel = true;  // computes this rank's partial output
   return c;

@@ -13,6 +13,7 @@ Sm90CutlassImpl::Sm90CutlassImpl(std::string id, WeightFormat weights, DType act
   c.act_dtypes = {activations};
   c.activations = all_activations();
   c.routings = all_routings();
+  c.router_weight_on_input = true;  // the permute's rows scaled before FC1 (apply_weights_to_rows)
   c.clamp = c.alpha_beta = c.fc1_bias = c.fc2_bias = true;
   c.cuda_graph_safe = true;  // no host sync, no allocation in forward
   c.tensor_parallel = c.expert_parallel = true;
