@@ -99,6 +99,20 @@ TEST(Presets, ShapesOfTheReleasedModels) {
   EXPECT_EQ(l4.hidden, 5120);
   EXPECT_EQ(l4.intermediate, 8192);
   EXPECT_EQ(l4.routing.method, RoutingMethod::kLlama4);
+  EXPECT_EQ(l4.gate_up_layout, GateUpLayout::kHalves);  // Llama4TextExperts: gate_up chunk(2)
+}
+
+// Llama-4 multiplies the experts' input by the routing weight (transformers'
+// Llama4TextMoe.forward); every other preset multiplies their output.
+TEST(Presets, RoutingWeightPlacement) {
+  for (const Preset& p : list_presets()) {
+    const RouterWeightPlacement want = p.spec.routing.method == RoutingMethod::kLlama4
+                                           ? RouterWeightPlacement::kInput
+                                           : RouterWeightPlacement::kOutput;
+    EXPECT_EQ(p.spec.routing.weight_placement, want) << p.name;
+  }
+  EXPECT_EQ(find_preset("llama4-maverick").spec.routing.weight_placement,
+            RouterWeightPlacement::kInput);
 }
 
 // Each preset's family holds its format, routing bias and biases: a copy with fewer experts and
