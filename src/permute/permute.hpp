@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include "moekit/status.hpp"
+#include "moekit/types.hpp"
 #include "routing/routing_device.hpp"
 
 namespace moekit::permute {
@@ -120,6 +121,20 @@ bool single_block_path(int64_t tokens, Path path = Path::kAuto);
 // Whether run() clears Buffers::expert_done (the single-block kernel does; the multi-block
 // kernels leave it alone).
 bool clears_expert_done(int64_t tokens, Path path = Path::kAuto);
+
+// The routing weights on the experts' input (RouterWeightPlacement::kInput, Llama-4), after a
+// run() that gathered (Inputs::gather): every slot with a row here has that row of
+// Buffers::permuted multiplied by its weight (fp32 products, rounded to `elem` to nearest even,
+// as the reference rounds them) and its weight set to 1, so that the finalize adds the experts'
+// outputs with weight 1. Slots whose row is -1 (other ranks' experts, dropped caller ids) are
+// left as they are. Launched with programmatic dependent launch, it reads nothing before
+// run()'s kernels have ended; the kernel after it may start early but must not read the rows
+// or the weights before its own PDL wait. Row offsets are then final when that kernel starts
+// (OffsetsFinal::kAtItsStart). elem: kBFloat16 or kFloat16 (else kUnsupported).
+Status apply_weights_to_rows(const Config& c, const Buffers& b, int64_t tokens, DType elem,
+                             cudaStream_t stream);
+// Loads its kernel for `elem` (before any graph capture).
+Status prepare_apply_weights_to_rows(DType elem);
 
 // Turns an error word into a status naming token, slot and value (ok for kNoError).
 Status decode_error(unsigned long long word, int experts, int top_k);

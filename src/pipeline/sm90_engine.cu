@@ -4,6 +4,9 @@
 // For gated kinds FC1's "+act" kernels (CUTLASS epilogue, GEMV reduction) apply the bias and
 // activation; FC1's rows are uploaded in the blocked gate/up order they expect
 // (activation_math.hpp). Non-gated kinds store FC1's output and run the activation kernel.
+// With the routing weight on the experts' input (RouterWeightPlacement::kInput) the permute
+// gathers every row and one more kernel scales them by their slots' weights, which it then sets
+// to 1 (permute::apply_weights_to_rows): FC1 to the finalize run as for the output placement.
 // No allocation, host sync or device-to-host copy in forward(): it can be graph-captured, also
 // on the first call (every kernel is loaded and configured here, at construction).
 #include <algorithm>
@@ -119,6 +122,10 @@ class Sm90Engine final : public Engine {
  private:
   MoeSpec spec_;
   Sm90Options options_;
+  // RouterWeightPlacement::kInput: FC1 reads gathered rows, scaled before it starts; none of the
+  // paths that read the caller's rows instead (one token sliced, token rows, gathering FC1, FC1
+  // at the permute's flag) runs.
+  bool weight_on_input_ = false;
   LocalProblem lp_;
   int device_;
   DType elem_;
@@ -157,7 +164,11 @@ class Sm90Engine final : public Engine {
 
 Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int device,
                        const Sm90Options& options)
-    : spec_(spec), options_(options), device_(device), elem_(spec.act_dtype) {
+    : spec_(spec),
+      options_(options),
+      weight_on_input_(spec.routing.weight_placement == RouterWeightPlacement::kInput),
+      device_(device),
+      elem_(spec.act_dtype) {
   spec.validate_or_throw();
   const WeightFormat wf = spec.weights.format;
   const bool bf16 = spec.act_dtype == DType::kBFloat16 && wf == WeightFormat::kBF16;
@@ -344,7 +355,8 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
   // One token's sliced forward (GroupedGemm::sliced_tactic): its fp32 partials,
   // [min(k, L)][slices][H], in an allocation of their own, so that the workspace stays as it is
   // for layers that never slice.
-  if (gated && options_.slice_one_token) slice_tactic_ = fc1_->sliced_tactic();
+  if (gated && options_.slice_one_token && !weight_on_input_)
+    slice_tactic_ = fc1_->sliced_tactic();
   int64_t partial_rows = 0;  // rows x slices
   if (!slice_tactic_.empty()) partial_rows = std::min(k, L) * fc1_->slices();
   // And chained decode's FC2 k slices, for every pick forward() can make.
@@ -365,6 +377,7 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
 
   // Load every kernel forward() may launch, so its first call can be captured in a graph.
   throw_if_error(permute::prepare(pcfg_));
+  if (weight_on_input_) throw_if_error(permute::prepare_apply_weights_to_rows(elem_));
   throw_if_error(activation::prepare_device(act_));
   throw_if_error(finalize::prepare(fin_));
   check_cuda(cudaDeviceSynchronize(), "finishing the engine's set-up");
@@ -441,7 +454,7 @@ void Sm90Engine::forward(const ForwardArgs& args) {
     in.logits = args.router_logits.as<const float>();
   }
   const double hint = hint_of(T);
-  if (T == 1 && forward_sliced(args, in, stream)) return;
+  if (T == 1 && !weight_on_input_ && forward_sliced(args, in, stream)) return;
   const int64_t rows = T * std::min<int64_t>(k, lp_.num_experts);
   // Decode with the TMA GEMV on both: one kernel, FC2's weights streaming while FC1 ends
   // (its per-expert counters were cleared by the permute). From 8 tokens on it gained 0.5-5 us;
@@ -451,19 +464,19 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   const std::string fc1_picked = fc1_->pick_tactic(hint, chain);
   // Past the single-block permute, FC1 reads the tokens' rows by index where its tactic has a
   // gathering variant: the permute then writes each row's token, not the row.
-  const std::string fc1_gathering = options_.gather_in_fc1 && !permute::single_block_path(T)
-                                        ? fc1_->gathering_tactic(fc1_picked)
-                                        : std::string();
+  const std::string fc1_gathering =
+      options_.gather_in_fc1 && !weight_on_input_ && !permute::single_block_path(T)
+          ? fc1_->gathering_tactic(fc1_picked)
+          : std::string();
   const bool gathering = !fc1_gathering.empty();
   const std::string& fc1_tactic = gathering ? fc1_gathering : fc1_picked;
   // From two tokens up to the GEMV's 8 token columns, the chained FC1 reads the tokens' own rows
   // where that pays (GroupedGemm::token_rows_pay), and nothing is gathered. The chained kernel
   // starts at the permute's flag, its stores after one PDL wait per consumer warp: the flag comes
-  // 1-1.6 us before the permute's end lets a waiting kernel go (qwen3 T=8, session 49's stamps,
-  // whose own L2 loads add up to ~0.5 us), and starting there gained qwen3 T=2 / 4 0.3-0.4 us,
-  // even at T=8 and on mixtral (session 49, 3 rounds; even in session 27, slower with a wait per
-  // FC1 chunk in session 26).
-  const bool token_rows = options_.token_rows && chain && T >= 2 &&
+  // 1-1.6 us before the permute's end lets a waiting kernel go (qwen3 T=8, timestamps whose own
+  // L2 loads add up to ~0.5 us), and starting there gained qwen3 T=2 / 4 0.3-0.4 us, even at
+  // T=8 and on mixtral (3 rounds; a wait per FC1 chunk instead was slower).
+  const bool token_rows = options_.token_rows && !weight_on_input_ && chain && T >= 2 &&
                           T <= gemm::GroupedGemm::kMaxTokenRows &&
                           fc1_->token_rows_pay(fc1_tactic);
   in.gather = !token_rows && !gathering;
@@ -471,11 +484,16 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   // elsewhere (CUTLASS) the permute leaves the flag alone: its fences would only delay FC1.
   const permute::OffsetsFinal ready = permute::offsets_final_for_next_kernel(
       pcfg_, T, permute::Path::kAuto, in.gather);
-  const bool at_flag = ready == permute::OffsetsFinal::kAtFlag &&
+  const bool at_flag = ready == permute::OffsetsFinal::kAtFlag && !weight_on_input_ &&
                        fc1_->reads_row_offsets(fc1_tactic);
   permute::Buffers buffers = pbuf_;
   if (!at_flag) buffers.offsets_flag = nullptr;
   throw_if_error(permute::run(pcfg_, buffers, T, in, stream));
+  // Weight on the input: the gathered rows are scaled and their weights set to 1 by a kernel that
+  // waits for the permute's end, so the offsets are final when FC1 starts, and FC1 reads the
+  // rows after its own wait (permute::apply_weights_to_rows).
+  if (weight_on_input_)
+    throw_if_error(permute::apply_weights_to_rows(pcfg_, pbuf_, T, elem_, stream));
   // For gated kinds FC1's "+act" kernel writes the activation itself; both GEMMs' per-group
   // arrays come from one kernel (they share the offsets).
   using Call = gemm::GroupedGemm::GemmCall;
@@ -491,18 +509,18 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   Call fc1_call{fc1_.get(), gathering ? args.hidden.data : pbuf_.permuted, w1_,
                 fused ? act_out_ : fc1_out_, fc1_tactic};
   if (gathering) fc1_call.row_source = pbuf_.row_token;
-  fc1_call.offsets_ready = ready == permute::OffsetsFinal::kAtItsStart;
+  fc1_call.offsets_ready = weight_on_input_ || ready == permute::OffsetsFinal::kAtItsStart;
   if (at_flag) fc1_call.offsets_flag = pbuf_.offsets_flag;
   // One token: each of its experts' rows is the caller's hidden row, which the permute only
   // reads (and it touches none of FC1's outputs), so the TMA GEMV streams from it at the flag
   // instead of waiting for the permute's gather and its end; chained as well.
-  if (T == 1) fc1_call.one_row = args.hidden.data;
+  if (T == 1 && !weight_on_input_) fc1_call.one_row = args.hidden.data;
   if (token_rows)
     fc1_call.token_rows = gemm::TokenRows{args.hidden.data, static_cast<int>(T),
                                           static_cast<int>(k), pbuf_.slot_expert, pbuf_.slot_row};
   Call fc2_call{fc2_.get(), act_out_, w2_, fc2_out_, fc2_->pick_tactic(hint, chain), true};
   // Two TMA GEMVs take their items from counters the permute cleared, where their blocks take
-  // more than one: deepseek T=1 -1.2 to -1.8 us (forward A/B, session 15; others even).
+  // more than one: deepseek T=1 -1.2 to -1.8 us (forward A/B; others even).
   if (!chain && permute::clears_expert_done(T)) {
     fc1_call.item_counter = pbuf_.expert_done + lp_.num_experts;
     fc2_call.item_counter = pbuf_.expert_done + lp_.num_experts + 1;

@@ -3,9 +3,10 @@
 // for tokens 1, 7, 64, 513 and 4096; every routing method x activation; skewed routing (every
 // token to the same experts, the others empty); TP and EP ranks (tokens a rank does not own get
 // exact zeros); CUDA graph capture of the very first call, replayed on new inputs, equal to
-// eager; bad caller ids reported and dropped; a batch of tokens x hidden past 2^31 elements.
-// Relative error ||out - ref|| / ||ref|| < 1e-2 for bf16 (the reference rounds where the kernels
-// round, but sums in another order). Sm90EngineSanitizer holds one small case for
+// eager; bad caller ids reported and dropped; a batch of tokens x hidden past 2^31 elements;
+// the routing weight on the experts' input (Llama-4); NaN / Inf in one token's inputs staying in
+// that token. Relative error ||out - ref|| / ||ref|| < 1e-2 for bf16 (the reference rounds where
+// the kernels round, but sums in another order). Sm90EngineSanitizer holds one small case for
 // compute-sanitizer (scripts/device.sh runs every GPU test under it, sanitizer_run() set).
 #include <gtest/gtest.h>
 
@@ -391,7 +392,7 @@ TEST_F(Sm90EngineTest, BackToBackDecodeForwardsAreBitwiseEqual) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x9005);
   for (const int mode : {0, 1, 2})  // chained, two launches, chained with FC2 in 3 k slices
     for (const int poison : {0, 1, 2, 3})  // none, gathered rows, activations, slots
-      for (const char* name : {"qwen3-30b-a3b", "gpt-oss-120b"}) {
+      for (const char* name : {"qwen3-30b-a3b", "gpt-oss-120b", "llama4-maverick"}) {
         SCOPED_TRACE(mode == 2 ? "FC2 in 3 k slices" : "");
         Sm90Options options;
         options.chain_decode = mode != 1;
@@ -522,7 +523,7 @@ TEST_F(Sm90EngineTest, EveryRoutingMethodTimesActivation) {
   for (RoutingMethod m : methods)
     for (int a = 1; a <= 9; ++a, ++n) {
       const ActivationKind act = static_cast<ActivationKind>(a);
-      const int64_t k = m == RoutingMethod::kLlama4 ? 1 : 2;
+      const int64_t k = 2;  // llama4 too: any top_k
       MoeSpec s = small_spec(8, k, 256, 128, m, act);
       if (activation_is_gated(act) && n % 2) s.gate_up_layout = GateUpLayout::kInterleaved;
       s.fc1_bias = n % 3 == 1;
@@ -638,6 +639,10 @@ TEST_F(Sm90EngineTest, GraphCaptureOfFirstCallEqualsEager) {
   MoeSpec e = small_spec(16, 2, 256, 128, RoutingMethod::kExternal, ActivationKind::kGeGLUTanh);
   e.max_tokens = 600;
   check_graph(e, 300, rng);
+  // The routing weight on the experts' input: one kernel more between the permute and FC1.
+  MoeSpec l4 = scaled_preset("llama4-maverick", 16, 512, 512);
+  l4.max_tokens = 600;
+  for (int64_t T : {1, 8, 600}) check_graph(l4, T, rng);
 }
 
 // Bad ids: out of range, negative, repeated within a token. They are dropped (the reference
@@ -716,6 +721,125 @@ TEST_F(Sm90EngineTest, ForwardRejectsBadViews) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
+// The routing weight on the experts' input (RouterWeightPlacement::kInput, Llama-4): the
+// permute's gathered rows are scaled by their slots' weights before FC1
+// (permute::apply_weights_to_rows) and the experts' outputs summed with weight 1. The preset's
+// top-1 sigmoid routing in bf16 and fp16; top-2 with top-k softmax routing and both biases;
+// llama4 routing at top-2; DeepSeek-V3 routing with the clamped SwiGLU; caller ids on an EP
+// rank (slots of other ranks' experts left alone, tokens without a local expert exact zeros);
+// each also with the gathered rows and the slots poisoned before every forward. Decode (1 and 7
+// tokens: the one-token sliced kernel and the token-rows FC1 do not run here) and prefill.
+TEST_F(Sm90EngineTest, WeightOnTheInput) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0x900e);
+  const auto on_input = [](MoeSpec s) {
+    s.routing.weight_placement = RouterWeightPlacement::kInput;
+    return s;
+  };
+  MoeSpec top2 = on_input(
+      small_spec(32, 2, 256, 128, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU));
+  top2.fc1_bias = top2.fc2_bias = true;
+  MoeSpec llama_top2 = scaled_preset("llama4-maverick", 16, 512, 512);
+  llama_top2.top_k = 2;
+  MoeSpec external = on_input(
+      small_spec(32, 4, 256, 128, RoutingMethod::kExternal, ActivationKind::kGeGLUTanh));
+  external.ep_size = 4;
+  external.ep_rank = 1;
+  const MoeSpec specs[] = {
+      scaled_preset("llama4-maverick", 16, 512, 512),
+      scaled_preset("llama4-maverick", 16, 512, 512, DType::kFloat16),
+      top2,
+      llama_top2,
+      on_input(small_spec(32, 4, 256, 128, RoutingMethod::kDeepSeekV3,
+                          ActivationKind::kSwiGLUClamped)),
+      external,
+  };
+  for (const MoeSpec& s : specs) {
+    ASSERT_EQ(s.routing.weight_placement, RouterWeightPlacement::kInput) << describe(s);
+    for (const bool poison : {false, true}) {
+      SCOPED_TRACE(poison ? "rows and slots poisoned" : "");
+      Sm90Options options;
+      options.poison_gathered_rows = options.poison_slots = poison;
+      Layer l = make_layer(s, rng(), options);
+      for (int64_t T : {1, 7, 64, 513}) check_forward(l, T, ids_for(s), rng);
+    }
+  }
+}
+
+// Checks `out` against `ref` (expect_close) on every token but those in `skip`.
+void expect_close_except(const MoeSpec& s, const std::vector<uint16_t>& out,
+                         const std::vector<float>& ref, const std::vector<int64_t>& skip) {
+  const int64_t H = s.hidden, T = static_cast<int64_t>(ref.size()) / H;
+  std::vector<uint16_t> kept_out;
+  std::vector<float> kept_ref;
+  for (int64_t t = 0; t < T; ++t) {
+    if (std::find(skip.begin(), skip.end(), t) != skip.end()) continue;
+    kept_out.insert(kept_out.end(), out.begin() + t * H, out.begin() + (t + 1) * H);
+    kept_ref.insert(kept_ref.end(), ref.begin() + t * H, ref.begin() + (t + 1) * H);
+  }
+  ASSERT_FALSE(kept_ref.empty());
+  expect_close(s, kept_out, kept_ref, tolerance(s.act_dtype));
+}
+
+// NaN / Inf stay in their token (registry.hpp, ForwardArgs): one token's hidden row holds a NaN,
+// another's a +Inf and a -Inf, and with caller ids one token's routing weight is NaN; every other
+// token's output equals the reference's and is finite (expect_close counts NaN). What the
+// poisoned tokens get is not checked: the rule is only that nothing spreads (the GPU's fminf
+// clamp, for one, turns a NaN gate into the limit). With routed ids, a token whose logits are all
+// NaN (every expert at -inf: weight 0) and one with a NaN logit are compared like the others.
+// Decode (the token-rows FC1 multiplies all of a step's tokens together), prefill (tiles of
+// many tokens' rows, FC1 gathering them or not), both weight placements.
+TEST_F(Sm90EngineTest, NaNAndInfStayInTheirToken) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0x900f);
+  MoeSpec external =
+      small_spec(16, 4, 256, 128, RoutingMethod::kExternal, ActivationKind::kSwiGLU);
+  external.fc2_bias = true;
+  MoeSpec external_on_input = external;
+  external_on_input.routing.weight_placement = RouterWeightPlacement::kInput;
+  const MoeSpec specs[] = {scaled_preset("qwen3-30b-a3b", 32, 512, 256),
+                           scaled_preset("llama4-maverick", 16, 512, 512),
+                           scaled_preset("gpt-oss-120b", 32, 576, 288),
+                           scaled_preset("qwen3-30b-a3b", 32, 512, 256, DType::kFloat16),
+                           external, external_on_input};
+  for (const MoeSpec& s : specs) {
+    Layer l = make_layer(s, rng());
+    const int64_t H = s.hidden, E = s.num_experts, k = s.top_k;
+    for (int64_t T : {2, 7, 64, 513}) {
+      SCOPED_TRACE(describe(s) + " T" + std::to_string(T));
+      const Ids mode = ids_for(s);
+      Inputs in = make_inputs(l, T, mode, rng);
+      auto set_hidden = [&](int64_t t, int64_t h, float v) {
+        in.hidden_bits[t * H + h] = to_bits(s.act_dtype, v);
+        in.hidden[t * H + h] = from_bits(s.act_dtype, in.hidden_bits[t * H + h]);
+      };
+      std::vector<int64_t> poisoned = {T / 2};
+      set_hidden(T / 2, 3, NAN);
+      if (T > 2) {
+        poisoned.push_back(T - 1);
+        set_hidden(T - 1, H - 1, INFINITY);
+        set_hidden(T - 1, 0, -INFINITY);
+      }
+      if (mode == Ids::kRandom && T > 2) {
+        poisoned.push_back(0);
+        in.device_weights[k - 1] = in.weights[k - 1] = NAN;
+      }
+      if (mode == Ids::kRouted && T > 4) {
+        std::fill(in.logits.begin() + E, in.logits.begin() + 2 * E, NAN);  // token 1
+        in.logits[2 * E + 1] = NAN;                                         // token 2
+        const float* bias = s.routing.correction_bias ? l.local.routing_bias.data() : nullptr;
+        ASSERT_TRUE(routing::route_host(s.routing, T, E, k, in.logits.data(), bias,
+                                        in.ids.data(), in.weights.data())
+                        .ok());
+      }
+      const std::vector<float> ref = reference_out(l, in);
+      DeviceRun run(l, in, nullptr);
+      l.engine->forward(run.args);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      expect_close_except(s, run.result(), ref, poisoned);
+      EXPECT_TRUE(l.engine->poll_errors().ok());
+    }
+  }
+}
+
 // Host-side refusals: no GPU needed (checked before any CUDA call).
 TEST(Sm90EngineLimits, RefusesFormatsOtherThanBf16AndFp16) {
   MoeSpec s = small_spec(8, 2, 256, 128, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU);
@@ -784,6 +908,12 @@ TEST_F(Sm90EngineSanitizer, SmallCase) {
   p.max_tokens = 512;
   Layer pl = make_layer(p, rng());
   check_forward(pl, 512, Ids::kRouted, rng);
+  // The routing weight on the experts' input: the kernel that scales the gathered rows.
+  MoeSpec w = s;
+  w.routing.weight_placement = RouterWeightPlacement::kInput;
+  Layer wl = make_layer(w, rng());
+  check_forward(wl, 64, Ids::kRouted, rng);
+  check_forward(wl, 3, Ids::kRouted, rng);
 }
 
 // Tokens x hidden past 2^31 elements: 300000 tokens of 7168 (2.15e9 elements, 4.3 GB of bf16 per
