@@ -509,9 +509,6 @@ TEST(ReferenceForward, NaNAndInfStayInTheirToken) {
     }
 }
 
-// The speed target: the Qwen3-30B-A3B layer (E128 k8 H2048 I768, bf16) at 64 tokens in
-// a few seconds on 2 cores. Disabled by default (it draws 600M random weights); run with
-// --gtest_also_run_disabled_tests.
 // ---- What the reference does where checkpoints leave room (types.hpp, beside the formats) ---
 
 Status run_status(const MoeSpec& spec, const MoeWeights& w, const Inputs& in,
@@ -600,6 +597,9 @@ TEST(ReferenceQuantSemantics, Fc2InputIsRoundedToActDtypeBeforeQuantization) {
   }
 }
 
+// The speed target: the Qwen3-30B-A3B layer (E128 k8 H2048 I768, bf16) at 64 tokens in
+// a few seconds on 2 cores. Disabled by default (it draws 600M random weights); run with
+// --gtest_also_run_disabled_tests.
 TEST(ReferenceForward, DISABLED_Qwen3ShapeSpeed) {
   const MoeSpec s = test::qwen3_30b_spec();
   const MoeWeights w = quant::make_random_weights(s, 1);
