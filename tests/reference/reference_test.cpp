@@ -450,7 +450,8 @@ TEST(ReferenceForward, WeightOnInputByHand) {
   // Output: token 0's expert gives silu(2) * 3, token 1's silu(-1) * 1, then weighted.
   const double b0 = 0.5 * silu(2.0) * 3.0, b1 = 0.25 * silu(-1.0) * 1.0;
   const std::vector<double> want_output = {b0, 2 * b0, -b1, b1};
-  for (const RouterWeightPlacement p : {RouterWeightPlacement::kInput, RouterWeightPlacement::kOutput}) {
+  for (const RouterWeightPlacement p :
+       {RouterWeightPlacement::kInput, RouterWeightPlacement::kOutput}) {
     const std::vector<float> got = run(with_placement(s, p), w, in);
     const std::vector<double>& want = p == RouterWeightPlacement::kInput ? want_input : want_output;
     for (size_t i = 0; i < want.size(); ++i)
@@ -474,7 +475,8 @@ TEST(ReferenceForward, NaNAndInfStayInTheirToken) {
                             {"-Inf in the last hidden column", 3, false, 255, -INFINITY},
                             {"NaN routing weight", 4, true, 1, NAN},
                             {"Inf routing weight", 5, true, 0, INFINITY}};
-  for (const RouterWeightPlacement p : {RouterWeightPlacement::kOutput, RouterWeightPlacement::kInput})
+  for (const RouterWeightPlacement p :
+       {RouterWeightPlacement::kOutput, RouterWeightPlacement::kInput})
     for (const DType dt : {DType::kFloat32, DType::kBFloat16}) {
       MoeSpec s = with_placement(small_spec(), p);
       s.act_dtype = dt;
