@@ -1,5 +1,6 @@
 // The object users hold: one MoE layer, resolved, weights prepared, workspace sized once.
 #pragma once
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -25,6 +26,16 @@ class MoeLayer {
   // Views must live where implementation().device() says. Validates shapes and dtypes (tokens
   // <= max_tokens; for kExternal routing on the host, ids in range) and throws Error naming the
   // value; device-side checks report through the engine. Allocates nothing.
+  //
+  // One forward at a time per layer: the engine's scratch buffers (host or device workspace) are
+  // shared by every forward of the layer. A forward called while another forward of the same
+  // layer is still inside this function (another thread) is refused with
+  // Error(kInvalidArgument) and touches nothing; use one layer per thread. For device
+  // implementations forward() returns once the work is enqueued on args.stream, so the rule
+  // extends to the device: the work of two forwards of one layer must not overlap on the GPU
+  // either. Enqueue every forward of a layer on one stream, or order the streams (an event)
+  // so that one forward's work finishes before the next one's starts; moekit cannot see that
+  // overlap and does not detect it. Different layers are independent (one per thread/stream).
   void forward(const ForwardArgs& args);
 
   // Device-side errors of earlier forwards (bad caller-supplied ids were dropped, not read out of
@@ -42,6 +53,8 @@ class MoeLayer {
   Resolution resolution_;
   std::unique_ptr<Engine> engine_;
   int device_index_ = 0;  // where device views must live
+  // Set while a forward is inside the engine.
+  std::atomic<bool> in_forward_{false};
 };
 
 }  // namespace moekit

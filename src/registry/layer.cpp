@@ -36,6 +36,10 @@ Environment with_device_first(const Environment& env, int device_index) {
 
 }  // namespace
 
+namespace registry {
+void (*forward_entered_hook)() = nullptr;
+}  // namespace registry
+
 std::unique_ptr<MoeLayer> MoeLayer::create(const MoeSpec& spec, const MoeWeights& weights,
                                            const LayerOptions& options) {
   spec.validate_or_throw();
@@ -110,6 +114,16 @@ void MoeLayer::forward(const ForwardArgs& args) {
     check(args.router_logits, "router_logits", DType::kFloat32, {tokens, spec_.num_experts});
   }
   if (tokens == 0) return;  // nothing to compute, and no engine needs to see an empty batch
+  // The engine's scratch is shared by every forward of this layer: a second caller is refused
+  // rather than left to overwrite the first one's intermediate results.
+  if (in_forward_.exchange(true, std::memory_order_acquire))
+    invalid("forward is already running on this layer in another thread; use one layer per "
+            "thread (and, for device layers, order its forwards on one stream).");
+  struct Release {
+    std::atomic<bool>& flag;
+    ~Release() { flag.store(false, std::memory_order_release); }
+  } release{in_forward_};
+  if (registry::forward_entered_hook) registry::forward_entered_hook();
   engine_->forward(args);
 }
 

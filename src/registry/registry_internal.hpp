@@ -28,4 +28,8 @@ Resolution resolve_in(const std::vector<const Implementation*>& table, const Moe
 std::uint64_t engines_created();
 void count_engine_created();
 
+// Called by MoeLayer::forward once it holds the layer, before the engine runs (null: nothing).
+// Tests set it, before starting their threads, to hold one forward open and provoke an overlap.
+extern void (*forward_entered_hook)();
+
 }  // namespace moekit::registry

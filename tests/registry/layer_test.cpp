@@ -4,10 +4,15 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <latch>
+#include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/numeric.hpp"
@@ -341,6 +346,145 @@ TEST(MoeLayer, ChosenOnTheRequestedDevice) {
   o.device_index = 1;
   EXPECT_EQ(code_of([&] { MoeLayer::create(s, w, o); }), ErrorCode::kUnsupported);
 #endif
+}
+
+// ---- One forward at a time per layer (built and run under ThreadSanitizer too) -----------------
+
+// Holds the first forward that reaches the engine until the test releases it; later forwards
+// pass through. Installed as registry::forward_entered_hook before any thread starts.
+struct ForwardGate {
+  std::mutex mutex;
+  std::condition_variable changed;
+  bool entered = false, released = false;
+};
+ForwardGate* gate = nullptr;
+
+void hold_first_forward() {
+  std::unique_lock lock(gate->mutex);
+  if (gate->entered) return;
+  gate->entered = true;
+  gate->changed.notify_all();
+  gate->changed.wait(lock, [] { return gate->released; });
+}
+
+// The output a fresh layer of the same weights gives for `b` (no concurrency involved).
+std::vector<uint16_t> output_alone(const MoeSpec& s, const MoeWeights& w, const Environment& env,
+                                   int64_t tokens, Buffers b) {
+  auto layer = MoeLayer::create(s, w, cpu_options(env, "reference"));
+  layer->forward(args_for(s, tokens, b));
+  return b.output;
+}
+
+TEST(MoeLayerConcurrency, SecondForwardWhileOneRunsIsRefusedAndTheFirstStaysExact) {
+  std::mt19937 rng(2024);
+  const MoeSpec s = layer_spec();
+  const MoeWeights w = random_weights(s, WeightFormat::kBF16, rng);
+  const Environment env = Environment::cpu_only();
+  auto layer = MoeLayer::create(s, w, cpu_options(env, "reference"));
+  const int64_t tokens = 9;
+  Buffers first = random_inputs(s, tokens, rng), second = random_inputs(s, tokens, rng);
+  const std::vector<uint16_t> first_expected = output_alone(s, w, env, tokens, first);
+  const std::vector<uint16_t> second_expected = output_alone(s, w, env, tokens, second);
+  const std::vector<uint16_t> poison = second.output;
+
+  ForwardGate g;
+  gate = &g;
+  forward_entered_hook = hold_first_forward;
+  ErrorCode first_code = ErrorCode::kInternal;
+  std::thread running(
+      [&] { first_code = code_of([&] { layer->forward(args_for(s, tokens, first)); }); });
+  {
+    std::unique_lock lock(g.mutex);
+    g.changed.wait(lock, [&] { return g.entered; });
+  }
+  // The first forward is inside the engine: this one must be refused and write nothing.
+  const ErrorCode refused = code_of([&] { layer->forward(args_for(s, tokens, second)); });
+  {
+    std::lock_guard lock(g.mutex);
+    g.released = true;
+  }
+  g.changed.notify_all();
+  running.join();
+  forward_entered_hook = nullptr;
+  gate = nullptr;
+
+  EXPECT_EQ(refused, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(second.output, poison);
+  EXPECT_EQ(first_code, ErrorCode::kOk);
+  EXPECT_EQ(first.output, first_expected);
+  // The layer is free again once the first forward returned.
+  layer->forward(args_for(s, tokens, second));
+  EXPECT_EQ(second.output, second_expected);
+}
+
+// Without a gate the threads overlap or not as the scheduler decides: every forward either
+// computes the exact result or is refused, never a mix of the two threads' scratch.
+TEST(MoeLayerConcurrency, ThreadsSharingALayerGetExactResultsOrTheRefusal) {
+  std::mt19937 rng(77);
+  const MoeSpec s = layer_spec();
+  const MoeWeights w = random_weights(s, WeightFormat::kBF16, rng);
+  const Environment env = Environment::cpu_only();
+  auto layer = MoeLayer::create(s, w, cpu_options(env, "reference"));
+  const int64_t tokens = s.max_tokens;
+  constexpr int kThreads = 2, kForwards = 20;
+  std::vector<Buffers> inputs;
+  std::vector<std::vector<uint16_t>> expected;
+  for (int t = 0; t < kThreads; ++t) {
+    inputs.push_back(random_inputs(s, tokens, rng));
+    expected.push_back(output_alone(s, w, env, tokens, inputs.back()));
+  }
+  std::atomic<int> wrong{0}, unexpected_code{0}, done{0};
+  std::latch start(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      start.arrive_and_wait();
+      for (int i = 0; i < kForwards; ++i) {
+        Buffers b = inputs[static_cast<size_t>(t)];
+        const ErrorCode code = code_of([&] { layer->forward(args_for(s, tokens, b)); });
+        if (code == ErrorCode::kOk) {
+          ++done;
+          wrong += b.output != expected[static_cast<size_t>(t)];
+        } else {
+          unexpected_code += code != ErrorCode::kInvalidArgument;
+        }
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(unexpected_code.load(), 0);
+  EXPECT_GT(done.load(), 0);
+}
+
+TEST(MoeLayerConcurrency, OneLayerPerThreadRunsTogether) {
+  std::mt19937 rng(5);
+  const MoeSpec s = layer_spec();
+  const MoeWeights w = random_weights(s, WeightFormat::kBF16, rng);
+  const Environment env = Environment::cpu_only();
+  const int64_t tokens = s.max_tokens;
+  constexpr int kThreads = 2, kForwards = 5;
+  std::vector<std::unique_ptr<MoeLayer>> layers;
+  std::vector<Buffers> inputs;
+  std::vector<std::vector<uint16_t>> expected;
+  for (int t = 0; t < kThreads; ++t) {
+    layers.push_back(MoeLayer::create(s, w, cpu_options(env, "reference")));
+    inputs.push_back(random_inputs(s, tokens, rng));
+    expected.push_back(output_alone(s, w, env, tokens, inputs.back()));
+  }
+  std::atomic<int> wrong{0};
+  std::latch start(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      start.arrive_and_wait();
+      for (int i = 0; i < kForwards; ++i) {
+        Buffers b = inputs[static_cast<size_t>(t)];
+        layers[static_cast<size_t>(t)]->forward(args_for(s, tokens, b));
+        wrong += b.output != expected[static_cast<size_t>(t)];
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
 }
 
 }  // namespace
