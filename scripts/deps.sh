@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Installs what the build needs and is missing: Debian packages, and CUTLASS's headers from the
-# nvidia-cutlass==4.2.0.0 wheel into .deps/cutlass. Idempotent: does nothing when all is there.
+# Installs what the build needs and is missing: Debian packages (clang 14 and its sanitizer and
+# libFuzzer runtimes for the sanitized build), and CUTLASS's headers from the nvidia-cutlass==4.2.0.0
+# wheel into .deps/cutlass. Idempotent: does nothing when all is there.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 need=()
 for pkg in cmake ninja-build g++ ccache libgtest-dev googletest nlohmann-json3-dev libcli11-dev python3-pip \
-    unzip python3-matplotlib clang-format-14; do
+    unzip python3-matplotlib clang-format-14 clang libclang-rt-14-dev; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if ((${#need[@]})); then

@@ -1,31 +1,87 @@
 #!/usr/bin/env bash
-# The whole test suite on this machine: installs what is missing, then builds and tests both
-# configurations (CUDA on: every kernel compiles and links, GPU tests skip without a GPU; CUDA off:
-# pure C++). Exits non-zero on any failure.
-set -euo pipefail
+# The whole test suite on this machine: installs what is missing, then builds and tests each
+# configuration and prints one summary line per configuration. Exits non-zero on any failure.
+#   cuda      CUDA on (one tactic): every kernel compiles and links, GPU tests skip without a GPU;
+#             then ptxas-check.sh.
+#   nocuda    pure C++.
+#   sanitize  CUDA off, clang, AddressSanitizer + UndefinedBehaviorSanitizer (any finding fails
+#             the test that made it): the whole suite, then the libFuzzer targets (fuzz/): their
+#             saved crashes replayed and each fuzzed for MOEKIT_FUZZ_SECONDS (default 60).
+#   tsan      CUDA off, ThreadSanitizer: the library and the layer's tests only (its concurrency
+#             tests among them).
+# MOEKIT_TEST_CONFIGS="nocuda tsan" picks configurations; MOEKIT_JOBS the build's jobs.
+set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-bash scripts/deps.sh
+bash scripts/deps.sh || exit 1
 jobs=${MOEKIT_JOBS:-$(nproc)}
 export CCACHE_BASEDIR="$root" CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-5G}
-status=0
-configs=(cuda nocuda)
+# Sanitizer findings stop the program at once, with the whole stack.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+configs=(cuda nocuda sanitize tsan)
 [[ -n "${MOEKIT_TEST_CONFIGS:-}" ]] && read -r -a configs <<<"$MOEKIT_TEST_CONFIGS"
+status=0
+summary=()
+
+# build CFG TARGET... : configures build/CFG with the flags in `flags` and builds the targets.
+build() {
+  local cfg=$1; shift
+  cmake -S . -B "build/$cfg" -G Ninja -DCMAKE_BUILD_TYPE=Release "${flags[@]}" >/dev/null &&
+    cmake --build "build/$cfg" -j "$jobs" "$@"
+}
+ctest_all() { (cd "build/$1" && ctest --output-on-failure -j "$jobs"); }
+
 for cfg in "${configs[@]}"; do
-  if [[ $cfg == cuda ]]; then
-    if ! command -v nvcc >/dev/null && [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
-      echo "test: no CUDA toolkit here; the CUDA configuration is not built" >&2; status=1; continue
-    fi
-    export PATH="$PATH:/usr/local/cuda/bin"
-    flags=(-DMOEKIT_CUDA=ON -DMOEKIT_ONE_TACTIC=ON)
-  else
-    flags=(-DMOEKIT_CUDA=OFF)
-  fi
   echo "== configuration: $cfg"
-  cmake -S . -B "build/$cfg" -G Ninja -DCMAKE_BUILD_TYPE=Release "${flags[@]}" >/dev/null
-  cmake --build "build/$cfg" -j "$jobs"
-  (cd "build/$cfg" && ctest --output-on-failure -j "$jobs") || status=1
-  # The prefill kernels' wgmmas stay in flight (ptxas's report; no GPU needed).
-  if [[ $cfg == cuda ]]; then MOEKIT_ONE_TACTIC=1 bash scripts/ptxas-check.sh || status=1; fi
+  start=$SECONDS
+  result=FAILED
+  case $cfg in
+    cuda)
+      if ! command -v nvcc >/dev/null && [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
+        echo "test: no CUDA toolkit here; the CUDA configuration is not built" >&2
+        result="FAILED (no CUDA toolkit)"
+      else
+        export PATH="$PATH:/usr/local/cuda/bin"
+        flags=(-DMOEKIT_CUDA=ON -DMOEKIT_ONE_TACTIC=ON)
+        if ! build cuda; then result="FAILED (build)"
+        elif ! ctest_all cuda; then result="FAILED (tests)"
+        # The prefill kernels' wgmmas stay in flight (ptxas's report; no GPU needed).
+        elif ! MOEKIT_ONE_TACTIC=1 bash scripts/ptxas-check.sh; then result="FAILED (ptxas-check)"
+        else result="passed (build, tests, ptxas-check)"; fi
+      fi
+      ;;
+    nocuda)
+      flags=(-DMOEKIT_CUDA=OFF)
+      if ! build nocuda; then result="FAILED (build)"
+      elif ! ctest_all nocuda; then result="FAILED (tests)"
+      else result="passed (build, tests)"; fi
+      ;;
+    sanitize)
+      # fuzz.sh configures the same build folder with the same flags.
+      flags=(-DCMAKE_CXX_COMPILER=clang++ -DMOEKIT_CUDA=OFF -DMOEKIT_SANITIZE=address,undefined
+             -DMOEKIT_FUZZ=ON -DMOEKIT_BENCH=OFF)
+      if ! build sanitize; then result="FAILED (build)"
+      elif ! ctest_all sanitize; then result="FAILED (tests under ASan + UBSan)"
+      elif ! MOEKIT_FUZZ_BUILD=build/sanitize bash scripts/fuzz.sh "${MOEKIT_FUZZ_SECONDS:-60}"; then
+        result="FAILED (fuzz targets: crash replays or new crashes)"
+      else result="passed (tests under ASan + UBSan, fuzz replays, ${MOEKIT_FUZZ_SECONDS:-60}s per fuzz target)"; fi
+      ;;
+    tsan)
+      flags=(-DMOEKIT_CUDA=OFF -DMOEKIT_SANITIZE=thread -DMOEKIT_BENCH=OFF)
+      if ! build tsan --target moekit_layer_tests; then result="FAILED (build)"
+      elif ! build/tsan/tests/moekit_layer_tests; then result="FAILED (layer tests under TSan)"
+      else result="passed (layer and concurrency tests under TSan)"; fi
+      ;;
+    *)
+      echo "test: unknown configuration '$cfg' (cuda, nocuda, sanitize, tsan)" >&2
+      result="FAILED (unknown configuration)"
+      ;;
+  esac
+  [[ $result == passed* ]] || status=1
+  summary+=("test: $cfg: $result in $((SECONDS - start))s")
 done
+echo "== summary"
+for line in "${summary[@]}"; do echo "$line"; done
 exit $status
