@@ -20,9 +20,9 @@ struct LayerCase {
 
 inline MoeSpec small_layer(WeightFormat format) {
   MoeSpec s;
-  s.num_experts = 4;
-  s.top_k = 2;
-  s.hidden = 64;
+  s.num_experts = 2;
+  s.top_k = 1;
+  s.hidden = 32;
   s.intermediate = 32;
   s.max_tokens = 8;
   s.weights.format = format;
@@ -37,12 +37,13 @@ inline const std::vector<LayerCase>& layer_cases() {
     // The intermediate slice of a TP rank: the loader cuts rows and columns.
     c.push_back({"qwen3-fp16-tp2", "qwen3_moe", small_layer(WeightFormat::kFP16), 2, 1});
     {
-      MoeSpec s = small_layer(WeightFormat::kFP8Block128);
+      // fp8 block-128 needs 128-multiple shapes: files too large to fuzz well, so bf16 here.
+      MoeSpec s = small_layer(WeightFormat::kBF16);
       s.routing.method = RoutingMethod::kDeepSeekV3;
       s.routing.n_group = 2;
-      s.routing.topk_group = 2;
+      s.routing.topk_group = 1;
       s.routing.correction_bias = true;
-      c.push_back({"deepseek-fp8-block128", "deepseek_v3", s});
+      c.push_back({"deepseek-bf16-correction-bias", "deepseek_v3", s});
     }
     {
       MoeSpec s = small_layer(WeightFormat::kMXFP4);
