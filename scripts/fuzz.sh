@@ -34,11 +34,12 @@ for t in "${targets[@]}"; do
   [[ -f fuzz/$t.dict ]] && dict=(-dict="fuzz/$t.dict")
   # Replays: each saved crash, run once (libFuzzer runs the files it is given and exits).
   replays=(fuzz/regressions/"$t"/*)
-  replay_result=ok
+  replay_result=none
   if [[ -e ${replays[0]} ]]; then
+    replay_result="${#replays[@]} replayed, ok"
     echo "== fuzz $t: replaying ${#replays[@]} saved crash(es)"
     "$bin" -timeout=20 "${replays[@]}" >"$build/fuzz/replay-$t.log" 2>&1 || {
-      replay_result=FAILED; status=1; tail -n 40 "$build/fuzz/replay-$t.log"; }
+      replay_result="${#replays[@]} replayed, FAILED"; status=1; tail -n 40 "$build/fuzz/replay-$t.log"; }
   fi
   corpus="$build/fuzz/corpus/$t" crashes="$build/fuzz/crashes/$t"
   mkdir -p "$corpus" "$crashes"
@@ -49,7 +50,7 @@ for t in "${targets[@]}"; do
     >"$build/fuzz/fuzz-$t.log" 2>&1 || {
     fuzz_result=FAILED; status=1; tail -n 40 "$build/fuzz/fuzz-$t.log"; }
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$build/fuzz/fuzz-$t.log" | grep -o '[0-9]*$')
-  summary+=("fuzz $t: replays $replay_result, ${seconds}s fuzzing $fuzz_result (${execs:-0} inputs)")
+  summary+=("fuzz $t: saved crashes: $replay_result; ${seconds}s of fuzzing: $fuzz_result (${execs:-0} inputs)")
 done
 for line in "${summary[@]}"; do echo "$line"; done
 ((status == 0)) || echo "fuzz: crashes are in $build/fuzz/crashes/<target>/ (logs: $build/fuzz/*.log)"
