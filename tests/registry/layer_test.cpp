@@ -417,6 +417,48 @@ TEST(MoeLayerConcurrency, SecondForwardWhileOneRunsIsRefusedAndTheFirstStaysExac
   EXPECT_EQ(second.output, second_expected);
 }
 
+// One thread's work in the tests below: an input, the output a layer alone gives for it.
+struct ThreadCase {
+  Buffers input;
+  std::vector<uint16_t> expected;
+};
+
+// `count` cases of a full batch on layers built from s and w.
+std::vector<ThreadCase> thread_cases(const MoeSpec& s, const MoeWeights& w, const Environment& env,
+                                     int count, std::mt19937& rng) {
+  std::vector<ThreadCase> cases;
+  for (int t = 0; t < count; ++t) {
+    Buffers b = random_inputs(s, s.max_tokens, rng);
+    std::vector<uint16_t> expected = output_alone(s, w, env, s.max_tokens, b);
+    cases.push_back({std::move(b), std::move(expected)});
+  }
+  return cases;
+}
+
+struct Outcome {
+  ErrorCode code;
+  bool exact;  // the output equals the case's expected output
+};
+
+// Each thread t runs its case `forwards` times on layer_of(t), the threads released together,
+// and hands each forward's outcome to record (from its own thread).
+template <class LayerOf, class Record>
+void run_threads(const MoeSpec& s, const std::vector<ThreadCase>& cases, int forwards,
+                 LayerOf layer_of, Record record) {
+  std::latch start(static_cast<std::ptrdiff_t>(cases.size()));
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < cases.size(); ++t)
+    threads.emplace_back([&, t] {
+      start.arrive_and_wait();
+      for (int i = 0; i < forwards; ++i) {
+        Buffers b = cases[t].input;
+        const ErrorCode code = code_of([&] { layer_of(t).forward(args_for(s, s.max_tokens, b)); });
+        record(Outcome{code, code == ErrorCode::kOk && b.output == cases[t].expected});
+      }
+    });
+  for (std::thread& t : threads) t.join();
+}
+
 // Without a gate the threads overlap or not as the scheduler decides: every forward either
 // computes the exact result or is refused, never a mix of the two threads' scratch.
 TEST(MoeLayerConcurrency, ThreadsSharingALayerGetExactResultsOrTheRefusal) {
@@ -425,35 +467,21 @@ TEST(MoeLayerConcurrency, ThreadsSharingALayerGetExactResultsOrTheRefusal) {
   const MoeWeights w = random_weights(s, WeightFormat::kBF16, rng);
   const Environment env = Environment::cpu_only();
   auto layer = MoeLayer::create(s, w, cpu_options(env, "reference"));
-  const int64_t tokens = s.max_tokens;
-  constexpr int kThreads = 2, kForwards = 20;
-  std::vector<Buffers> inputs;
-  std::vector<std::vector<uint16_t>> expected;
-  for (int t = 0; t < kThreads; ++t) {
-    inputs.push_back(random_inputs(s, tokens, rng));
-    expected.push_back(output_alone(s, w, env, tokens, inputs.back()));
-  }
-  std::atomic<int> wrong{0}, unexpected_code{0}, done{0};
-  std::latch start(kThreads);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t)
-    threads.emplace_back([&, t] {
-      start.arrive_and_wait();
-      for (int i = 0; i < kForwards; ++i) {
-        Buffers b = inputs[static_cast<size_t>(t)];
-        const ErrorCode code = code_of([&] { layer->forward(args_for(s, tokens, b)); });
-        if (code == ErrorCode::kOk) {
+  const std::vector<ThreadCase> cases = thread_cases(s, w, env, 2, rng);
+  std::atomic<int> wrong{0}, other_code{0}, done{0};
+  run_threads(
+      s, cases, 20, [&](size_t) -> MoeLayer& { return *layer; },
+      [&](Outcome o) {
+        if (o.code == ErrorCode::kOk) {
           ++done;
-          wrong += b.output != expected[static_cast<size_t>(t)];
+          wrong += !o.exact;
         } else {
-          unexpected_code += code != ErrorCode::kInvalidArgument;
+          other_code += o.code != ErrorCode::kInvalidArgument;
         }
-      }
-    });
-  for (std::thread& t : threads) t.join();
+      });
   EXPECT_EQ(wrong.load(), 0);
-  EXPECT_EQ(unexpected_code.load(), 0);
-  EXPECT_GT(done.load(), 0);
+  EXPECT_EQ(other_code.load(), 0);
+  EXPECT_GT(done.load(), 0);  // a refusal means another forward was running
 }
 
 TEST(MoeLayerConcurrency, OneLayerPerThreadRunsTogether) {
@@ -461,30 +489,15 @@ TEST(MoeLayerConcurrency, OneLayerPerThreadRunsTogether) {
   const MoeSpec s = layer_spec();
   const MoeWeights w = random_weights(s, WeightFormat::kBF16, rng);
   const Environment env = Environment::cpu_only();
-  const int64_t tokens = s.max_tokens;
-  constexpr int kThreads = 2, kForwards = 5;
+  const std::vector<ThreadCase> cases = thread_cases(s, w, env, 2, rng);
   std::vector<std::unique_ptr<MoeLayer>> layers;
-  std::vector<Buffers> inputs;
-  std::vector<std::vector<uint16_t>> expected;
-  for (int t = 0; t < kThreads; ++t) {
+  for (size_t t = 0; t < cases.size(); ++t)
     layers.push_back(MoeLayer::create(s, w, cpu_options(env, "reference")));
-    inputs.push_back(random_inputs(s, tokens, rng));
-    expected.push_back(output_alone(s, w, env, tokens, inputs.back()));
-  }
-  std::atomic<int> wrong{0};
-  std::latch start(kThreads);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t)
-    threads.emplace_back([&, t] {
-      start.arrive_and_wait();
-      for (int i = 0; i < kForwards; ++i) {
-        Buffers b = inputs[static_cast<size_t>(t)];
-        layers[static_cast<size_t>(t)]->forward(args_for(s, tokens, b));
-        wrong += b.output != expected[static_cast<size_t>(t)];
-      }
-    });
-  for (std::thread& t : threads) t.join();
-  EXPECT_EQ(wrong.load(), 0);
+  std::atomic<int> failed{0};
+  run_threads(
+      s, cases, 5, [&](size_t t) -> MoeLayer& { return *layers[t]; },
+      [&](Outcome o) { failed += o.code != ErrorCode::kOk || !o.exact; });
+  EXPECT_EQ(failed.load(), 0);
 }
 
 }  // namespace
