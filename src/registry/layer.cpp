@@ -117,8 +117,9 @@ void MoeLayer::forward(const ForwardArgs& args) {
   // The engine's scratch is shared by every forward of this layer: a second caller is refused
   // rather than left to overwrite the first one's intermediate results.
   if (in_forward_.exchange(true, std::memory_order_acquire))
-    invalid("forward is already running on this layer in another thread; use one layer per "
-            "thread (and, for device layers, order its forwards on one stream).");
+    invalid(
+        "forward is already running on this layer in another thread; use one layer per "
+        "thread (and, for device layers, order its forwards on one stream).");
   struct Release {
     std::atomic<bool>& flag;
     ~Release() { flag.store(false, std::memory_order_release); }
