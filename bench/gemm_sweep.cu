@@ -39,9 +39,14 @@ void check(cudaError_t e, const char* what) {
 
 // Random bf16 in [-1, 1) from a hash of the index: no host traffic for 15 GB of weights.
 __global__ void fill_random(uint16_t* p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
     uint32_t x = uint32_t(i) * 2654435761u ^ seed ^ uint32_t(i >> 32) * 40503u;
-    x ^= x >> 15; x *= 0x2c1b3c6du; x ^= x >> 12; x *= 0x297a2d39u; x ^= x >> 15;
+    x ^= x >> 15;
+    x *= 0x2c1b3c6du;
+    x ^= x >> 12;
+    x *= 0x297a2d39u;
+    x ^= x >> 15;
     const float f = (x >> 8) * (2.0f / 16777216.0f) - 1.0f;
     p[i] = uint16_t(__float_as_uint(f * 0.05f) >> 16);
   }
@@ -201,7 +206,8 @@ int main(int argc, char** argv) {
         }
         std::vector<int32_t> off(p.experts + 1, 0);
         for (int e = 0; e < p.experts; ++e) off[e + 1] = off[e] + count[e];
-        check(cudaMemcpy(offsets, off.data(), off.size() * 4, cudaMemcpyHostToDevice), "copy offsets");
+        check(cudaMemcpy(offsets, off.data(), off.size() * 4, cudaMemcpyHostToDevice),
+              "copy offsets");
         const double hint = double(t) * p.top_k / p.experts;
         std::printf("%-14s %-7s %6d %7.1f", p.name, gemms[which].c_str(), t, hint);
         double best = 1e30;
@@ -221,12 +227,19 @@ int main(int argc, char** argv) {
               [&] { check(cudaMemsetAsync(flush, rep++, 256u << 20, stream), "flush"); });
           const double m = ok ? us : -1;
           std::printf(" %14.1f", m);
-          if (ok && m < best) { best = m; best_name = name; }
+          if (ok && m < best) {
+            best = m;
+            best_name = name;
+          }
         }
         std::printf("  %s (heuristic: %s)\n", best_name.c_str(), gemm.pick_tactic(hint).c_str());
         std::fflush(stdout);
       }
-      cudaFree(a); cudaFree(b); cudaFree(d); cudaFree(offsets); cudaFree(bias);
+      cudaFree(a);
+      cudaFree(b);
+      cudaFree(d);
+      cudaFree(offsets);
+      cudaFree(bias);
     }
   }
   return 0;

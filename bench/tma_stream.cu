@@ -53,8 +53,9 @@ constexpr int kConsumers = 4;
 template <int kRows, int kBoxes, int kStages, int kPerSm, int kLdgAhead = 0, int kGroup = 1,
           bool kActs = false>
 __global__ void __launch_bounds__((kConsumers + 1) * 32, kPerSm)
-    tma_stream_kernel(const __grid_constant__ CUtensorMap map, const __grid_constant__ CUtensorMap acts,
-                      const uint4* raw, int rows, int k, unsigned* sink) {
+    tma_stream_kernel(const __grid_constant__ CUtensorMap map,
+                      const __grid_constant__ CUtensorMap acts, const uint4* raw, int rows, int k,
+                      unsigned* sink) {
   static_assert(kRows * kBoxes * kBoxK * 2 == kStageBytes);
   static_assert(kStages % kGroup == 0);
   constexpr int kActStage = kActs ? 1024 * kBoxes : 0;
@@ -76,17 +77,15 @@ __global__ void __launch_bounds__((kConsumers + 1) * 32, kPerSm)
           EmptyBarrier::wait(&empty[stage], phase ^ 1);
           FullBarrier::arrive_and_expect_tx(&full[stage], kStageBytes + kActStage);
           for (int b = 0; b < kBoxes; ++b)
-            cute::SM90_TMA_LOAD_2D::copy(&map, &full[stage],
-                                         uint64_t(cute::TMA::CacheHintSm90::EVICT_FIRST),
-                                         smem + stage * kStageBytes + b * kRows * 128,
-                                         (j * kBoxes + b) * kBoxK, t * kRows);
+            cute::SM90_TMA_LOAD_2D::copy(
+                &map, &full[stage], uint64_t(cute::TMA::CacheHintSm90::EVICT_FIRST),
+                smem + stage * kStageBytes + b * kRows * 128, (j * kBoxes + b) * kBoxK, t * kRows);
           if constexpr (kActs)
             for (int b = 0; b < kBoxes; ++b)
-              cute::SM90_TMA_LOAD_2D::copy(&acts, &full[stage],
-                                           uint64_t(cute::TMA::CacheHintSm90::EVICT_LAST),
-                                           smem + kStages * kStageBytes + stage * kActStage +
-                                               b * 1024,
-                                           (j * kBoxes + b) * kBoxK, 0);
+              cute::SM90_TMA_LOAD_2D::copy(
+                  &acts, &full[stage], uint64_t(cute::TMA::CacheHintSm90::EVICT_LAST),
+                  smem + kStages * kStageBytes + stage * kActStage + b * 1024,
+                  (j * kBoxes + b) * kBoxK, 0);
           if (++stage == kStages) stage = 0, phase ^= 1;
         }
     return;
@@ -111,7 +110,7 @@ __global__ void __launch_bounds__((kConsumers + 1) * 32, kPerSm)
     // This block's ring tiles (blockIdx.x, + gridDim.x, ...), each paired with a tile of ours.
     const int mine = max(0, (ring_tiles - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x));
     const int total = mine * steps;
-    const auto load = [&](int i, uint4 (&v)[4]) {
+    const auto load = [&](int i, uint4(&v)[4]) {
       if (i >= total) return;
       const int t2 = ring_tiles + blockIdx.x + (i / steps) * gridDim.x;
       if (t2 >= tiles) return;
@@ -148,11 +147,11 @@ __global__ void plain_read_kernel(const uint4* p, int64_t n, unsigned* sink) {
 // Plain loads in the GEMV's order: a block takes 64-row tiles over all of k; per 64-k step each
 // of its 8 warps loads 8 rows x 128 bytes (a lane two 16-byte pieces), kUnroll steps in flight.
 template <int kUnroll>
-__global__ void __launch_bounds__(256) plain_tiles_kernel(const uint4* p, int rows, int k,
-                                                         unsigned* sink) {
+__global__ void __launch_bounds__(256)
+    plain_tiles_kernel(const uint4* p, int rows, int k, unsigned* sink) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int chunk = lane % 8;              // 8 lanes x 16 bytes per 128-byte row piece
-  const int r = warp * 8 + lane / 8 * 2;  // rows r, r + 1 of the tile
+  const int chunk = lane % 8;                 // 8 lanes x 16 bytes per 128-byte row piece
+  const int r = warp * 8 + lane / 8 * 2;      // rows r, r + 1 of the tile
   const int64_t pitch = int64_t(k) * 2 / 16;  // uint4 per row
   const int steps = k / 64;
   unsigned acc = 0;
@@ -185,8 +184,7 @@ void run_variant(const char* name, void* base, int64_t rows, int64_t k, int sms,
   const int smem = kStages * (kStageBytes + (kActs ? 1024 * kBoxes : 0)) + 1024;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), "attr");
   int per_sm = 0;
-  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, (kConsumers + 1) * 32,
-                                                      smem),
+  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, (kConsumers + 1) * 32, smem),
         "occupancy");
   const CUtensorMap map = make_map(base, rows, k, kRows, style);
   const CUtensorMap acts = make_map(g_acts, 8, k, 8, {});
@@ -226,24 +224,21 @@ int main(int argc, char** argv) {
     std::printf("k %lld (%lld rows, %.2f GB)\n", (long long)k, (long long)rows,
                 rows * k * 2 * 1e-9);
     const int64_t vecs = rows * k * 2 / 16;
-    const double us = median_us([&] {
-      plain_read_kernel<<<sms * 8, 512>>>(static_cast<const uint4*>(base), vecs, sink);
-    });
+    const double us = median_us(
+        [&] { plain_read_kernel<<<sms * 8, 512>>>(static_cast<const uint4*>(base), vecs, sink); });
     std::printf("  %-34s        %8.1f us  %5.2f TB/s\n", "plain 16-byte loads", us,
                 vecs * 16.0 / us * 1e-6);
     const double tiles_us = median_us([&] {
-      plain_tiles_kernel<4><<<sms * 8, 256>>>(static_cast<const uint4*>(base), int(rows), int(k),
-                                              sink);
+      plain_tiles_kernel<4>
+          <<<sms * 8, 256>>>(static_cast<const uint4*>(base), int(rows), int(k), sink);
     });
     std::printf("  %-34s        %8.1f us  %5.2f TB/s\n", "plain loads, 64-row tiles, 4 ahead",
                 tiles_us, rows * k * 2.0 / tiles_us * 1e-6);
     run_variant<64, 1, 8, 3>("64 rows x 64 k (the GEMV's box)", base, rows, k, sms, sink);
-    run_variant<64, 1, 8, 3, 0, 1, true>("64 x 64 + 1 KB acts (the GEMV's stage)", base, rows,
-                                         k, sms, sink);
-    run_variant<64, 1, 8, 3, 0, 2, true>("  + issued 2 stages at a time", base, rows, k, sms,
-                                         sink);
-    run_variant<64, 1, 8, 3, 0, 4, true>("  + issued 4 stages at a time", base, rows, k, sms,
-                                         sink);
+    run_variant<64, 1, 8, 3, 0, 1, true>("64 x 64 + 1 KB acts (the GEMV's stage)", base, rows, k,
+                                         sms, sink);
+    run_variant<64, 1, 8, 3, 0, 2, true>("  + issued 2 stages at a time", base, rows, k, sms, sink);
+    run_variant<64, 1, 8, 3, 0, 4, true>("  + issued 4 stages at a time", base, rows, k, sms, sink);
     run_variant<64, 1, 8, 3, 0, 4>("64 x 64 issued 4 at a time", base, rows, k, sms, sink);
     run_variant<64, 1, 12, 2>("64 rows x 64 k, 12 stages", base, rows, k, sms, sink);
     // Fewer blocks than slots, as the decode GEMVs at one token (gpt-oss FC1 360 and FC2 180,
@@ -265,8 +260,8 @@ int main(int argc, char** argv) {
       // at 2 blocks per SM.
       run_variant<16, 4, 6, 3, 0, 1, true>("16 x 256 + 4 KB acts, 6 stages", base, rows, k, sms,
                                            sink);
-      run_variant<16, 4, 9, 2, 0, 1, true>("16 x 256 + 4 KB acts, 9 st., 2/SM", base, rows, k,
-                                           sms, sink);
+      run_variant<16, 4, 9, 2, 0, 1, true>("16 x 256 + 4 KB acts, 9 st., 2/SM", base, rows, k, sms,
+                                           sink);
     }
     if (k % 512 == 0) run_variant<8, 8, 8, 3>("8 rows x 512 k", base, rows, k, sms, sink);
     // The same bytes as [rows * k / 64, 64]: every box 8 KB contiguous.

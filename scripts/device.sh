@@ -73,7 +73,7 @@ if want prebuilt; then
   pre=${MOEKIT_PREBUILT:-.prebuilt}
   mkdir -p $bin/tools $bin/tests $bin/bench
   # --remove-destination: a program still running from an earlier step cut by its time limit
-  # ("Text file busy") keeps its old file and does not stop this one (session 39).
+  # ("Text file busy") keeps its old file and does not stop this one (H200, 2026-12-02).
   if cp --remove-destination "$pre"/moekit $bin/tools/ &&
     cp --remove-destination "$pre"/moekit_tests $bin/tests/ &&
     cp --remove-destination "$pre"/moekit_gemm_sweep $bin/bench/; then
@@ -116,25 +116,34 @@ if want sanitize; then
   suites=$(sed -nE 's/^(TEST|TEST_F|TEST_P)\(([A-Za-z0-9_]+),.*/\2/p' tests/*/*_test.cu | sort -u)
   gpu_filter=$(for s in $suites; do printf '*%s.*:' "$s"; done)
   san_filter=${MOEKIT_SANITIZER_FILTER:-${gpu_filter%:}}
-  tools=(memcheck racecheck initcheck synccheck)
+  read -r -a tools <<<"${MOEKIT_SANITIZER_TOOLS:-memcheck racecheck initcheck synccheck}"
+  # Racecheck and initcheck run several times slower than the others: each runs as gtest shards
+  # in parallel processes (MOEKIT_SANITIZER_SHARDS, e.g. "racecheck=6 initcheck=3").
+  declare -A shards=([memcheck]=1 [racecheck]=6 [initcheck]=3 [synccheck]=1)
+  for kv in ${MOEKIT_SANITIZER_SHARDS:-}; do shards[${kv%%=*}]=${kv#*=}; done
   declare -A pids
   for tool in "${tools[@]}"; do
-    case $tool in
-      # Memory the application allocates but never touches is not an error.
-      initcheck) opts=(--track-unused-memory no) ;;
-      *) opts=() ;;
-    esac
-    MOEKIT_SANITIZER_RUN=1 timeout --kill-after=20 "${MOEKIT_SANITIZER_TIMEOUT:-540}" \
-      compute-sanitizer --tool "$tool" "${opts[@]}" --error-exitcode 9 --print-limit 20 \
-      $bin/tests/moekit_tests --gtest_color=no --gtest_filter="$san_filter" \
-      >"$OUT/sanitizer-$tool.log" 2>&1 &
-    pids[$tool]=$!
+    pids[$tool]=""
+    n=${shards[$tool]:-1}
+    for ((i = 0; i < n; ++i)); do
+      GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$i MOEKIT_SANITIZER_RUN=1 \
+        timeout --kill-after=20 "${MOEKIT_SANITIZER_TIMEOUT:-540}" \
+        compute-sanitizer --tool "$tool" --error-exitcode 9 --print-limit 20 \
+        $bin/tests/moekit_tests --gtest_color=no --gtest_filter="$san_filter" \
+        >"$OUT/sanitizer-$tool.$i.log" 2>&1 &
+      pids[$tool]+=" $!"
+    done
   done
   for tool in "${tools[@]}"; do
-    wait "${pids[$tool]}"
-    rc=$?
+    rc=0
+    for pid in ${pids[$tool]}; do
+      wait "$pid"
+      r=$?
+      ((r > rc)) && rc=$r
+    done
     log="$OUT/sanitizer-$tool.log"
-    errors=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)
+    cat "$OUT/sanitizer-$tool".*.log >"$log" && rm -f "$OUT/sanitizer-$tool".*.log
+    errors=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | sort | uniq -c | tr -s ' ' | paste -sd';')
     passed=$(grep -c '^\[       OK \]' "$log")
     failed=$(grep -c '^\[  FAILED  \] [A-Za-z0-9_/]*\.[A-Za-z0-9_/]* (' "$log")
     running=""
@@ -247,7 +256,7 @@ fi
 # prefill), for MOEKIT_BENCH_PRESETS' first preset at MOEKIT_NCU_TOKENS' first count (default
 # 16384). Speed of light, pipe utilization, memory workload and warp states, then the
 # warp-stall samples by SASS line (the 30 lines with the most). For kernels the sweep cannot run
-# alone (session 32's gathering FC1).
+# alone (the 2026-12-02 gathering FC1).
 if want ncu-forward; then
   preset=$(echo "${MOEKIT_BENCH_PRESETS:-qwen3-30b-a3b}" | cut -d, -f1)
   t=$(echo "${MOEKIT_NCU_TOKENS:-16384}" | cut -d, -f1)
@@ -273,7 +282,7 @@ fi
 # (hang-sms.txt), those SMs' warps with their PCs (hang-warps.txt), and each PC as symbol +
 # offset (hang-pcs.txt; the offset is the address in `cuobjdump -sass` of the same program).
 # The summary lists each warp (block, first thread, PC, offset). The run is killed after that.
-# Session 36 found its hang this way: one warp of a warp group a tile behind the others.
+# H200, 2026-12-02 found its hang this way: one warp of a warp group a tile behind the others.
 if want hang; then
   preset=$(echo "${MOEKIT_BENCH_PRESETS:-deepseek-v3}" | cut -d, -f1)
   t=$(echo "${MOEKIT_BENCH_TOKENS:-16384}" | cut -d, -f1)

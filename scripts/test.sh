@@ -49,14 +49,16 @@ for cfg in "${configs[@]}"; do
         elif ! ctest_all cuda; then result="FAILED (tests)"
         # The prefill kernels' wgmmas stay in flight (ptxas's report; no GPU needed).
         elif ! MOEKIT_ONE_TACTIC=1 bash scripts/ptxas-check.sh; then result="FAILED (ptxas-check)"
-        else result="passed (build, tests, ptxas-check)"; fi
+        elif ! bash scripts/consumer-test.sh build/cuda; then result="FAILED (find_package consumer)"
+        else result="passed (build, tests, ptxas-check, find_package consumer)"; fi
       fi
       ;;
     nocuda)
       flags=(-DMOEKIT_CUDA=OFF)
       if ! build nocuda; then result="FAILED (build)"
       elif ! ctest_all nocuda; then result="FAILED (tests)"
-      else result="passed (build, tests)"; fi
+      elif ! bash scripts/consumer-test.sh build/nocuda; then result="FAILED (find_package consumer)"
+      else result="passed (build, tests, find_package consumer)"; fi
       ;;
     sanitize)
       # fuzz.sh configures the same build folder with the same flags.
@@ -82,6 +84,9 @@ for cfg in "${configs[@]}"; do
   [[ $result == passed* ]] || status=1
   summary+=("test: $cfg: $result in $((SECONDS - start))s")
 done
+# The tree is formatted as .clang-format says.
+if bash scripts/format-check.sh; then summary+=("test: format: passed")
+else status=1; summary+=("test: format: FAILED (scripts/format-check.sh lists the files)"); fi
 echo "== summary"
 for line in "${summary[@]}"; do echo "$line"; done
 exit $status

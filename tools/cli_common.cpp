@@ -25,9 +25,17 @@ namespace {
 void store(DType t, float x, uint8_t* p) {
   uint16_t h;
   switch (t) {
-    case DType::kBFloat16: h = numeric::float_to_bf16(x); std::memcpy(p, &h, 2); break;
-    case DType::kFloat16: h = numeric::float_to_fp16(x); std::memcpy(p, &h, 2); break;
-    default: std::memcpy(p, &x, 4); break;
+    case DType::kBFloat16:
+      h = numeric::float_to_bf16(x);
+      std::memcpy(p, &h, 2);
+      break;
+    case DType::kFloat16:
+      h = numeric::float_to_fp16(x);
+      std::memcpy(p, &h, 2);
+      break;
+    default:
+      std::memcpy(p, &x, 4);
+      break;
   }
 }
 
@@ -35,9 +43,15 @@ float load(DType t, const uint8_t* p) {
   uint16_t h;
   float f;
   switch (t) {
-    case DType::kBFloat16: std::memcpy(&h, p, 2); return numeric::bf16_to_float(h);
-    case DType::kFloat16: std::memcpy(&h, p, 2); return numeric::fp16_to_float(h);
-    default: std::memcpy(&f, p, 4); return f;
+    case DType::kBFloat16:
+      std::memcpy(&h, p, 2);
+      return numeric::bf16_to_float(h);
+    case DType::kFloat16:
+      std::memcpy(&h, p, 2);
+      return numeric::fp16_to_float(h);
+    default:
+      std::memcpy(&f, p, 4);
+      return f;
   }
 }
 
@@ -48,7 +62,9 @@ uint64_t mix(uint64_t& s) {
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
 }
-float uniform_pm1(uint64_t& s) { return static_cast<float>(mix(s) >> 40) * (2.0f / 16777216.0f) - 1.0f; }
+float uniform_pm1(uint64_t& s) {
+  return static_cast<float>(mix(s) >> 40) * (2.0f / 16777216.0f) - 1.0f;
+}
 
 }  // namespace
 
@@ -70,7 +86,8 @@ int64_t parse_integer(const std::string& flag, const std::string& text, int64_t 
   } else if (errno == ERANGE) {
     bad("does not fit a 64-bit integer");
   }
-  if (v < min) bad(min == 0 ? "is negative; it must be 0 or more" : "must be at least " + std::to_string(min));
+  if (v < min)
+    bad(min == 0 ? "is negative; it must be 0 or more" : "must be at least " + std::to_string(min));
   return v;
 }
 
@@ -78,7 +95,8 @@ int parse_int(const std::string& flag, const std::string& text, int min) {
   const int64_t v = parse_integer(flag, text, min);
   if (v > std::numeric_limits<int>::max())
     throw Error(ErrorCode::kInvalidArgument, flag + " '" + text + "' is too large (at most " +
-                                                 std::to_string(std::numeric_limits<int>::max()) + ")");
+                                                 std::to_string(std::numeric_limits<int>::max()) +
+                                                 ")");
   return static_cast<int>(v);
 }
 
@@ -105,21 +123,24 @@ void check_host_bytes(int64_t bytes, const std::string& what) {
   const int64_t memory = static_cast<int64_t>(pages) * page;
   if (bytes > memory)
     throw Error(ErrorCode::kInvalidArgument,
-                what + " need " + std::to_string(bytes) + " bytes of host memory, more than this machine's " +
-                    std::to_string(memory));
+                what + " need " + std::to_string(bytes) +
+                    " bytes of host memory, more than this machine's " + std::to_string(memory));
 }
 
 int64_t forward_host_bytes(const MoeSpec& spec, int64_t tokens) {
   const int64_t es = static_cast<int64_t>(dtype_size(spec.act_dtype));
   // hidden and output in the act dtype, the output again as fp32, logits or ids and weights.
-  const int64_t per_token = spec.hidden * (2 * es + 4) + 4 * std::max(spec.num_experts, 2 * spec.top_k);
-  return product_or_throw({tokens, per_token}, "the inputs and output of " + std::to_string(tokens) + " tokens");
+  const int64_t per_token =
+      spec.hidden * (2 * es + 4) + 4 * std::max(spec.num_experts, 2 * spec.top_k);
+  return product_or_throw({tokens, per_token},
+                          "the inputs and output of " + std::to_string(tokens) + " tokens");
 }
 
 int64_t weight_host_bytes(const MoeSpec& spec) {
   const LocalProblem lp = derive_local(spec);
   // The experts are drawn unsharded along the intermediate, then sliced.
-  const int64_t elements = lp.num_experts * (spec.fc1_rows() * spec.hidden + spec.hidden * spec.intermediate);
+  const int64_t elements =
+      lp.num_experts * (spec.fc1_rows() * spec.hidden + spec.hidden * spec.intermediate);
   const int64_t bits = format_value_bits(spec.weights.format);
   return elements / 8 * bits + elements % 8 * bits / 8;
 }
@@ -132,7 +153,10 @@ Resolution resolve_or_refuse(const MoeSpec& spec, const std::string& backend) {
     why = r.degraded_from->reason.reason;
   } else {
     for (const CandidateReport& c : r.candidates)
-      if (c.rejection) { why = c.rejection->reason; break; }
+      if (c.rejection) {
+        why = c.rejection->reason;
+        break;
+      }
   }
   throw Error(ErrorCode::kUnsupported,
               "no implementation can run this layer for backend '" + backend + "': " + why);
@@ -142,14 +166,17 @@ HostInputs random_inputs(const MoeSpec& spec, int64_t tokens, uint64_t seed) {
   HostInputs in;
   in.tokens = tokens;
   const std::size_t es = dtype_size(spec.act_dtype);
-  const int64_t n_hidden = product_or_throw({tokens, spec.hidden}, "the random hidden [tokens, hidden]");
+  const int64_t n_hidden =
+      product_or_throw({tokens, spec.hidden}, "the random hidden [tokens, hidden]");
   check_host_bytes(forward_host_bytes(spec, tokens), "the random inputs and output");
   in.hidden.resize(n_hidden * es);
   uint64_t s = seed * 7919 + 17;
-  for (int64_t i = 0; i < n_hidden; ++i) store(spec.act_dtype, uniform_pm1(s) * 1.7f, &in.hidden[i * es]);
+  for (int64_t i = 0; i < n_hidden; ++i)
+    store(spec.act_dtype, uniform_pm1(s) * 1.7f, &in.hidden[i * es]);
   if (spec.routing.method == RoutingMethod::kExternal) {
     // Distinct random experts per token, weights summing to 1.
-    const int64_t n_ids = product_or_throw({tokens, spec.top_k}, "the random topk_ids [tokens, top_k]");
+    const int64_t n_ids =
+        product_or_throw({tokens, spec.top_k}, "the random topk_ids [tokens, top_k]");
     in.topk_ids.resize(n_ids);
     in.topk_weights.resize(n_ids);
     std::vector<int32_t> perm(spec.num_experts);
@@ -164,7 +191,8 @@ HostInputs random_inputs(const MoeSpec& spec, int64_t tokens, uint64_t seed) {
       for (int64_t j = 0; j < spec.top_k; ++j) in.topk_weights[t * spec.top_k + j] /= sum;
     }
   } else {
-    in.router_logits.resize(product_or_throw({tokens, spec.num_experts}, "the random router_logits [tokens, experts]"));
+    in.router_logits.resize(
+        product_or_throw({tokens, spec.num_experts}, "the random router_logits [tokens, experts]"));
     for (auto& v : in.router_logits) v = uniform_pm1(s) * 3.0f;
   }
   return in;
@@ -184,21 +212,26 @@ HostInputs inputs_from_tensors(const MoeSpec& spec, const std::vector<NamedTenso
       std::string want, got;
       for (auto d : shape) want += (want.empty() ? "" : ",") + std::to_string(d);
       for (auto d : t->shape) got += (got.empty() ? "" : ",") + std::to_string(d);
-      throw Error(ErrorCode::kBadFile, file + ": tensor '" + name + "' has shape [" + got + "], expected [" + want + "]");
+      throw Error(ErrorCode::kBadFile, file + ": tensor '" + name + "' has shape [" + got +
+                                           "], expected [" + want + "]");
     }
     return *t;
   };
   const NamedTensor* h = find("hidden");
-  if (!h || h->shape.size() != 2) throw Error(ErrorCode::kBadFile, file + ": needs a 2-D tensor 'hidden' [tokens, hidden]");
+  if (!h || h->shape.size() != 2)
+    throw Error(ErrorCode::kBadFile, file + ": needs a 2-D tensor 'hidden' [tokens, hidden]");
   HostInputs in;
   in.tokens = h->shape[0];
-  const std::vector<float> hidden = named_tensor_to_floats(need("hidden", {in.tokens, spec.hidden}));
+  const std::vector<float> hidden =
+      named_tensor_to_floats(need("hidden", {in.tokens, spec.hidden}));
   const std::size_t es = dtype_size(spec.act_dtype);
   in.hidden.resize(hidden.size() * es);
-  for (std::size_t i = 0; i < hidden.size(); ++i) store(spec.act_dtype, hidden[i], &in.hidden[i * es]);
+  for (std::size_t i = 0; i < hidden.size(); ++i)
+    store(spec.act_dtype, hidden[i], &in.hidden[i * es]);
   if (spec.routing.method == RoutingMethod::kExternal) {
     const NamedTensor& ids = need("topk_ids", {in.tokens, spec.top_k});
-    if (ids.dtype != DType::kInt32) throw Error(ErrorCode::kBadFile, file + ": tensor 'topk_ids' must be int32");
+    if (ids.dtype != DType::kInt32)
+      throw Error(ErrorCode::kBadFile, file + ": tensor 'topk_ids' must be int32");
     in.topk_ids.resize(ids.numel());
     std::memcpy(in.topk_ids.data(), ids.bytes.data(), ids.bytes.size());
     in.topk_weights = named_tensor_to_floats(need("topk_weights", {in.tokens, spec.top_k}));
@@ -215,7 +248,8 @@ NamedTensor output_tensor(const MoeSpec& spec, const std::vector<float>& output,
 MoeWeights fast_random_weights(const MoeSpec& spec, uint64_t seed) {
   const WeightFormat f = spec.weights.format;
   if (f != WeightFormat::kBF16 && f != WeightFormat::kFP16)
-    throw Error(ErrorCode::kInvalidArgument, std::string("fast random weights are bf16/fp16 only, not ") + to_string(f));
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string("fast random weights are bf16/fp16 only, not ") + to_string(f));
   const LocalProblem lp = derive_local(spec);
   const DType t = f == WeightFormat::kBF16 ? DType::kBFloat16 : DType::kFloat16;
   auto make = [&](int64_t rows, int64_t cols, uint64_t salt) {
@@ -224,7 +258,8 @@ MoeWeights fast_random_weights(const MoeSpec& spec, uint64_t seed) {
     q.experts = lp.num_experts;
     q.rows = rows;
     q.cols = cols;
-    const int64_t n = product_or_throw({q.experts, rows, cols}, "the random weights [experts, rows, cols]");
+    const int64_t n =
+        product_or_throw({q.experts, rows, cols}, "the random weights [experts, rows, cols]");
     q.values.resize(static_cast<std::size_t>(n) * 2);
     const float amp = std::sqrt(3.0f / static_cast<float>(cols));  // variance 1/fan_in
     const unsigned workers = std::max(1u, std::thread::hardware_concurrency());
@@ -243,9 +278,18 @@ MoeWeights fast_random_weights(const MoeSpec& spec, uint64_t seed) {
   w.fc1 = make(lp.fc1_rows, lp.hidden, 1);
   w.fc2 = make(lp.hidden, lp.intermediate, 2);
   uint64_t s = seed + 99;
-  if (spec.fc1_bias) { w.fc1_bias.resize(lp.num_experts * lp.fc1_rows); for (auto& v : w.fc1_bias) v = uniform_pm1(s) * 0.1f; }
-  if (spec.fc2_bias) { w.fc2_bias.resize(lp.num_experts * lp.hidden); for (auto& v : w.fc2_bias) v = uniform_pm1(s) * 0.1f; }
-  if (spec.routing.correction_bias) { w.routing_bias.resize(spec.num_experts); for (auto& v : w.routing_bias) v = uniform_pm1(s) * 0.1f; }
+  if (spec.fc1_bias) {
+    w.fc1_bias.resize(lp.num_experts * lp.fc1_rows);
+    for (auto& v : w.fc1_bias) v = uniform_pm1(s) * 0.1f;
+  }
+  if (spec.fc2_bias) {
+    w.fc2_bias.resize(lp.num_experts * lp.hidden);
+    for (auto& v : w.fc2_bias) v = uniform_pm1(s) * 0.1f;
+  }
+  if (spec.routing.correction_bias) {
+    w.routing_bias.resize(spec.num_experts);
+    for (auto& v : w.routing_bias) v = uniform_pm1(s) * 0.1f;
+  }
   return w;
 }
 
@@ -259,9 +303,12 @@ L2Flush parse_l2_flush(const std::string& text) {
 
 const char* to_string(L2Flush f) {
   switch (f) {
-    case L2Flush::kRead: return "read";
-    case L2Flush::kWrite: return "write";
-    case L2Flush::kNone: return "none";
+    case L2Flush::kRead:
+      return "read";
+    case L2Flush::kWrite:
+      return "write";
+    case L2Flush::kNone:
+      return "none";
   }
   return "?";
 }
@@ -276,7 +323,8 @@ RunResult run_layer(MoeLayer& layer, const HostInputs& in) {
   a.output = host_view(out_raw.data(), spec.act_dtype, {in.tokens, spec.hidden});
   // By the routing method, not by emptiness: a batch of 0 tokens has empty inputs of shape [0, n].
   if (spec.routing.method != RoutingMethod::kExternal) {
-    a.router_logits = host_view(copy.router_logits.data(), DType::kFloat32, {in.tokens, spec.num_experts});
+    a.router_logits =
+        host_view(copy.router_logits.data(), DType::kFloat32, {in.tokens, spec.num_experts});
   } else {
     a.topk_ids = host_view(copy.topk_ids.data(), DType::kInt32, {in.tokens, spec.top_k});
     a.topk_weights = host_view(copy.topk_weights.data(), DType::kFloat32, {in.tokens, spec.top_k});
@@ -288,7 +336,8 @@ RunResult run_layer(MoeLayer& layer, const HostInputs& in) {
   r.milliseconds = std::chrono::duration<double, std::milli>(t1 - t0).count();
   const std::size_t es = dtype_size(spec.act_dtype);
   r.output.resize(in.tokens * spec.hidden);
-  for (std::size_t i = 0; i < r.output.size(); ++i) r.output[i] = load(spec.act_dtype, &out_raw[i * es]);
+  for (std::size_t i = 0; i < r.output.size(); ++i)
+    r.output[i] = load(spec.act_dtype, &out_raw[i * es]);
   return r;
 }
 

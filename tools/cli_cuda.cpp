@@ -27,7 +27,9 @@ void check(cudaError_t e, const char* what) {
 // A device buffer that frees itself.
 struct DeviceBuffer {
   void* ptr = nullptr;
-  explicit DeviceBuffer(std::size_t bytes) { check(cudaMalloc(&ptr, std::max<std::size_t>(bytes, 16)), "cudaMalloc"); }
+  explicit DeviceBuffer(std::size_t bytes) {
+    check(cudaMalloc(&ptr, std::max<std::size_t>(bytes, 16)), "cudaMalloc");
+  }
   ~DeviceBuffer() { cudaFree(ptr); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
@@ -42,22 +44,30 @@ struct DeviceInputs {
         ids(in.topk_ids.size() * 4),
         weights(in.topk_weights.size() * 4),
         output(in.tokens * spec.hidden * dtype_size(spec.act_dtype)) {
-    check(cudaMemcpy(hidden.ptr, in.hidden.data(), in.hidden.size(), cudaMemcpyHostToDevice), "copy hidden");
+    check(cudaMemcpy(hidden.ptr, in.hidden.data(), in.hidden.size(), cudaMemcpyHostToDevice),
+          "copy hidden");
     const int64_t t = in.tokens;
     args.hidden = cuda_view(hidden.ptr, spec.act_dtype, {t, spec.hidden}, device);
     args.output = cuda_view(output.ptr, spec.act_dtype, {t, spec.hidden}, device);
-    // By the routing method, not by emptiness: a batch of 0 tokens has empty inputs of shape [0, n].
+    // By the routing method, not by emptiness: a batch of 0 tokens has empty inputs of shape [0,
+    // n].
     if (spec.routing.method != RoutingMethod::kExternal) {
-      check(cudaMemcpy(logits.ptr, in.router_logits.data(), in.router_logits.size() * 4, cudaMemcpyHostToDevice), "copy logits");
+      check(cudaMemcpy(logits.ptr, in.router_logits.data(), in.router_logits.size() * 4,
+                       cudaMemcpyHostToDevice),
+            "copy logits");
       args.router_logits = cuda_view(logits.ptr, DType::kFloat32, {t, spec.num_experts}, device);
     } else {
-      check(cudaMemcpy(ids.ptr, in.topk_ids.data(), in.topk_ids.size() * 4, cudaMemcpyHostToDevice), "copy ids");
-      check(cudaMemcpy(weights.ptr, in.topk_weights.data(), in.topk_weights.size() * 4, cudaMemcpyHostToDevice), "copy weights");
+      check(cudaMemcpy(ids.ptr, in.topk_ids.data(), in.topk_ids.size() * 4, cudaMemcpyHostToDevice),
+            "copy ids");
+      check(cudaMemcpy(weights.ptr, in.topk_weights.data(), in.topk_weights.size() * 4,
+                       cudaMemcpyHostToDevice),
+            "copy weights");
       args.topk_ids = cuda_view(ids.ptr, DType::kInt32, {t, spec.top_k}, device);
       args.topk_weights = cuda_view(weights.ptr, DType::kFloat32, {t, spec.top_k}, device);
     }
     // Poison: an element the forward forgets to write shows as NaN.
-    check(cudaMemset(output.ptr, 0xff, in.tokens * spec.hidden * dtype_size(spec.act_dtype)), "poison output");
+    check(cudaMemset(output.ptr, 0xff, in.tokens * spec.hidden * dtype_size(spec.act_dtype)),
+          "poison output");
   }
 };
 
@@ -67,9 +77,17 @@ std::vector<float> to_float(const std::vector<uint8_t>& raw, DType t) {
   for (std::size_t i = 0; i < n; ++i) {
     uint16_t h;
     switch (t) {
-      case DType::kBFloat16: std::memcpy(&h, &raw[2 * i], 2); out[i] = numeric::bf16_to_float(h); break;
-      case DType::kFloat16: std::memcpy(&h, &raw[2 * i], 2); out[i] = numeric::fp16_to_float(h); break;
-      default: std::memcpy(&out[i], &raw[4 * i], 4); break;
+      case DType::kBFloat16:
+        std::memcpy(&h, &raw[2 * i], 2);
+        out[i] = numeric::bf16_to_float(h);
+        break;
+      case DType::kFloat16:
+        std::memcpy(&h, &raw[2 * i], 2);
+        out[i] = numeric::fp16_to_float(h);
+        break;
+      default:
+        std::memcpy(&out[i], &raw[4 * i], 4);
+        break;
     }
   }
   return out;
@@ -111,7 +129,8 @@ class L2Flusher {
   L2Flusher(L2Flush mode, cudaStream_t stream) : mode_(mode), stream_(stream), buffer_(kBytes) {
     check(cudaMemset(buffer_.ptr, 0, kBytes), "L2 flush buffer");
     if (mode_ != L2Flush::kRead) return;
-    if (cublasCreate(&handle_) != CUBLAS_STATUS_SUCCESS) throw Error(ErrorCode::kCuda, "cublasCreate failed");
+    if (cublasCreate(&handle_) != CUBLAS_STATUS_SUCCESS)
+      throw Error(ErrorCode::kCuda, "cublasCreate failed");
     if (cublasSetStream(handle_, stream) != CUBLAS_STATUS_SUCCESS)
       throw Error(ErrorCode::kCuda, "cublasSetStream failed");
   }
@@ -210,7 +229,7 @@ void bench_layer_on_device(MoeLayer& layer, const HostInputs& in, L2Flush flush_
   throw_if_error(layer.poll_errors());
   if (trace_replays > 0) {
     KernelTracer tracer;
-    ReplayGraph traced(stream, forward);  // captured under the tracer
+    ReplayGraph traced(stream, forward);             // captured under the tracer
     for (int rep = 0; rep < trace_replays; ++rep) {  // as the timed loop: flush, replay, wait
       flush.run(rep);
       traced.launch();
@@ -238,7 +257,8 @@ Floors measure_floors(L2Flush flush_mode) {
     const std::size_t bytes = 2ull << 30;
     DeviceBuffer a(bytes), b(bytes);
     check(cudaMemset(a.ptr, 1, bytes), "memset");
-    double s = time_median([&] { check(cudaMemcpyAsync(b.ptr, a.ptr, bytes, cudaMemcpyDeviceToDevice), "copy"); }, 10);
+    double s = time_median(
+        [&] { check(cudaMemcpyAsync(b.ptr, a.ptr, bytes, cudaMemcpyDeviceToDevice), "copy"); }, 10);
     f.copy_bytes_per_s = 2.0 * bytes / s;
   }
   {  // Dense BF16 GEMM 8192^3 on random data (zeros run faster and would flatter the floor).
@@ -252,12 +272,16 @@ Floors measure_floors(L2Flush flush_mode) {
     check(cudaMemcpy(a.ptr, host.data(), elems * 2, cudaMemcpyHostToDevice), "copy");
     check(cudaMemcpy(b.ptr, host.data(), elems * 2, cudaMemcpyHostToDevice), "copy");
     cublasHandle_t h;
-    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) throw Error(ErrorCode::kCuda, "cublasCreate failed");
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS)
+      throw Error(ErrorCode::kCuda, "cublasCreate failed");
     const float one = 1.f, zero = 0.f;
-    double s = time_median([&] {
-      cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, a.ptr, CUDA_R_16BF, n, b.ptr, CUDA_R_16BF, n,
-                   &zero, c.ptr, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    }, 10);
+    double s = time_median(
+        [&] {
+          cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, a.ptr, CUDA_R_16BF, n, b.ptr,
+                       CUDA_R_16BF, n, &zero, c.ptr, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
+                       CUBLAS_GEMM_DEFAULT);
+        },
+        10);
     cublasDestroy(h);
     f.gemm_flops_per_s = 2.0 * n * double(n) * n / s;
   }

@@ -5,10 +5,13 @@
 namespace moekit::cli {
 namespace {
 [[noreturn]] void no_cuda(const char* what) {
-  throw Error(ErrorCode::kUnsupported, std::string(what) + " needs a GPU, and this build of moekit has no CUDA");
+  throw Error(ErrorCode::kUnsupported,
+              std::string(what) + " needs a GPU, and this build of moekit has no CUDA");
 }
 }  // namespace
 RunResult run_layer_on_device(MoeLayer&, const HostInputs&) { no_cuda("running on the device"); }
-void bench_layer_on_device(MoeLayer&, const HostInputs&, L2Flush, BenchRow&, int) { no_cuda("moekit bench"); }
+void bench_layer_on_device(MoeLayer&, const HostInputs&, L2Flush, BenchRow&, int) {
+  no_cuda("moekit bench");
+}
 Floors measure_floors(L2Flush) { no_cuda("moekit bench"); }
 }  // namespace moekit::cli

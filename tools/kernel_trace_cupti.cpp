@@ -21,8 +21,8 @@ constexpr size_t kBufferBytes = 8 << 20;
 std::string demangle(const char* name) {
   if (name == nullptr) return "?";
   int status = 0;
-  std::unique_ptr<char, decltype(&std::free)> d(abi::__cxa_demangle(name, nullptr, nullptr, &status),
-                                                &std::free);
+  std::unique_ptr<char, decltype(&std::free)> d(
+      abi::__cxa_demangle(name, nullptr, nullptr, &status), &std::free);
   return status == 0 && d ? std::string(d.get()) : std::string(name);
 }
 
@@ -60,7 +60,8 @@ KernelTracer::KernelTracer() {
   }
   check_cupti(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed),
               "cuptiActivityRegisterCallbacks");
-  check_cupti(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "enabling kernel records");
+  check_cupti(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL),
+              "enabling kernel records");
 }
 
 KernelTracer::~KernelTracer() { cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL); }

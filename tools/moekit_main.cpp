@@ -45,12 +45,15 @@ struct LayerOpts {
       sub->add_option(name, text[name], help);
     };
     auto on_off = [&](const std::string& name, const std::string& help) {
-      sub->add_flag(name + ",!--no-" + name.substr(2), flags[name], help + " (--no-" + name.substr(2) + ": off)");
+      sub->add_flag(name + ",!--no-" + name.substr(2), flags[name],
+                    help + " (--no-" + name.substr(2) + ": off)");
     };
-    sub->add_option("--preset", preset, "built-in layer shape (see `moekit presets`)")->capture_default_str();
-    sub->add_option("--spec", spec_file,
-                    "JSON file holding the whole layer spec (as `moekit resolve --json` prints under "
-                    "\"spec\"); replaces --preset, and the flags below override its fields");
+    sub->add_option("--preset", preset, "built-in layer shape (see `moekit presets`)")
+        ->capture_default_str();
+    sub->add_option(
+        "--spec", spec_file,
+        "JSON file holding the whole layer spec (as `moekit resolve --json` prints under "
+        "\"spec\"); replaces --preset, and the flags below override its fields");
     opt("--weights-format",
         "bf16, fp16, fp32, fp8, fp8_block128, int8_group, int4_group, mxfp4, nvfp4, mxfp8; another "
         "format than the preset's resets group size, zero points and pre-quant scale to defaults");
@@ -59,7 +62,8 @@ struct LayerOpts {
     on_off("--pre-quant-scale", "int8_group / int4_group with an AWQ pre-quant scale");
     opt("--act-dtype", "activation dtype: bf16, fp16, fp32");
     opt("--activation",
-        "swiglu, swiglu_clamped, geglu_tanh, geglu_erf, silu, gelu_tanh, gelu_erf, relu2, identity; "
+        "swiglu, swiglu_clamped, geglu_tanh, geglu_erf, silu, gelu_tanh, gelu_erf, relu2, "
+        "identity; "
         "another kind than the preset's drops its clamp limit, alpha and beta");
     opt("--clamp-limit", "swiglu_clamped: clamp limit");
     opt("--alpha", "swiglu_clamped: sigmoid slope");
@@ -69,35 +73,45 @@ struct LayerOpts {
     on_off("--fc2-bias", "FC2 has a bias");
     opt("--routing",
         "softmax_topk, topk_softmax, deepseek_v3, llama4, external; another method than the "
-        "preset's resets groups, scaling, correction bias, renormalization and placement to defaults");
+        "preset's resets groups, scaling, correction bias, renormalization and placement to "
+        "defaults");
     opt("--n-group", "deepseek_v3: expert groups");
     opt("--topk-group", "deepseek_v3: groups kept per token");
     opt("--routed-scaling", "factor on the routing weights moekit computes");
     on_off("--correction-bias", "deepseek_v3: selection correction bias");
     on_off("--renormalize", "deepseek_v3: normalize the k selected weights to sum 1");
-    opt("--router-weight-on", "where the routing weight multiplies: output (the expert's output) or input");
+    opt("--router-weight-on",
+        "where the routing weight multiplies: output (the expert's output) or input");
     opt("--experts", "expert count (the preset's unless given)");
     opt("--top-k", "experts per token");
     opt("--hidden", "hidden size");
     opt("--intermediate", "intermediate size per expert, unsharded");
-    opt("--max-tokens", "workspace size in tokens (default: the spec file's, else the largest token count asked for)");
+    opt("--max-tokens",
+        "workspace size in tokens (default: the spec file's, else the largest token count asked "
+        "for)");
     opt("--tp-size", "tensor-parallel size (default 1)");
     opt("--tp-rank", "tensor-parallel rank (default 0)");
     opt("--ep-size", "expert-parallel size (default 1)");
     opt("--ep-rank", "expert-parallel rank (default 0)");
-    sub->add_option("--backend", backend, "auto, a family (reference, cutlass) or an implementation id")->capture_default_str();
+    sub->add_option("--backend", backend,
+                    "auto, a family (reference, cutlass) or an implementation id")
+        ->capture_default_str();
     sub->add_option("--seed", seed, "seed of the random weights and inputs")->capture_default_str();
   }
 
   bool given(const std::string& name) const { return app != nullptr && app->count(name) > 0; }
   const std::string& value(const std::string& name) const { return text.at(name); }
-  int64_t count(const std::string& name, int64_t min) const { return parse_integer(name, value(name), min); }
+  int64_t count(const std::string& name, int64_t min) const {
+    return parse_integer(name, value(name), min);
+  }
   int small(const std::string& name, int min) const { return parse_int(name, value(name), min); }
   template <class E, class Parse>
   E named(const std::string& name, Parse parse, const std::string& fallback) const {
     const std::string& v = given(name) ? value(name) : fallback;
     const auto parsed = parse(v);
-    if (!parsed) throw Error(ErrorCode::kInvalidArgument, name + " '" + v + "' is not a known value (see --help)");
+    if (!parsed)
+      throw Error(ErrorCode::kInvalidArgument,
+                  name + " '" + v + "' is not a known value (see --help)");
     return *parsed;
   }
 
@@ -115,9 +129,12 @@ struct LayerOpts {
       s = find_preset(preset).spec;
     }
     const bool from_preset = spec_file.empty();
-    const std::string fmt = given("--weights-format") ? value("--weights-format") : from_preset ? default_weights_format : "";
+    const std::string fmt = given("--weights-format") ? value("--weights-format")
+                            : from_preset             ? default_weights_format
+                                                      : "";
     if (!fmt.empty()) {
-      const WeightFormat f = named<WeightFormat>("--weights-format", weight_format_from_string, fmt);
+      const WeightFormat f =
+          named<WeightFormat>("--weights-format", weight_format_from_string, fmt);
       if (f != s.weights.format) {
         s.weights = WeightQuant{};
         s.weights.format = f;
@@ -126,7 +143,9 @@ struct LayerOpts {
     if (given("--group-size")) s.weights.group_size = small("--group-size", 1);
     if (given("--zero-points")) s.weights.zero_points = flags.at("--zero-points");
     if (given("--pre-quant-scale")) s.weights.pre_quant_scale = flags.at("--pre-quant-scale");
-    const std::string act = given("--act-dtype") ? value("--act-dtype") : from_preset ? default_act_dtype : "";
+    const std::string act = given("--act-dtype") ? value("--act-dtype")
+                            : from_preset        ? default_act_dtype
+                                                 : "";
     if (!act.empty()) s.act_dtype = named<DType>("--act-dtype", dtype_from_string, act);
 
     if (given("--activation")) {
@@ -159,15 +178,17 @@ struct LayerOpts {
     if (given("--correction-bias")) s.routing.correction_bias = flags.at("--correction-bias");
     if (given("--renormalize")) s.routing.renormalize = flags.at("--renormalize");
     if (given("--router-weight-on"))
-      s.routing.weight_placement =
-          named<RouterWeightPlacement>("--router-weight-on", router_weight_placement_from_string, "");
+      s.routing.weight_placement = named<RouterWeightPlacement>(
+          "--router-weight-on", router_weight_placement_from_string, "");
 
     if (given("--experts")) s.num_experts = count("--experts", 1);
     if (given("--top-k")) s.top_k = count("--top-k", 1);
     if (given("--hidden")) s.hidden = count("--hidden", 1);
     if (given("--intermediate")) s.intermediate = count("--intermediate", 1);
-    if (given("--max-tokens")) s.max_tokens = count("--max-tokens", 1);
-    else if (from_preset) s.max_tokens = std::max<int64_t>(tokens_hint, 1);
+    if (given("--max-tokens"))
+      s.max_tokens = count("--max-tokens", 1);
+    else if (from_preset)
+      s.max_tokens = std::max<int64_t>(tokens_hint, 1);
     if (given("--tp-size")) s.tp_size = small("--tp-size", 1);
     if (given("--tp-rank")) s.tp_rank = small("--tp-rank", 0);
     if (given("--ep-size")) s.ep_size = small("--ep-size", 1);
@@ -192,13 +213,17 @@ std::vector<int64_t> parse_tokens(const std::string& list) {
   std::stringstream ss(list);
   std::string item;
   while (std::getline(ss, item, ',')) out.push_back(parse_integer("--tokens", item, 1));
-  if (out.empty()) throw Error(ErrorCode::kInvalidArgument, "--tokens '" + list + "' names no token count");
+  if (out.empty())
+    throw Error(ErrorCode::kInvalidArgument, "--tokens '" + list + "' names no token count");
   return out;
 }
 
 double checksum(const std::vector<float>& v, double* abs_sum) {
   double s = 0, a = 0;
-  for (float x : v) { s += x; a += std::fabs(x); }
+  for (float x : v) {
+    s += x;
+    a += std::fabs(x);
+  }
   *abs_sum = a;
   return s;
 }
@@ -207,19 +232,21 @@ void print_degradation(const Resolution& r) {
   if (!r.degraded_from) return;
   const Degradation& d = *r.degraded_from;
   if (d.chosen.empty())
-    std::cout << "cannot run '" << d.requested << "': [" << to_string(d.reason.stage) << "] " << d.reason.reason << "\n";
+    std::cout << "cannot run '" << d.requested << "': [" << to_string(d.reason.stage) << "] "
+              << d.reason.reason << "\n";
   else
-    std::cout << "degraded from '" << d.requested << "' to '" << d.chosen << "': [" << to_string(d.reason.stage)
-              << "] " << d.reason.reason << "\n";
+    std::cout << "degraded from '" << d.requested << "' to '" << d.chosen << "': ["
+              << to_string(d.reason.stage) << "] " << d.reason.reason << "\n";
 }
 
 int cmd_presets() {
-  std::printf("%-18s %5s %4s %6s %6s  %-13s %-15s %-12s  %s\n", "name", "E", "k", "H", "I", "routing",
-              "activation", "weights", "description");
+  std::printf("%-18s %5s %4s %6s %6s  %-13s %-15s %-12s  %s\n", "name", "E", "k", "H", "I",
+              "routing", "activation", "weights", "description");
   for (const Preset& p : list_presets()) {
     const MoeSpec& s = p.spec;
-    std::printf("%-18s %5lld %4lld %6lld %6lld  %-13s %-15s %-12s  %s\n", p.name.c_str(), (long long)s.num_experts,
-                (long long)s.top_k, (long long)s.hidden, (long long)s.intermediate, to_string(s.routing.method),
+    std::printf("%-18s %5lld %4lld %6lld %6lld  %-13s %-15s %-12s  %s\n", p.name.c_str(),
+                (long long)s.num_experts, (long long)s.top_k, (long long)s.hidden,
+                (long long)s.intermediate, to_string(s.routing.method),
                 to_string(s.activation.kind), to_string(s.weights.format), p.description.c_str());
   }
   return 0;
@@ -241,32 +268,37 @@ int cmd_run(const LayerOpts& lo, const RunOpts& ro) {
   std::vector<NamedTensor> input_tensors;
   if (!ro.input.empty()) {
     input_tensors = read_tensors(ro.input);
-    auto it = std::find_if(input_tensors.begin(), input_tensors.end(), [](auto& t) { return t.name == "hidden"; });
+    auto it = std::find_if(input_tensors.begin(), input_tensors.end(),
+                           [](auto& t) { return t.name == "hidden"; });
     if (it == input_tensors.end() || it->shape.size() != 2)
       throw Error(ErrorCode::kBadFile, ro.input + ": needs a 2-D tensor 'hidden' [tokens, hidden]");
     if (ro.tokens_given && it->shape[0] != tokens)
-      throw Error(ErrorCode::kInvalidArgument, "--tokens " + std::to_string(tokens) + " differs from the " +
-                                                   std::to_string(it->shape[0]) + " tokens of 'hidden' in " +
-                                                   ro.input + "; give one of them");
+      throw Error(ErrorCode::kInvalidArgument,
+                  "--tokens " + std::to_string(tokens) + " differs from the " +
+                      std::to_string(it->shape[0]) + " tokens of 'hidden' in " + ro.input +
+                      "; give one of them");
     tokens = it->shape[0];
   }
   const MoeSpec spec = lo.spec(tokens);
   if (tokens > spec.max_tokens)
     throw Error(ErrorCode::kInvalidArgument, "the batch of " + std::to_string(tokens) +
-                                                 " tokens exceeds max_tokens " + std::to_string(spec.max_tokens));
+                                                 " tokens exceeds max_tokens " +
+                                                 std::to_string(spec.max_tokens));
   // The resolver decides first: nothing is built for a layer that cannot run here.
   resolve_or_refuse(spec, lo.backend);
   HostInputs in;
-  if (!ro.input.empty()) in = inputs_from_tensors(spec, input_tensors, ro.input);
-  else in = random_inputs(spec, tokens, lo.seed);
+  if (!ro.input.empty())
+    in = inputs_from_tensors(spec, input_tensors, ro.input);
+  else
+    in = random_inputs(spec, tokens, lo.seed);
 
   check_host_bytes(weight_host_bytes(spec), "the weights of " + lo.layer_name());
   MoeWeights w;
   if (!ro.weight_files.empty()) {
     // The preset's own family unless --family names another (a spec file has none).
     if (ro.family.empty() && !lo.spec_file.empty())
-      throw Error(ErrorCode::kInvalidArgument, "--weights with --spec " + lo.spec_file +
-                                                   " needs --family to name the tensors");
+      throw Error(ErrorCode::kInvalidArgument,
+                  "--weights with --spec " + lo.spec_file + " needs --family to name the tensors");
     const std::string family = ro.family.empty() ? find_preset(lo.preset).family : ro.family;
     std::vector<std::string> files;
     for (const auto& path : ro.weight_files)
@@ -282,10 +314,11 @@ int cmd_run(const LayerOpts& lo, const RunOpts& ro) {
   RunResult res = run_layer(*layer, in);
   double abs_sum = 0;
   const double sum = checksum(res.output, &abs_sum);
-  std::printf("tokens %lld  hidden %lld  checksum sum=%.6e abs=%.6e  time %.3f ms\n", (long long)tokens,
-              (long long)spec.hidden, sum, abs_sum, res.milliseconds);
+  std::printf("tokens %lld  hidden %lld  checksum sum=%.6e abs=%.6e  time %.3f ms\n",
+              (long long)tokens, (long long)spec.hidden, sum, abs_sum, res.milliseconds);
   if (ro.check && r.chosen->id() == "cpu.reference") {
-    std::cout << "check: cpu.reference ran this layer itself; there is nothing to compare it against\n";
+    std::cout
+        << "check: cpu.reference ran this layer itself; there is nothing to compare it against\n";
   } else if (ro.check) {
     LayerOptions ref_opts = lo.options();
     ref_opts.backend = "reference";
@@ -299,7 +332,9 @@ int cmd_run(const LayerOpts& lo, const RunOpts& ro) {
     }
     const double rel = std::sqrt(num / std::max(den, 1e-30));
     std::printf("check against cpu.reference: relative error %.3e\n", rel);
-    if (!(rel < 1e-2)) throw Error(ErrorCode::kInternal, "output differs from the CPU reference: relative error " + std::to_string(rel));
+    if (!(rel < 1e-2))
+      throw Error(ErrorCode::kInternal,
+                  "output differs from the CPU reference: relative error " + std::to_string(rel));
   }
   if (!ro.output.empty()) {
     write_tensors(ro.output, {output_tensor(spec, res.output, tokens)});
@@ -333,7 +368,8 @@ int cmd_resolve(const LayerOpts& lo, bool json) {
 
 // The bench times a device implementation: the resolver's choice for the request, refused with
 // its reason when there is none or when it is a host implementation.
-void refuse_unless_device(const MoeSpec& spec, const std::string& name, const std::string& backend) {
+void refuse_unless_device(const MoeSpec& spec, const std::string& name,
+                          const std::string& backend) {
   const Resolution r = resolve_or_refuse(spec, backend);
   if (r.chosen->device() == Device::kCuda) return;
   std::string why = r.chosen->id() + " runs on the host";
@@ -346,9 +382,9 @@ void refuse_unless_device(const MoeSpec& spec, const std::string& name, const st
       break;
     }
   }
-  throw Error(ErrorCode::kUnsupported, "bench times a CUDA implementation, but none can run " + name +
-                                           " here (backend '" + backend + "' gives " + r.chosen->id() +
-                                           "): " + why);
+  throw Error(ErrorCode::kUnsupported, "bench times a CUDA implementation, but none can run " +
+                                           name + " here (backend '" + backend + "' gives " +
+                                           r.chosen->id() + "): " + why);
 }
 
 int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& flush_text,
@@ -382,17 +418,20 @@ int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& f
   }
   for (const auto& [name, spec] : layers) {
     if (spec.max_tokens < largest)
-      throw Error(ErrorCode::kInvalidArgument, "max_tokens " + std::to_string(spec.max_tokens) + " of " + name +
-                                                   " is below the token count " + std::to_string(largest));
+      throw Error(ErrorCode::kInvalidArgument, "max_tokens " + std::to_string(spec.max_tokens) +
+                                                   " of " + name + " is below the token count " +
+                                                   std::to_string(largest));
     refuse_unless_device(spec, name, lo.backend);
     check_host_bytes(weight_host_bytes(spec), "the random weights of " + name);
   }
   const int64_t workspace = layers.front().second.max_tokens;  // max_t, or the spec file's
   const Floors floors = measure_floors(flush);
-  std::printf("# moekit bench on %s; floors: copy %.2f TB/s (read+write), BF16 GEMM %.0f TFLOP/s (cuBLAS 8192^3), "
-              "graph launch %.1f us (an empty kernel's replay, timed as the rows)\n",
-              floors.gpu_name.c_str(), floors.copy_bytes_per_s / 1e12, floors.gemm_flops_per_s / 1e12,
-              floors.launch_us);
+  std::printf(
+      "# moekit bench on %s; floors: copy %.2f TB/s (read+write), BF16 GEMM %.0f TFLOP/s (cuBLAS "
+      "8192^3), "
+      "graph launch %.1f us (an empty kernel's replay, timed as the rows)\n",
+      floors.gpu_name.c_str(), floors.copy_bytes_per_s / 1e12, floors.gemm_flops_per_s / 1e12,
+      floors.launch_us);
   std::printf(
       "# median of graph replays, L2 flush before each: %s; routing included; random routing; "
       "workspace for %lld tokens\n",
@@ -400,8 +439,8 @@ int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& f
       : flush == L2Flush::kWrite ? "256 MiB written (L2 left dirty)"
                                  : "none",
       static_cast<long long>(workspace));
-  std::printf("%-16s %6s %10s %9s %9s %6s %8s %6s %8s %6s %10s  %s\n", "preset", "T", "median_us", "p10", "p90",
-              "hit", "GB/s", "%bw", "TFLOP/s", "%gemm", "floor_us", "implementation");
+  std::printf("%-16s %6s %10s %9s %9s %6s %8s %6s %8s %6s %10s  %s\n", "preset", "T", "median_us",
+              "p10", "p90", "hit", "GB/s", "%bw", "TFLOP/s", "%gemm", "floor_us", "implementation");
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& [name, spec] : layers) {
     MoeWeights w = fast_random_weights(spec, lo.seed);
@@ -420,37 +459,54 @@ int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& f
       // Experts actually hit (the weights that must be read), from the same routing on the host.
       std::vector<int32_t> ids(t * spec.top_k);
       std::vector<float> wts(t * spec.top_k);
-      throw_if_error(routing::route_host(spec.routing, t, spec.num_experts, spec.top_k, in.router_logits.data(),
-                                         spec.routing.correction_bias ? bias.data() : nullptr, ids.data(), wts.data()));
+      throw_if_error(routing::route_host(
+          spec.routing, t, spec.num_experts, spec.top_k, in.router_logits.data(),
+          spec.routing.correction_bias ? bias.data() : nullptr, ids.data(), wts.data()));
       std::set<int32_t> hit(ids.begin(), ids.end());
       row.experts_hit = static_cast<int64_t>(hit.size());
-      row.bytes = row.experts_hit * expert_bytes + 2.0 * t * spec.hidden * es + 4.0 * t * spec.num_experts;
+      row.bytes =
+          row.experts_hit * expert_bytes + 2.0 * t * spec.hidden * es + 4.0 * t * spec.num_experts;
       row.flops = 2.0 * t * spec.top_k * (lp.fc1_rows * lp.hidden + lp.hidden * lp.intermediate);
       bench_layer_on_device(*layer, in, flush, row, trace_replays);
       const double s = row.median_us * 1e-6;
-      const double floor_us = std::max(row.bytes / floors.copy_bytes_per_s, row.flops / floors.gemm_flops_per_s) * 1e6;
-      std::printf("%-16s %6lld %10.1f %9.1f %9.1f %6lld %8.0f %5.0f%% %8.1f %5.0f%% %10.1f  %s\n", name.c_str(),
-                  (long long)t, row.median_us, row.p10_us, row.p90_us, (long long)row.experts_hit, row.bytes / s / 1e9,
+      const double floor_us =
+          std::max(row.bytes / floors.copy_bytes_per_s, row.flops / floors.gemm_flops_per_s) * 1e6;
+      std::printf("%-16s %6lld %10.1f %9.1f %9.1f %6lld %8.0f %5.0f%% %8.1f %5.0f%% %10.1f  %s\n",
+                  name.c_str(), (long long)t, row.median_us, row.p10_us, row.p90_us,
+                  (long long)row.experts_hit, row.bytes / s / 1e9,
                   100.0 * row.bytes / s / floors.copy_bytes_per_s, row.flops / s / 1e12,
-                  100.0 * row.flops / s / floors.gemm_flops_per_s, floor_us, layer->resolution().chosen->id().c_str());
+                  100.0 * row.flops / s / floors.gemm_flops_per_s, floor_us,
+                  layer->resolution().chosen->id().c_str());
       if (row.trace.replays > 0) print_trace(row.trace);
       std::fflush(stdout);
       nlohmann::json traced = nlohmann::json::array();
       for (const TracedKernel& k : row.trace.kernels)
-        traced.push_back({{"kernel", k.name}, {"median_us", k.median_us}, {"median_gap_us", k.median_gap_us}});
-      rows.push_back({{"preset", name}, {"tokens", t}, {"median_us", row.median_us}, {"p10_us", row.p10_us},
-                      {"p90_us", row.p90_us}, {"reps", row.reps}, {"experts_hit", row.experts_hit},
-                      {"bytes", row.bytes}, {"flops", row.flops}, {"floor_us", floor_us},
-                      {"implementation", layer->resolution().chosen->id()}, {"l2_flush", to_string(flush)},
-                      {"max_tokens", spec.max_tokens}, {"trace", traced}});
+        traced.push_back(
+            {{"kernel", k.name}, {"median_us", k.median_us}, {"median_gap_us", k.median_gap_us}});
+      rows.push_back({{"preset", name},
+                      {"tokens", t},
+                      {"median_us", row.median_us},
+                      {"p10_us", row.p10_us},
+                      {"p90_us", row.p90_us},
+                      {"reps", row.reps},
+                      {"experts_hit", row.experts_hit},
+                      {"bytes", row.bytes},
+                      {"flops", row.flops},
+                      {"floor_us", floor_us},
+                      {"implementation", layer->resolution().chosen->id()},
+                      {"l2_flush", to_string(flush)},
+                      {"max_tokens", spec.max_tokens},
+                      {"trace", traced}});
     }
   }
   if (!json_path.empty()) {
     nlohmann::json doc = {{"gpu", floors.gpu_name},
                           {"version", moekit::version()},
                           {"environment", Environment::detected().fingerprint()},
-                          {"floors", {{"copy_bytes_per_s", floors.copy_bytes_per_s}, {"gemm_flops_per_s", floors.gemm_flops_per_s},
-                                      {"graph_launch_us", floors.launch_us}}},
+                          {"floors",
+                           {{"copy_bytes_per_s", floors.copy_bytes_per_s},
+                            {"gemm_flops_per_s", floors.gemm_flops_per_s},
+                            {"graph_launch_us", floors.launch_us}}},
                           {"rows", rows}};
     std::ofstream f(json_path);
     if (!f) throw Error(ErrorCode::kIo, "cannot write " + json_path);
@@ -475,30 +531,44 @@ int main(int argc, char** argv) {
   RunOpts ro;
   auto* run = app.add_subcommand("run", "one forward of a preset or of a layer loaded from files");
   run_lo.add_to(run);
-  auto* run_tokens = run->add_option("--tokens", ro.tokens, "tokens in the batch (0: an empty batch)")->capture_default_str();
-  run->add_option("--weights", ro.weight_files, "safetensors files, folders or *.safetensors.index.json holding the layer's experts");
-  run->add_option("--family", ro.family, "model family naming the tensors (default: the preset's; needed with --spec): mixtral, qwen3_moe, deepseek_v3, gpt_oss, llama4, moekit");
-  run->add_option("--layer", ro.layer, "layer index inside the weight files")->capture_default_str();
-  run->add_option("--input", ro.input, "safetensors file with 'hidden' [T,H] and 'router_logits' [T,E] (or 'topk_ids','topk_weights'); its T is the token count");
-  run->add_option("--output", ro.output, "write the output as tensor 'output' [T,H] to this safetensors file");
-  run->add_flag("--check", ro.check, "also run the CPU reference and fail if the relative error is 1e-2 or more");
+  auto* run_tokens =
+      run->add_option("--tokens", ro.tokens, "tokens in the batch (0: an empty batch)")
+          ->capture_default_str();
+  run->add_option(
+      "--weights", ro.weight_files,
+      "safetensors files, folders or *.safetensors.index.json holding the layer's experts");
+  run->add_option("--family", ro.family,
+                  "model family naming the tensors (default: the preset's; needed with --spec): "
+                  "mixtral, qwen3_moe, deepseek_v3, gpt_oss, llama4, moekit");
+  run->add_option("--layer", ro.layer, "layer index inside the weight files")
+      ->capture_default_str();
+  run->add_option("--input", ro.input,
+                  "safetensors file with 'hidden' [T,H] and 'router_logits' [T,E] (or "
+                  "'topk_ids','topk_weights'); its T is the token count");
+  run->add_option("--output", ro.output,
+                  "write the output as tensor 'output' [T,H] to this safetensors file");
+  run->add_flag("--check", ro.check,
+                "also run the CPU reference and fail if the relative error is 1e-2 or more");
 
   LayerOpts res_lo;
   bool json = false;
-  auto* res = app.add_subcommand("resolve", "which implementation would run this layer here, and why not the others");
+  auto* res = app.add_subcommand(
+      "resolve", "which implementation would run this layer here, and why not the others");
   res_lo.add_to(res);
   res->add_flag("--json", json, "print {\"spec\": the spec, then the report} as JSON");
 
   LayerOpts bench_lo;
   bench_lo.preset = "qwen3-30b-a3b,mixtral-8x7b,deepseek-v3,gpt-oss-120b";
   std::string tokens = "1,8,64,512,4096,16384", json_path, flush = "read", trace_replays = "0";
-  auto* bench = app.add_subcommand("bench", "time full forwards (CUDA graph replays) of presets on the GPU");
+  auto* bench =
+      app.add_subcommand("bench", "time full forwards (CUDA graph replays) of presets on the GPU");
   bench_lo.add_to(bench);
   bench->add_option("--tokens", tokens, "comma-separated token counts")->capture_default_str();
   bench->add_option("--json", json_path, "also write the rows to this JSON file");
-  bench->add_option("--flush", flush,
-                    "how L2 is emptied before each replay: read (256 MiB read, L2 left clean), "
-                    "write (256 MiB written, L2 left dirty), none")
+  bench
+      ->add_option("--flush", flush,
+                   "how L2 is emptied before each replay: read (256 MiB read, L2 left clean), "
+                   "write (256 MiB written, L2 left dirty), none")
       ->capture_default_str();
   bench->add_option("--trace", trace_replays,
                     "then replay each forward this many more times with CUPTI recording every "

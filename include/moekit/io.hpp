@@ -4,11 +4,11 @@
 //
 // Every malformed file (truncated, header length past the end or over 100 MB, bad JSON, JSON nested
 // deeper than 64 levels, a tensor name or key that appears twice, a shape of more than 64
-// dimensions or whose size overflows int64, offsets outside the data, reversed, overlapping or not matching shape x dtype, a dtype or
-// shape that does not match the description, a missing tensor) is Error(kBadFile) whose message
-// names the file and the tensor. The OS refusing to read or write, a missing file, and a path that
-// is not a regular file (a FIFO, a device, a folder: refused without reading or blocking) are
-// Error(kIo).
+// dimensions or whose size overflows int64, offsets outside the data, reversed, overlapping or not
+// matching shape x dtype, a dtype or shape that does not match the description, a missing tensor)
+// is Error(kBadFile) whose message names the file and the tensor. The OS refusing to read or write,
+// a missing file, and a path that is not a regular file (a FIFO, a device, a folder: refused
+// without reading or blocking) are Error(kIo).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -125,11 +125,11 @@ std::string expand_tensor_name(std::string_view pattern, int layer, int64_t expe
 // fc2_bias and routing_bias whole). The result equals shard_weights(spec, <full set>) and passes
 // check_weights(spec, .).
 // Errors: kInvalidSpec (spec invalid), kUnsupported (the family cannot hold spec's format,
-// activation, biases or gate/up layout; NVFP4 gate and up with different global scales), kBadFile (missing tensor, dtype or shape other than described: file,
-// tensor, expected and found are named; an e8m0 NaN scale 0xff of a local expert),
-// kFormatMismatch (a kNative file of another format, or a tensor of this layer's experts that
-// the spec's options do not read: zero points, an AWQ scale, another format's scales, a bias or
-// correction bias the spec lacks; file and tensor are named).
+// activation, biases or gate/up layout; NVFP4 gate and up with different global scales), kBadFile
+// (missing tensor, dtype or shape other than described: file, tensor, expected and found are named;
+// an e8m0 NaN scale 0xff of a local expert), kFormatMismatch (a kNative file of another format, or
+// a tensor of this layer's experts that the spec's options do not read: zero points, an AWQ scale,
+// another format's scales, a bias or correction bias the spec lacks; file and tensor are named).
 MoeWeights load_layer_weights(const std::vector<std::string>& files, const ModelFamily& family,
                               int layer, const MoeSpec& spec);
 

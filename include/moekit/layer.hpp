@@ -9,8 +9,8 @@
 namespace moekit {
 
 struct LayerOptions {
-  std::string backend = "auto";  // "auto", a family, or an implementation id
-  int device_index = 0;          // CUDA device for device implementations
+  std::string backend = "auto";              // "auto", a family, or an implementation id
+  int device_index = 0;                      // CUDA device for device implementations
   const Environment* environment = nullptr;  // null: Environment::detected()
 };
 

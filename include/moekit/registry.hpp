@@ -57,7 +57,7 @@ class Eligibility {
 
 // What an implementation supports, as plain data. Empty lists mean "none".
 struct Capability {
-  int sm_min = 0, sm_max = 0;        // both 0: runs without a GPU
+  int sm_min = 0, sm_max = 0;  // both 0: runs without a GPU
   bool needs_cuda = false, needs_cutlass = false, needs_nccl = false;
   std::vector<WeightFormat> weight_formats;
   std::vector<DType> act_dtypes;
@@ -66,15 +66,15 @@ struct Capability {
   // Applies RoutingParams::weight_placement kInput (the weight on the experts' input, Llama-4);
   // every implementation applies kOutput.
   bool router_weight_on_input = false;
-  bool clamp = false;                // ActivationParams::limit
-  bool alpha_beta = false;           // ActivationParams::alpha / beta
+  bool clamp = false;       // ActivationParams::limit
+  bool alpha_beta = false;  // ActivationParams::alpha / beta
   bool fc1_bias = false, fc2_bias = false;
   bool lora = false;
   bool all_to_all = false;
   bool cuda_graph_safe = false;
   bool tensor_parallel = true, expert_parallel = true;
-  int64_t hidden_multiple = 1;       // hidden must be a multiple of this
-  int64_t intermediate_multiple = 1; // local intermediate must be a multiple of this
+  int64_t hidden_multiple = 1;        // hidden must be a multiple of this
+  int64_t intermediate_multiple = 1;  // local intermediate must be a multiple of this
   int64_t max_tokens = 0, max_experts = 0, max_top_k = 0;  // 0: no limit
 };
 
@@ -141,15 +141,15 @@ struct CandidateReport {
 };
 
 struct Degradation {
-  std::string requested;   // what the user asked for ("auto" never degrades)
-  std::string chosen;      // what runs instead
-  Rejection reason;        // the most informative rejection of what was asked for
+  std::string requested;  // what the user asked for ("auto" never degrades)
+  std::string chosen;     // what runs instead
+  Rejection reason;       // the most informative rejection of what was asked for
 };
 
 struct Resolution {
   std::string request;
-  const Implementation* chosen = nullptr;  // null: nothing can run it (report says why)
-  std::vector<CandidateReport> candidates; // every candidate considered, in priority order
+  const Implementation* chosen = nullptr;   // null: nothing can run it (report says why)
+  std::vector<CandidateReport> candidates;  // every candidate considered, in priority order
   std::optional<Degradation> degraded_from;
   std::string environment_fingerprint;
 

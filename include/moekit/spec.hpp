@@ -21,11 +21,11 @@ struct ActivationParams {
 
 struct RoutingParams {
   RoutingMethod method = RoutingMethod::kTopKSoftmax;
-  int n_group = 1;                    // DeepSeek-V3 expert groups
-  int topk_group = 1;                 // groups kept per token
-  float routed_scaling_factor = 1.0f; // multiplies the weights moekit computes (not kExternal's)
-  bool correction_bias = false;       // DeepSeek-V3 e_score_correction_bias [E], selection only
-  bool renormalize = true;            // DeepSeek-V3: normalize the k selected weights to sum 1
+  int n_group = 1;                     // DeepSeek-V3 expert groups
+  int topk_group = 1;                  // groups kept per token
+  float routed_scaling_factor = 1.0f;  // multiplies the weights moekit computes (not kExternal's)
+  bool correction_bias = false;        // DeepSeek-V3 e_score_correction_bias [E], selection only
+  bool renormalize = true;             // DeepSeek-V3: normalize the k selected weights to sum 1
   // Llama-4: kInput (each slot's expert reads its row times the slot's weight, rounded to
   // act_dtype; the slots' outputs sum with weight 1: types.hpp, RouterWeightPlacement).
   RouterWeightPlacement weight_placement = RouterWeightPlacement::kOutput;
@@ -33,9 +33,9 @@ struct RoutingParams {
 
 struct WeightQuant {
   WeightFormat format = WeightFormat::kBF16;
-  int group_size = 128;        // kInt8Group / kInt4Group only: 32, 64 or 128
-  bool zero_points = false;    // kInt8Group / kInt4Group only
-  bool pre_quant_scale = false;// AWQ input smoothing, kInt8Group / kInt4Group only
+  int group_size = 128;          // kInt8Group / kInt4Group only: 32, 64 or 128
+  bool zero_points = false;      // kInt8Group / kInt4Group only
+  bool pre_quant_scale = false;  // AWQ input smoothing, kInt8Group / kInt4Group only
 };
 
 // The most elements one tensor of a layer may hold: validate() refuses a spec whose FC1 or FC2
@@ -46,10 +46,10 @@ struct WeightQuant {
 inline constexpr int64_t kMaxTensorElements = int64_t{1} << 48;
 
 struct MoeSpec {
-  int64_t num_experts = 0;   // global expert count E
+  int64_t num_experts = 0;  // global expert count E
   int64_t top_k = 0;
-  int64_t hidden = 0;        // H
-  int64_t intermediate = 0;  // I, per expert, unsharded
+  int64_t hidden = 0;                  // H
+  int64_t intermediate = 0;            // I, per expert, unsharded
   DType act_dtype = DType::kBFloat16;  // input / output element type: bf16, fp16, fp32
   WeightQuant weights;
   ActivationParams activation;

@@ -24,7 +24,9 @@ struct TensorView {
   }
   std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype); }
   template <class T>
-  T* as() const { return static_cast<T*>(data); }
+  T* as() const {
+    return static_cast<T*>(data);
+  }
 };
 
 inline TensorView host_view(void* p, DType t, std::vector<int64_t> shape) {

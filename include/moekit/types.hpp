@@ -111,15 +111,15 @@ bool format_quantizes_activations(WeightFormat f);  // W8A8 kinds
 
 // The gated (or not) activation between FC1 and FC2.
 enum class ActivationKind : int {
-  kSwiGLU = 1,          // silu(gate) * up
-  kSwiGLUClamped = 2,   // gpt-oss: g = min(gate, limit), u = clamp(up, -limit, limit),
-                        //   out = g * sigmoid(alpha * g) * (u + beta); defaults alpha 1, beta 0
-  kGeGLUTanh = 3,       // gelu_tanh(gate) * up
-  kGeGLUErf = 4,        // gelu_erf(gate) * up
-  kSiLU = 5,            // non-gated: FC1 has `intermediate` rows
+  kSwiGLU = 1,         // silu(gate) * up
+  kSwiGLUClamped = 2,  // gpt-oss: g = min(gate, limit), u = clamp(up, -limit, limit),
+                       //   out = g * sigmoid(alpha * g) * (u + beta); defaults alpha 1, beta 0
+  kGeGLUTanh = 3,      // gelu_tanh(gate) * up
+  kGeGLUErf = 4,       // gelu_erf(gate) * up
+  kSiLU = 5,           // non-gated: FC1 has `intermediate` rows
   kGeLUTanh = 6,
   kGeLUErf = 7,
-  kReLU2 = 8,           // relu(x)^2
+  kReLU2 = 8,  // relu(x)^2
   kIdentity = 9,
 };
 const char* to_string(ActivationKind a);
@@ -158,7 +158,7 @@ enum class RoutingMethod : int {
   // k): Llama-4 (Llama4Router.forward in llama4/modeling_llama4.py). Llama-4 applies it to the
   // experts' input (RouterWeightPlacement::kInput, which the preset sets).
   kLlama4 = 4,
-  kExternal = 5,      // caller passes ids and weights (used as given: no scaling factor)
+  kExternal = 5,  // caller passes ids and weights (used as given: no scaling factor)
 };
 const char* to_string(RoutingMethod r);
 std::optional<RoutingMethod> routing_from_string(std::string_view s);

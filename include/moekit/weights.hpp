@@ -12,14 +12,14 @@ namespace moekit {
 struct QuantizedTensor {
   WeightFormat format = WeightFormat::kBF16;
   int64_t experts = 0, rows = 0, cols = 0;
-  int group_size = 0;                  // columns per scale (0 = none / per tensor)
-  std::vector<uint8_t> values;         // packed elements, expert-major, row-major
-  std::vector<float> scales;           // fp32 scales: kFP8Block128, kInt8Group, kInt4Group
-  std::vector<uint8_t> scale_bytes;    // raw 8-bit scales: e8m0 (kMXFP4, kMXFP8), e4m3 (kNVFP4)
-  std::vector<uint8_t> zeros;          // zero points (int formats, optional)
-  std::vector<float> weight_scale;     // [experts]: kFP8PerTensor weight scale
-  std::vector<float> global_scale;     // [experts]: kNVFP4 global scale (ModelOpt weight_scale_2)
-  std::vector<float> input_scale;      // [experts]: kFP8PerTensor static activation scale
+  int group_size = 0;                // columns per scale (0 = none / per tensor)
+  std::vector<uint8_t> values;       // packed elements, expert-major, row-major
+  std::vector<float> scales;         // fp32 scales: kFP8Block128, kInt8Group, kInt4Group
+  std::vector<uint8_t> scale_bytes;  // raw 8-bit scales: e8m0 (kMXFP4, kMXFP8), e4m3 (kNVFP4)
+  std::vector<uint8_t> zeros;        // zero points (int formats, optional)
+  std::vector<float> weight_scale;   // [experts]: kFP8PerTensor weight scale
+  std::vector<float> global_scale;   // [experts]: kNVFP4 global scale (ModelOpt weight_scale_2)
+  std::vector<float> input_scale;    // [experts]: kFP8PerTensor static activation scale
   // [experts, cols]: AWQ smoothing (int formats, optional). It MULTIPLIES the activations,
   // y = W (x * pre_quant_scale), as in ModelOpt / TensorRT-LLM checkpoints (types.hpp).
   std::vector<float> pre_quant_scale;
@@ -39,7 +39,8 @@ struct MoeWeights {
   QuantizedTensor fc2;
   std::vector<float> fc1_bias;
   std::vector<float> fc2_bias;
-  std::vector<float> routing_bias;  // [E global] DeepSeek-V3 e_score_correction_bias (selection only)
+  std::vector<float>
+      routing_bias;  // [E global] DeepSeek-V3 e_score_correction_bias (selection only)
 };
 
 // The local shard of `full` (weights of the unsharded spec) for spec's tp_rank / ep_rank.

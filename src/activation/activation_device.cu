@@ -18,13 +18,13 @@ enum Mode : int { kPlain = 0, kGated = 1 };
 
 struct Args {
   Params p;
-  const uint4* in;     // [rows, fc1_rows] as 16-byte vectors
-  uint4* out;          // [rows, intermediate]
-  const float* bias;   // [L, fc1_rows] or null
+  const uint4* in;    // [rows, fc1_rows] as 16-byte vectors
+  uint4* out;         // [rows, intermediate]
+  const float* bias;  // [L, fc1_rows] or null
   const int32_t* row_expert;
   const int32_t* rows_end;  // &offsets[L]: rows filled by the permutation
-  int64_t in_vecs;     // vectors per input row
-  int64_t out_vecs;    // vectors per output row
+  int64_t in_vecs;          // vectors per input row
+  int64_t out_vecs;         // vectors per output row
   int64_t fc1_rows;
 };
 
@@ -38,8 +38,8 @@ __global__ void __launch_bounds__(256) activation_kernel(Args a) {
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t row = idx / a.out_vecs, v = idx - row * a.out_vecs;
     const uint4* in = a.in + row * a.in_vecs;
-    const float* bias = a.bias ? a.bias + static_cast<int64_t>(a.row_expert[row]) * a.fc1_rows
-                               : nullptr;
+    const float* bias =
+        a.bias ? a.bias + static_cast<int64_t>(a.row_expert[row]) * a.fc1_rows : nullptr;
     float y[8];
     if (kMode == kPlain) {
       unpack8<T>(in[v], y);

@@ -17,12 +17,12 @@
 namespace moekit::activation {
 
 struct DeviceActivation {
-  DType elem = DType::kBFloat16;            // kBFloat16 or kFloat16 (input and output)
-  Params params;                            // kind, clamp, alpha, beta
-  int64_t intermediate = 0;                 // output columns (local I), a multiple of 8
+  DType elem = DType::kBFloat16;  // kBFloat16 or kFloat16 (input and output)
+  Params params;                  // kind, clamp, alpha, beta
+  int64_t intermediate = 0;       // output columns (local I), a multiple of 8
   int64_t fc1_rows() const { return is_gated(params.kind) ? 2 * intermediate : intermediate; }
-  const float* fc1_bias = nullptr;          // device [local experts, fc1_rows], null = none;
-                                            // blocked order for gated kinds, like the rows
+  const float* fc1_bias = nullptr;  // device [local experts, fc1_rows], null = none;
+                                    // blocked order for gated kinds, like the rows
   int local_experts = 0;
 };
 

@@ -9,8 +9,15 @@ namespace moekit::activation {
 
 // Mirrors moekit::ActivationKind (same numeric ids).
 enum class Kind : int {
-  kSwiGLU = 1, kSwiGLUClamped = 2, kGeGLUTanh = 3, kGeGLUErf = 4,
-  kSiLU = 5, kGeLUTanh = 6, kGeLUErf = 7, kReLU2 = 8, kIdentity = 9,
+  kSwiGLU = 1,
+  kSwiGLUClamped = 2,
+  kGeGLUTanh = 3,
+  kGeGLUErf = 4,
+  kSiLU = 5,
+  kGeLUTanh = 6,
+  kGeLUErf = 7,
+  kReLU2 = 8,
+  kIdentity = 9,
 };
 
 // Everything a kernel needs, as plain values (limit = +inf when there is no clamp).
@@ -29,7 +36,9 @@ MOEKIT_HD bool is_gated(Kind k) { return static_cast<int>(k) <= 4; }
 // wgmma accumulator fragment holds each gate and its up in the same thread, 8 columns (or 8
 // rows, swap-AB) apart (the fused FC1 epilogue). Needs intermediate % 8 == 0.
 constexpr int kGateUpBlock = 8;
-MOEKIT_HD long long blocked_gate_row(long long j) { return (j / kGateUpBlock) * 2 * kGateUpBlock + j % kGateUpBlock; }
+MOEKIT_HD long long blocked_gate_row(long long j) {
+  return (j / kGateUpBlock) * 2 * kGateUpBlock + j % kGateUpBlock;
+}
 MOEKIT_HD long long blocked_up_row(long long j) { return blocked_gate_row(j) + kGateUpBlock; }
 
 // On the device: the fast exp and divide (a few fp32 ulps, far below a bf16 ulp), so the
@@ -59,11 +68,18 @@ MOEKIT_HD float gelu_erf(float x) { return 0.5f * x * erfcf(-x * 0.7071067811865
 // Non-gated activation of one value.
 MOEKIT_HD float apply_plain(const Params& p, float x) {
   switch (p.kind) {
-    case Kind::kSiLU: return silu(x);
-    case Kind::kGeLUTanh: return gelu_tanh(x);
-    case Kind::kGeLUErf: return gelu_erf(x);
-    case Kind::kReLU2: { float r = x > 0.0f ? x : 0.0f; return r * r; }
-    default: return x;  // kIdentity
+    case Kind::kSiLU:
+      return silu(x);
+    case Kind::kGeLUTanh:
+      return gelu_tanh(x);
+    case Kind::kGeLUErf:
+      return gelu_erf(x);
+    case Kind::kReLU2: {
+      float r = x > 0.0f ? x : 0.0f;
+      return r * r;
+    }
+    default:
+      return x;  // kIdentity
   }
 }
 
@@ -89,7 +105,8 @@ MOEKIT_HD float x_sigmoid_fast(float x, float a) {
 template <bool kFast>
 MOEKIT_HD float apply_gated_t(const Params& p, float gate, float up) {
   switch (p.kind) {
-    case Kind::kSwiGLU: return (kFast ? x_sigmoid_fast(gate, 1.0f) : silu(gate)) * up;
+    case Kind::kSwiGLU:
+      return (kFast ? x_sigmoid_fast(gate, 1.0f) : silu(gate)) * up;
     case Kind::kSwiGLUClamped: {
       // gpt-oss: gate clamped from above only, up on both sides, a NaN input kept NaN (as
       // torch.clamp does; fminf/fmaxf would return the other operand). On the device min.NaN /
@@ -105,8 +122,10 @@ MOEKIT_HD float apply_gated_t(const Params& p, float gate, float up) {
 #endif
       return (kFast ? x_sigmoid_fast(g, p.alpha) : g * sigmoid(p.alpha * g)) * (u + p.beta);
     }
-    case Kind::kGeGLUTanh: return gelu_tanh(gate) * up;
-    default: return gelu_erf(gate) * up;  // kGeGLUErf
+    case Kind::kGeGLUTanh:
+      return gelu_tanh(gate) * up;
+    default:
+      return gelu_erf(gate) * up;  // kGeGLUErf
   }
 }
 MOEKIT_HD float apply_gated(const Params& p, float gate, float up) {

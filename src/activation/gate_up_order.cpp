@@ -15,9 +15,9 @@ std::vector<int64_t> blocked_fc1_source_rows(GateUpLayout layout, int64_t interm
                 "intermediate " + std::to_string(intermediate) + " is not a positive multiple of " +
                     std::to_string(kGateUpBlock) + " (the blocked gate/up order needs one)");
   if (layout != GateUpLayout::kHalves && layout != GateUpLayout::kInterleaved)
-    throw Error(ErrorCode::kInvalidArgument,
-                "gate/up layout " + std::to_string(static_cast<int>(layout)) +
-                    " is neither halves nor interleaved");
+    throw Error(ErrorCode::kInvalidArgument, "gate/up layout " +
+                                                 std::to_string(static_cast<int>(layout)) +
+                                                 " is neither halves nor interleaved");
   std::vector<int64_t> rows(static_cast<std::size_t>(2 * intermediate));
   for (int64_t j = 0; j < intermediate; ++j) {
     const bool halves = layout == GateUpLayout::kHalves;

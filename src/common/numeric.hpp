@@ -8,8 +8,16 @@
 
 namespace moekit::numeric {
 
-MOEKIT_HD float bits_to_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-MOEKIT_HD uint32_t float_to_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+MOEKIT_HD float bits_to_float(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+MOEKIT_HD uint32_t float_to_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
 
 MOEKIT_HD float bf16_to_float(uint16_t h) { return bits_to_float(static_cast<uint32_t>(h) << 16); }
 // Round to nearest even; NaN stays NaN.
@@ -96,8 +104,8 @@ MOEKIT_HD float e4m3_to_float_hd(uint8_t v) {
 MOEKIT_HD uint8_t float_to_e4m3_hd(float f) {
   const uint32_t u = float_to_bits(f);
   const uint32_t sign = (u >> 24) & 0x80u, a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return 0x7f;                                   // NaN
-  if (a >= 0x43e00000u) return static_cast<uint8_t>(sign | 0x7eu);    // >= 448 (and inf)
+  if (a > 0x7f800000u) return 0x7f;                                 // NaN
+  if (a >= 0x43e00000u) return static_cast<uint8_t>(sign | 0x7eu);  // >= 448 (and inf)
   const uint32_t c = encode_minifloat_abs(a, 3, 7);
   return static_cast<uint8_t>(sign | (c > 0x7eu ? 0x7eu : c));
 }
@@ -127,12 +135,12 @@ MOEKIT_HD float e8m0_to_float_hd(uint8_t v) {
 }
 MOEKIT_HD uint8_t float_to_e8m0_ceil_hd(float f) {
   const uint32_t u = float_to_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return 0xff;    // NaN
-  if (u & 0x80000000u) return 0;                        // <= 0: the smallest scale
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0xff;  // NaN
+  if (u & 0x80000000u) return 0;                     // <= 0: the smallest scale
   const uint32_t e = u >> 23, mant = u & 0x7fffffu;
-  if (e == 0) return mant <= 0x400000u ? 0 : 1;         // fp32 subnormal: 2^-127 or 2^-126
+  if (e == 0) return mant <= 0x400000u ? 0 : 1;  // fp32 subnormal: 2^-127 or 2^-126
   const uint32_t c = e + (mant != 0 ? 1u : 0u);
-  return static_cast<uint8_t>(c > 254u ? 254u : c);     // inf and > 2^127 clamp to 2^127
+  return static_cast<uint8_t>(c > 254u ? 254u : c);  // inf and > 2^127 clamp to 2^127
 }
 
 }  // namespace moekit::numeric

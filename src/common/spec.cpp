@@ -198,8 +198,8 @@ void check_routing(const MoeSpec& s, std::vector<std::string>& v) {
   }
   if (r.weight_placement != RouterWeightPlacement::kOutput &&
       r.weight_placement != RouterWeightPlacement::kInput) {
-    v.push_back("routing.weight_placement " +
-                num(int64_t{static_cast<int>(r.weight_placement)}) + " is not output or input");
+    v.push_back("routing.weight_placement " + num(int64_t{static_cast<int>(r.weight_placement)}) +
+                " is not output or input");
   }
   if (!(std::isfinite(r.routed_scaling_factor) && r.routed_scaling_factor > 0.0f)) {
     v.push_back("routing.routed_scaling_factor " + num(r.routed_scaling_factor) +

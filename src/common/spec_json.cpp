@@ -118,7 +118,8 @@ class Reader {
     const double d = v.get<double>();
     // Past the midpoint between FLT_MAX and 2^128 a double no longer rounds to a finite float.
     const double float_limit = std::ldexp(2.0 - std::ldexp(1.0, -24), 127);
-    if (std::fabs(d) >= float_limit) bad(path_of(key) + " " + v.dump() + " does not fit a 32-bit float");
+    if (std::fabs(d) >= float_limit)
+      bad(path_of(key) + " " + v.dump() + " does not fit a 32-bit float");
     return static_cast<float>(d);
   }
 

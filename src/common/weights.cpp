@@ -38,9 +38,7 @@ std::string describe(const QuantizedTensor& t) {
 }
 
 // Columns covered by one scale, after check_sizes (0 = none / per tensor).
-int64_t group_of(const QuantizedTensor& t) {
-  return format_scale_group(t.format, t.group_size);
-}
+int64_t group_of(const QuantizedTensor& t) { return format_scale_group(t.format, t.group_size); }
 
 [[noreturn]] void fail(const std::string& msg) { throw Error(ErrorCode::kInvalidArgument, msg); }
 
@@ -102,11 +100,11 @@ void QuantizedTensor::check_sizes(const char* what) const {
   expect("scale_bytes", scale_bytes.size(), has_byte_scales(format) ? per_group : 0, false);
   const bool is_int = is_int_format(format);
   expect("zeros", zeros.size(), is_int ? per_group : 0, is_int);
-  expect("weight_scale", weight_scale.size(),
-         format == WeightFormat::kFP8PerTensor ? experts : 0, false);
+  expect("weight_scale", weight_scale.size(), format == WeightFormat::kFP8PerTensor ? experts : 0,
+         false);
   expect("global_scale", global_scale.size(), format == WeightFormat::kNVFP4 ? experts : 0, false);
-  expect("input_scale", input_scale.size(),
-         format == WeightFormat::kFP8PerTensor ? experts : 0, false);
+  expect("input_scale", input_scale.size(), format == WeightFormat::kFP8PerTensor ? experts : 0,
+         false);
   expect("pre_quant_scale", pre_quant_scale.size(),
          is_int ? count("pre_quant_scale", {experts, cols}) : 0, is_int);
 }
@@ -196,7 +194,8 @@ QuantizedTensor slice_tensor(const QuantizedTensor& t, const char* what, int64_t
     for (int64_t e = 0; e < ne; ++e)
       for (int64_t b = 0; b < dbr; ++b)
         for (int64_t j = 0; j < dbc; ++j)
-          o.scales[(e * dbr + b) * dbc + j] = t.scales[((e0 + e) * sbr + block_of[b]) * sbc + c0 / 128 + j];
+          o.scales[(e * dbr + b) * dbc + j] =
+              t.scales[((e0 + e) * sbr + block_of[b]) * sbc + c0 / 128 + j];
   } else {
     cut_groups(t.scales, o.scales);
   }
@@ -239,9 +238,9 @@ MoeWeights shard_weights(const MoeSpec& spec, const MoeWeights& full) {
   check_weights(unsharded, full);
   const LocalProblem lp = derive_local(spec);
 
-  const auto fc1_rows = detail::fc1_row_map(activation_is_gated(spec.activation.kind),
-                                            spec.gate_up_layout, spec.intermediate,
-                                            lp.intermediate_offset, lp.intermediate);
+  const auto fc1_rows =
+      detail::fc1_row_map(activation_is_gated(spec.activation.kind), spec.gate_up_layout,
+                          spec.intermediate, lp.intermediate_offset, lp.intermediate);
   std::vector<int64_t> hidden_rows(static_cast<std::size_t>(spec.hidden));
   std::iota(hidden_rows.begin(), hidden_rows.end(), int64_t{0});
 
@@ -250,11 +249,11 @@ MoeWeights shard_weights(const MoeSpec& spec, const MoeWeights& full) {
                                  spec.hidden);
   out.fc2 = detail::slice_tensor(full.fc2, "fc2", lp.first_expert, lp.num_experts, hidden_rows,
                                  lp.intermediate_offset, lp.intermediate);
-  out.fc1_bias = detail::slice_table(full.fc1_bias, full.fc1.rows, lp.first_expert,
-                                     lp.num_experts, fc1_rows);
+  out.fc1_bias =
+      detail::slice_table(full.fc1_bias, full.fc1.rows, lp.first_expert, lp.num_experts, fc1_rows);
   // The FC2 bias stays whole on every TP rank; derive_local() says which rank adds it.
-  out.fc2_bias = detail::slice_table(full.fc2_bias, spec.hidden, lp.first_expert, lp.num_experts,
-                                     hidden_rows);
+  out.fc2_bias =
+      detail::slice_table(full.fc2_bias, spec.hidden, lp.first_expert, lp.num_experts, hidden_rows);
   out.routing_bias = full.routing_bias;
   check_weights(spec, out);
   return out;
@@ -265,9 +264,9 @@ void check_weights(const MoeSpec& spec, const MoeWeights& w) {
   const WeightFormat want = spec.weights.format;
   auto check_tensor = [&](const QuantizedTensor& t, const char* name, int64_t rows, int64_t cols) {
     if (t.format != want)
-      throw Error(ErrorCode::kFormatMismatch,
-                  std::string(name) + " weights are stored as " + to_string(t.format) +
-                      " but the spec asks for " + to_string(want));
+      throw Error(ErrorCode::kFormatMismatch, std::string(name) + " weights are stored as " +
+                                                  to_string(t.format) + " but the spec asks for " +
+                                                  to_string(want));
     auto expect = [&](const char* field, int64_t have, int64_t need) {
       if (have != need)
         fail(std::string(name) + "." + field + " is " + std::to_string(have) +

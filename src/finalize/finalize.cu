@@ -60,8 +60,8 @@ __device__ __forceinline__ void load_slots(const Args& a, int64_t t, int64_t v, 
 // slot indices load together, then all their rows, so that a thread keeps kItems x kN row
 // vectors in flight (the rows come from DRAM behind the slot indices). One item of 8 slots at
 // k = 2 (2 rows in flight) ran mixtral's finalize at 48% of the copy rate at T=16384, against
-// 93-96% for qwen3 and deepseek (k = 8); 2 slots x 4 items took it from 195 to 126 us (session
-// 58). Each item sums its slots in slot order.
+// 93-96% for qwen3 and deepseek (k = 8); 2 slots x 4 items took it from 195 to 126 us (H200,
+// 2026-12-03). Each item sums its slots in slot order.
 // kBias: FC2 has a bias, whose eight fp32 values per slot load with the slots and take registers
 // (kN = 8 took 148, one block per SM), so its slots go four at a time, one item per thread. Two
 // items with the bias loaded after the rows, to fit, made gpt-oss's finalize 166 -> 217 us.
@@ -116,8 +116,14 @@ __global__ void __launch_bounds__(kThreads) finalize_kernel(Args a) {
           pipeline::unpack8<T>(yv[u][j], y);
           if constexpr (kBias) {  // pipeline::add8, from registers
             const float4 b0 = sl[u].bias[j][0], b1 = sl[u].bias[j][1];
-            y[0] += b0.x; y[1] += b0.y; y[2] += b0.z; y[3] += b0.w;
-            y[4] += b1.x; y[5] += b1.y; y[6] += b1.z; y[7] += b1.w;
+            y[0] += b0.x;
+            y[1] += b0.y;
+            y[2] += b0.z;
+            y[3] += b0.w;
+            y[4] += b1.x;
+            y[5] += b1.y;
+            y[6] += b1.z;
+            y[7] += b1.w;
           }
 #pragma unroll
           for (int i = 0; i < 8; ++i) acc[u][i] = fmaf(sl[u].w[j], y[i], acc[u][i]);
@@ -136,8 +142,8 @@ __global__ void __launch_bounds__(kThreads) finalize_kernel(Args a) {
 // then each slot's weighted bias in slot order. 64 lanes: about 180 blocks for an H of 2880, so
 // the few MB of partials load from the L2 on most SMs. What runs after the PDL wait is the
 // forward's tail at one token, so everything that does not read the partials comes before it:
-// the slots (settled) and the bias rows of their experts (weights). Session 34: a serial sum of
-// the 64 lanes and bias loads after it took ~4 us from the sliced kernel's end on gpt-oss.
+// the slots (settled) and the bias rows of their experts (weights). H200, 2026-12-02: a serial sum
+// of the 64 lanes and bias loads after it took ~4 us from the sliced kernel's end on gpt-oss.
 constexpr int kQuads = 4, kLanes = 64, kMaxSliceSlots = 32;
 constexpr int kSliceThreads = kQuads * kLanes, kSliceWarps = kSliceThreads / 32;
 constexpr int kLanesPerWarp = 32 / kQuads;  // 8: the xor steps 4, 8, 16 of the shuffles
@@ -158,8 +164,9 @@ __device__ __forceinline__ float4 add4(float4 a, float4 b) {
 }
 
 __device__ __forceinline__ float4 shfl_xor4(float4 v, int mask) {
-  return make_float4(__shfl_xor_sync(0xffffffffu, v.x, mask), __shfl_xor_sync(0xffffffffu, v.y, mask),
-                     __shfl_xor_sync(0xffffffffu, v.z, mask), __shfl_xor_sync(0xffffffffu, v.w, mask));
+  return make_float4(
+      __shfl_xor_sync(0xffffffffu, v.x, mask), __shfl_xor_sync(0xffffffffu, v.y, mask),
+      __shfl_xor_sync(0xffffffffu, v.z, mask), __shfl_xor_sync(0xffffffffu, v.w, mask));
 }
 
 template <class T, bool kBias>
@@ -255,7 +262,7 @@ template <class T, bool kBias>
 KernelFn pick_shape(int top_k, int64_t work) {
   if constexpr (!kBias)
     if (top_k <= 2 && work > int64_t(kMaxBlocks) * kThreads) return finalize_kernel<T, false, 2, 4>;
-  return finalize_kernel<T, kBias, kBias ? 4 : 8, 1>;
+  return finalize_kernel < T, kBias, kBias ? 4 : 8, 1 > ;
 }
 
 KernelFn pick(DType elem, bool bias, int top_k, int64_t work) {
@@ -286,8 +293,7 @@ Status prepare(const DeviceFinalize& f) {
   const bool bias = f.fc2_bias != nullptr;
   cudaError_t e = cudaFuncGetAttributes(&attr, pick(f.elem, bias, f.top_k, 0));
   if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, pick(f.elem, bias, f.top_k, INT64_MAX));
-  if (e == cudaSuccess)
-    e = cudaFuncGetAttributes(&attr, pick_slices(f.elem, bias));
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, pick_slices(f.elem, bias));
   if (e != cudaSuccess)
     return Status(ErrorCode::kCuda,
                   std::string("loading the finalize kernels failed: ") + cudaGetErrorString(e));
@@ -315,9 +321,8 @@ Status run(const DeviceFinalize& f, int64_t tokens, const void* y, const int32_t
   const int64_t work = tokens * a.vecs;
   const int blocks =
       static_cast<int>(std::clamp<int64_t>((work + kThreads - 1) / kThreads, 1, kMaxBlocks));
-  const cudaError_t e =
-      pipeline::launch_pdl(pick(f.elem, a.bias != nullptr, f.top_k, work), blocks, kThreads, 0,
-                           stream, a);
+  const cudaError_t e = pipeline::launch_pdl(pick(f.elem, a.bias != nullptr, f.top_k, work), blocks,
+                                             kThreads, 0, stream, a);
   if (e != cudaSuccess)
     return Status(ErrorCode::kCuda,
                   std::string("launching the finalize kernel failed: ") + cudaGetErrorString(e));
@@ -334,14 +339,13 @@ Status run_slices(const DeviceFinalize& f, int64_t tokens, const float* partials
                                                " exceeds the sliced finalize's " +
                                                std::to_string(kMaxSliceSlots));
   if (slices < 1 || slices * f.top_k > INT32_MAX)
-    return Status(ErrorCode::kInvalidArgument, "slices " + std::to_string(slices) +
-                                                   " is outside [1, 2^31 / top_k)");
+    return Status(ErrorCode::kInvalidArgument,
+                  "slices " + std::to_string(slices) + " is outside [1, 2^31 / top_k)");
   if (tokens <= 0) return {};
   if (tokens > 65535)
-    return Status(ErrorCode::kUnsupported, "the sliced finalize runs at most 65535 tokens, not " +
-                                               std::to_string(tokens));
-  SliceArgs a{partials, slot_row, weights, slot_expert, f.fc2_bias, out, f.hidden, slices,
-              f.top_k};
+    return Status(ErrorCode::kUnsupported,
+                  "the sliced finalize runs at most 65535 tokens, not " + std::to_string(tokens));
+  SliceArgs a{partials, slot_row, weights, slot_expert, f.fc2_bias, out, f.hidden, slices, f.top_k};
   const dim3 grid(static_cast<unsigned>((f.hidden / 4 + kQuads - 1) / kQuads),
                   static_cast<unsigned>(tokens));
   const cudaError_t e = pipeline::launch_pdl(pick_slices(f.elem, a.bias != nullptr), grid,

@@ -23,13 +23,13 @@ struct GemvParams {
   uint16_t* d;        // [rows, n], or [rows, n / 2] for "+act"
   const int32_t* row_offsets;
   int groups, n, k;
-  int kw, rw, row_tiles;   // sm90_gemv.cu's split; the TMA kernel uses row_tiles only
-  int offsets_ready;       // row_offsets final before the kernel starts, or at the flag
+  int kw, rw, row_tiles;         // sm90_gemv.cu's split; the TMA kernel uses row_tiles only
+  int offsets_ready;             // row_offsets final before the kernel starts, or at the flag
   const uint32_t* offsets_flag;  // or null (GemmCall)
   int one_row;                   // the TMA GEMV reads RunArgs::one_row for every row
   int* next_item;                // or null: RunArgs::item_counter (the TMA GEMV)
-  activation::Params act;  // "+act" only
-  const float* bias;       // "+act" only: [groups, n] or null
+  activation::Params act;        // "+act" only
+  const float* bias;             // "+act" only: [groups, n] or null
 };
 
 template <bool kBF16>
@@ -190,7 +190,7 @@ class GemvTacticBase : public Tactic {
   }
   // This run's grid: grid_, or fewer blocks for live_groups(a). Blocks without an item cost the
   // T=1 forward (gpt-oss 68.4 us with the grid of a workspace for 16384 tokens, 64.7-65.0 with
-  // one for a single token; session 15).
+  // one for a single token; H200, 2026-12-01).
   int grid_for(const RunArgs& a) const {
     return static_cast<int>(std::min<int64_t>(grid_, live_groups(a) * p_.row_tiles));
   }

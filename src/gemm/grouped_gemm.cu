@@ -101,7 +101,9 @@ bool gathered_offsets_fit(const GroupedShape& s) {
 }
 
 std::string shape_text(const GroupedShape& s) {
-  return std::string(s.elem == Elem::kBF16 ? "bf16" : s.elem == Elem::kFP16 ? "fp16" : "?") +
+  return std::string(s.elem == Elem::kBF16   ? "bf16"
+                     : s.elem == Elem::kFP16 ? "fp16"
+                                             : "?") +
          " grouped GEMM (groups " + std::to_string(s.groups) + ", n " + std::to_string(s.n) +
          ", k " + std::to_string(s.k) + ", max_rows " + std::to_string(s.max_rows) + ")";
 }
@@ -109,9 +111,9 @@ std::string shape_text(const GroupedShape& s) {
 // Host-only checks, before any CUDA call, so they also hold on machines without a GPU.
 Status validate(const GroupedShape& s) {
   if (s.elem != Elem::kBF16 && s.elem != Elem::kFP16)
-    return Status(ErrorCode::kInvalidArgument,
-                  "grouped GEMM element " + std::to_string(static_cast<int>(s.elem)) +
-                      " is neither bf16 nor fp16");
+    return Status(ErrorCode::kInvalidArgument, "grouped GEMM element " +
+                                                   std::to_string(static_cast<int>(s.elem)) +
+                                                   " is neither bf16 nor fp16");
   if (s.groups < 1)
     return Status(ErrorCode::kInvalidArgument,
                   "grouped GEMM groups " + std::to_string(s.groups) + " must be at least 1");
@@ -154,10 +156,19 @@ class DeviceGuard {
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 // A checked call's arguments for its tactic.
-RunArgs run_args(const GroupedGemm::GemmCall& c, const int32_t* row_offsets,
-                 cudaStream_t stream) {
-  return RunArgs{c.a, c.b, c.d, row_offsets, stream, c.offsets_ready, c.offsets_flag, c.one_row,
-                 c.item_counter, c.rows_bound, c.token_rows, c.k_slices};
+RunArgs run_args(const GroupedGemm::GemmCall& c, const int32_t* row_offsets, cudaStream_t stream) {
+  return RunArgs{c.a,
+                 c.b,
+                 c.d,
+                 row_offsets,
+                 stream,
+                 c.offsets_ready,
+                 c.offsets_flag,
+                 c.one_row,
+                 c.item_counter,
+                 c.rows_bound,
+                 c.token_rows,
+                 c.k_slices};
 }
 
 }  // namespace
@@ -209,8 +220,7 @@ GroupedGemm::GroupedGemm(const GroupedShape& shape, int device,
                     std::to_string(static_cast<int>(act->params.kind)) + ") is not a gated one");
   if (act && shape.n % 16 != 0)
     throw Error(ErrorCode::kUnsupported, what + ": a fused gated activation needs n (" +
-                                             std::to_string(shape.n) +
-                                             ") to be a multiple of 16");
+                                             std::to_string(shape.n) + ") to be a multiple of 16");
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) throw Error(detail::cuda_status(err, "cudaGetDeviceCount", what));
@@ -247,7 +257,8 @@ GroupedGemm::GroupedGemm(const GroupedShape& shape, int device,
   st.arrays.ptr_a = reinterpret_cast<const void**>(base + shapes_bytes);
   st.arrays.ptr_b = st.arrays.ptr_a + g;
   st.arrays.ptr_d = reinterpret_cast<void**>(base + shapes_bytes + 2 * sizeof(void*) * g);
-  st.arrays.row_src = reinterpret_cast<const int32_t**>(base + shapes_bytes + 3 * sizeof(void*) * g);
+  st.arrays.row_src =
+      reinterpret_cast<const int32_t**>(base + shapes_bytes + 3 * sizeof(void*) * g);
   // Zeroed so a tactic never sees garbage shapes, even before its first problem write.
   err = cudaMemset(st.arrays_mem, 0, st.arrays_bytes);
   if (err != cudaSuccess) throw Error(detail::cuda_status(err, "cudaMemset", what));
@@ -314,13 +325,13 @@ double gemv_items_per_sm(const GroupedShape& sh, double live, int sm_count) {
 
 bool GroupedGemm::chains_one_token(int64_t experts) const {
   // Forward A/B, chained (FC1 reading the caller's row from the permute's flag) against two
-  // launches (session 25, one H200, 2 rounds): deepseek (FC1 3.9 items per SM) 178.5 against
+  // launches (H200, 2026-12-01, one H200, 2 rounds): deepseek (FC1 3.9 items per SM) 178.5 against
   // 183.0 us; gpt-oss (2.7) 72.5 against 63.0, qwen3 (1.5) 40.5 against 34.0.
   return gemv_items_per_sm(state_->shape, static_cast<double>(experts), state_->sm_count) > 3.0;
 }
 
 bool GroupedGemm::token_rows_pay(const std::string& tactic) const {
-  // Forward A/B at 2, 4 and 8 tokens against the gathered rows (sessions 26-27, one H200 per
+  // Forward A/B at 2, 4 and 8 tokens against the gathered rows (H200, 2026-12-01, one H200 per
   // call, 2 rounds, chained kernel after the permute's end): qwen3 (FC1 6.3 MB per expert)
   // T=2 -1.0 to -1.55 us, T=4 -1.35 to -2.4, T=8 0 to -0.75. Larger experts (the .s12 chained
   // kernel) lose at 8 tokens: deepseek +6.5 to +8, gpt-oss +2.4 to +7 (with one PDL wait per
@@ -334,7 +345,7 @@ bool GroupedGemm::token_rows_pay(const std::string& tactic) const {
 
 int GroupedGemm::chained_k_slices(const std::string& fc1_tactic, const GroupedGemm& fc2,
                                   int64_t rows_bound, bool token_rows) const {
-  // Forward A/B at 2, 4 and 8 tokens, FC2 in 1, 2 and 3 slices (session 43, one H200, 2
+  // Forward A/B at 2, 4 and 8 tokens, FC2 in 1, 2 and 3 slices (H200, 2026-12-02, one H200, 2
   // rounds): gpt-oss (45 k boxes, 45 row tiles per expert, 264 slots) T=2 112.6 -> 106.7 (2) ->
   // 104.8 us (3), T=4 188.0 -> 182.2 (2) / 183.5 (3), T=8 +1.2 / +1.9; deepseek (32 k boxes,
   // 112 tiles) T=2 even, T=4 +2.7, T=8 +7.7; qwen3 (12 k boxes) within 0.5 us. So: FC2's items
@@ -358,9 +369,9 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint, bool chained) c
   // choice lists fallbacks for builds that keep one tactic per family.
   //  - Up to ~1 row per expert (most experts empty, the rest one token) the weights of the
   //    hit experts are streamed once. The TMA GEMV (gemv.tma64) beats the register GEMV
-  //    (gemv.n8) at every decode shape of the four presets (probe, session 8: qwen3 FC1 at T=1
-  //    20.0 vs 21.1 us, deepseek FC2 68.8 vs 73.0, gpt-oss FC1 at T=8 271 vs 296). Against the
-  //    swap-AB pipeline on streams over 256 MB (forward A/B, session 8), it wins where the
+  //    (gemv.n8) at every decode shape of the four presets (probe, H200, 2026-11-30: qwen3 FC1 at
+  //    T=1 20.0 vs 21.1 us, deepseek FC2 68.8 vs 73.0, gpt-oss FC1 at T=8 271 vs 296). Against the
+  //    swap-AB pipeline on streams over 256 MB (forward A/B, H200, 2026-11-30), it wins where the
   //    stream spreads over 4+ experts and stays under ~1 GB: qwen3 at T=8 (FC1 ~320 MB) 147.3
   //    -> 140.1 us, deepseek at T=1 (FC1 ~465 MB) 192.8 -> 189.0 on one machine, equal on
   //    another; not on mixtral's two experts at T=1 (+16 us, every block on the same two token
@@ -370,8 +381,8 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint, bool chained) c
   //  - Up to 4 rows per expert where an expert's matrix is small (<= 8 MB: qwen3's FC1 6.3 MB
   //    and FC2 3.1 MB), the TMA GEMV again, with a chunk of 8 token rows per pass: the engine
   //    chains FC1 and FC2 in one kernel there (up to 64 tokens), and the swap-AB tiles' fixed
-  //    cost per expert outweighs their single pass over the weights. Measured (session 12, one
-  //    H200, forward A/B): qwen3 T=32 268.3 -> 257.9 us, T=64 311.0 -> 299.9. Larger matrices
+  //    cost per expert outweighs their single pass over the weights. Measured (H200, 2026-11-30,
+  //    one H200, forward A/B): qwen3 T=32 268.3 -> 257.9 us, T=64 311.0 -> 299.9. Larger matrices
   //    lost: gpt-oss (33 / 17 MB) T=32 +11 us, T=64 +14; deepseek (29 / 15 MB) T=16 +8.5,
   //    T=64 +330 (a tile streams once per 8 rows of its expert); mixtral T=8 +16.
   //  - Up to ~2 rows per expert the 16-token swap-AB tile wastes least (mixtral at T=8, 2 rows:
@@ -384,13 +395,13 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint, bool chained) c
   const double stream_bytes = live * expert_bytes;
   const double items_per_sm = gemv_items_per_sm(sh, live, state_->sm_count);
   // tma64.s12 (12 stages, 2 blocks per SM) or tma64 (8 stages, 3 per SM). Forward A/Bs with
-  // either forced everywhere (session 16, L2 promotion 128 B, one H200, 2 rounds):
+  // either forced everywhere (H200, 2026-12-01, L2 promotion 128 B, one H200, 2 rounds):
   //  - blocks taking several items (over 3 per SM: deepseek at T=1, FC1 3.8, FC2 6.7): .s12.
   //    Both on .s12 182.7 us, FC1 only 184.7, neither 192.5.
   //  - long items (64 rows of k > 2400) where .s12's grid takes them in no more waves: .s12.
   //    gpt-oss's FC2 at T=1 (1.3 per SM, 368 KB items): 63.6 against 65.0 on tma64.
   //    Short items stay on tma64: qwen3 at T=1 (FC1 1.4 per SM of 256 KB, FC2 1.9 of 96 KB)
-  //    33.5 on tma64 against 34.9 on .s12. Under one item per SM tma64 (session 13: mixtral's
+  //    33.5 on tma64 against 34.9 on .s12. Under one item per SM tma64 (H200, 2026-11-30: mixtral's
   //    FC2 at T=1, 0.86 per SM, +0.9 on .s12).
   //  - chained: .s12 for large experts (gpt-oss T=8 358.0 against 361.5), tma64 for small ones
   //    (qwen3 T=8 even, T=64 +1.3 on .s12). One kernel variant serves FC1 and FC2, so both
@@ -400,14 +411,12 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint, bool chained) c
   const bool long_items = sh.k > 2400;
   const bool s12_fills_better =
       chained ? pair_bytes > 3 * kSmallExpertBytes
-              : items_per_sm > 3.0 ||
-                    (long_items && items_per_sm > 1.0 &&
-                     std::ceil(items_per_sm / 2) <= std::ceil(items_per_sm / 3));
+              : items_per_sm > 3.0 || (long_items && items_per_sm > 1.0 &&
+                                       std::ceil(items_per_sm / 2) <= std::ceil(items_per_sm / 3));
   // Chained, the GEMV streams over 1 GB as well: deepseek at T=8 (FC1 ~1.7 GB) 953.5 against
-  // 985.5 us on swap-AB (session 25, forward A/B, 2 rounds).
+  // 985.5 us on swap-AB (H200, 2026-12-01, forward A/B, 2 rounds).
   const bool decode_gemv =
-      h <= 1.0 &&
-      (stream_bytes <= 256e6 || (live >= 4.0 && (chained || stream_bytes <= 1e9)));
+      h <= 1.0 && (stream_bytes <= 256e6 || (live >= 4.0 && (chained || stream_bytes <= 1e9)));
   std::vector<const char*> names;
   if (decode_gemv && s12_fills_better)
     names = {"sm90.gemv.tma64.s12", "sm90.gemv.tma64", "sm90.gemv.n8"};
@@ -427,15 +436,15 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint, bool chained) c
   else {
     // 2x1 cluster pairs (weights multicast to two row tiles of an expert) in a dynamic order,
     // FC1 (with its activation) and FC2 alike. Forward A/B against the dynamic 1x1 tile
-    // (session 23, static pairs, 3 rounds, T=16384 / 4096): qwen3 -0.5 / -1.3%, deepseek -1.2 /
-    // -1.6%, gpt-oss -0.6 / -0.8%, mixtral -0.4 / -1.6%. The dynamic order then took another
-    // 0.8-2.6% off T=16384 on qwen3, mixtral and deepseek; gpt-oss was even (session 24;
+    // (H200, 2026-12-01, static pairs, 3 rounds, T=16384 / 4096): qwen3 -0.5 / -1.3%, deepseek -1.2
+    // / -1.6%, gpt-oss -0.6 / -0.8%, mixtral -0.4 / -1.6%. The dynamic order then took another
+    // 0.8-2.6% off T=16384 on qwen3, mixtral and deepseek; gpt-oss was even (H200, 2026-12-01;
     // sm90_cluster_pairs.cuh). gpt-oss's FC2 (n 2880) had its own 128x192 dynamic-order tile
-    // (session 20: -0.9% against 256); pairs beat it by 0.9% at T=16384 and 1.4% at 4096 (3
+    // (H200, 2026-12-01: -0.9% against 256); pairs beat it by 0.9% at T=16384 and 1.4% at 4096 (3
     // rounds), 256 or 192 wide alike, so it takes these too.
     // The 240-wide pair tile where it pads fewer columns than 256 (gpt-oss's 5760 and 2880):
     // the 256-wide tile's narrow last column still fills a whole stage and runs whole MMAs.
-    // gpt-oss at T=16384 (session 57, three machines, 3 rounds each against main's binary):
+    // gpt-oss at T=16384 (H200, 2026-12-03, three machines, 3 rounds each against main's binary):
     // -0.27 / -0.32 / -0.39% (5785 -> 5770, 5708 -> 5690, 5833 -> 5810 us); T=4096 even. The
     // gain is FC2's: with 240 for FC2 only -0.28%, for FC1 only +0.25% on the third machine.
     names = {"sm90.coop.128x256x64.c2x1.dyn.pairs", "sm90.coop.128x256x64.c1x1.dyn",
@@ -454,16 +463,15 @@ std::string GroupedGemm::pick_tactic(double rows_per_group_hint, bool chained) c
   return state_->act ? "sm90.coop.128x128x64.c1x1+act" : "sm90.coop.128x128x64.c1x1";
 }
 
-Status GroupedGemm::check_call(const GemmCall& c, const int32_t* row_offsets,
-                               const Slot** slot_out, bool* skip) const {
+Status GroupedGemm::check_call(const GemmCall& c, const int32_t* row_offsets, const Slot** slot_out,
+                               bool* skip) const {
   const State& st = *state_;
   const Slot* slot = st.find(c.tactic);
   if (slot == nullptr) {
     std::string known;
     for (const auto& s : st.slots) known += (known.empty() ? "" : ", ") + s.name;
-    return Status(ErrorCode::kNotFound, "grouped GEMM tactic '" + c.tactic +
-                                            "' is not built for " + elem_name(st.shape.elem) +
-                                            " (built: " + known + ")");
+    return Status(ErrorCode::kNotFound, "grouped GEMM tactic '" + c.tactic + "' is not built for " +
+                                            elem_name(st.shape.elem) + " (built: " + known + ")");
   }
   *slot_out = slot;
   *skip = false;
@@ -478,8 +486,9 @@ Status GroupedGemm::check_call(const GemmCall& c, const int32_t* row_offsets,
     return Status(ErrorCode::kInvalidArgument,
                   shape_text(st.shape) + ": activations and output must not be null");
   if (!aligned16(c.a) || !aligned16(c.b) || !aligned16(c.d))
-    return Status(ErrorCode::kInvalidArgument,
-                  shape_text(st.shape) + ": activations, weights and output must be 16-byte aligned");
+    return Status(
+        ErrorCode::kInvalidArgument,
+        shape_text(st.shape) + ": activations, weights and output must be 16-byte aligned");
   if (!aligned16(c.one_row))
     return Status(ErrorCode::kInvalidArgument,
                   shape_text(st.shape) + ": the one activation row must be 16-byte aligned");
@@ -497,8 +506,8 @@ Status GroupedGemm::check_call(const GemmCall& c, const int32_t* row_offsets,
   if (ks.count < 1 || ks.count > k_boxes || (ks.count > 1 && !aligned16(ks.partials)) ||
       (ks.count > 1) != (ks.partials != nullptr))
     return Status(ErrorCode::kInvalidArgument,
-                  shape_text(st.shape) + ": k slices " + std::to_string(ks.count) +
-                      " need 1.." + std::to_string(k_boxes) +
+                  shape_text(st.shape) + ": k slices " + std::to_string(ks.count) + " need 1.." +
+                      std::to_string(k_boxes) +
                       " (k in boxes of 64), and 16-byte aligned partials exactly when above 1");
   if (c.rows_bound < 0)
     return Status(ErrorCode::kInvalidArgument, shape_text(st.shape) + ": rows_bound " +
@@ -527,8 +536,8 @@ Status GroupedGemm::write_problems(const GemmCall* calls, int count, const int32
   for (int i = 0; i < count; ++i) {
     const GemmCall& c = calls[i];
     if (c.gemm == nullptr)
-      return Status(ErrorCode::kInvalidArgument, "write_problems: call " + std::to_string(i) +
-                                                     " names no GEMM");
+      return Status(ErrorCode::kInvalidArgument,
+                    "write_problems: call " + std::to_string(i) + " names no GEMM");
     const Slot* slot = nullptr;
     bool skip = false;
     Status s = c.gemm->check_call(c, row_offsets, &slot, &skip);
@@ -560,8 +569,7 @@ Status GroupedGemm::write_problems(const GemmCall* calls, int count, const int32
   return {};
 }
 
-Status GroupedGemm::launch(const GemmCall& call, const int32_t* row_offsets,
-                           cudaStream_t stream) {
+Status GroupedGemm::launch(const GemmCall& call, const int32_t* row_offsets, cudaStream_t stream) {
   const Slot* slot = nullptr;
   bool skip = false;
   Status s = check_call(call, row_offsets, &slot, &skip);
@@ -570,8 +578,8 @@ Status GroupedGemm::launch(const GemmCall& call, const int32_t* row_offsets,
     return Status(ErrorCode::kUnsupported,
                   "tactic " + call.tactic + ": token rows are read only chained (launch_chained)");
   if (call.k_slices.count != 1)
-    return Status(ErrorCode::kUnsupported, "tactic " + call.tactic +
-                                               ": k slices are taken only chained, as FC2");
+    return Status(ErrorCode::kUnsupported,
+                  "tactic " + call.tactic + ": k slices are taken only chained, as FC2");
   return slot->tactic->run(run_args(call, row_offsets, stream));
 }
 
@@ -601,19 +609,17 @@ Status GroupedGemm::launch_chained(const GemmCall& first, const GemmCall& second
   RunArgs a2 = run_args(second, row_offsets, stream);
   a2.offsets_ready = true;  // FC2's offsets are FC1's, read inside the one kernel
   a2.offsets_flag = nullptr;
-  return slot1->tactic->run_chained(run_args(first, row_offsets, stream), *slot2->tactic, a2,
-                                    done);
+  return slot1->tactic->run_chained(run_args(first, row_offsets, stream), *slot2->tactic, a2, done);
 }
 
 bool GroupedGemm::runs_sliced(const std::string& tactic) const {
   const Slot* slot = state_->find(tactic);
-  return slot != nullptr && state_->act && slot->applies_activation &&
-         slot->tactic->runs_sliced();
+  return slot != nullptr && state_->act && slot->applies_activation && slot->tactic->runs_sliced();
 }
 
 std::string GroupedGemm::sliced_tactic() const {
   // Forward A/B at one token, slices of 64 on tma64 against what pick_tactic() runs there
-  // (session 30, one H200 per call, 2-3 rounds): qwen3 (tma64, FC1 6.3 MB per expert) 32.8 ->
+  // (H200, 2026-12-01, one H200 per call, 2-3 rounds): qwen3 (tma64, FC1 6.3 MB per expert) 32.8 ->
   // 30.0 us, gpt-oss (tma64, 33 MB) 61.6 -> 59.0, mixtral (swap-AB, 235 MB) 183.2 -> 175.4,
   // deepseek (.s12, 59 MB) 177.8 -> 177.8. Sliced on .s12 instead: gpt-oss 62.2, mixtral 180.5,
   // deepseek 178.6.
@@ -622,8 +628,7 @@ std::string GroupedGemm::sliced_tactic() const {
 }
 
 Status GroupedGemm::launch_sliced(const GemmCall& fc1, const void* w2, float* partials,
-                                  int* next_item, const int32_t* row_offsets,
-                                  cudaStream_t stream) {
+                                  int* next_item, const int32_t* row_offsets, cudaStream_t stream) {
   if (fc1.gemm == nullptr)
     return Status(ErrorCode::kInvalidArgument, "launch_sliced: the call names no GEMM");
   const Slot* slot = nullptr;

@@ -104,7 +104,7 @@ class GroupedGemm {
   // kMaxGatheringWidth); else empty.
   std::string gathering_tactic(const std::string& tactic) const;
   // Gathering copies A's rows once per column tile, where the gathered matrix costs one scatter
-  // per row, so it pays on narrow GEMMs only. Forward A/B at T=4096 / 16384 (session 33, one
+  // per row, so it pays on narrow GEMMs only. Forward A/B at T=4096 / 16384 (H200, 2026-12-02, one
   // H200 per call, 2-3 rounds): FC1 n 1536 (qwen3) -4.6 / -3.5%, 4096 (deepseek) -1.4 / -0.6%,
   // 5760 (gpt-oss) -0.3% / even, 28672 (mixtral) +1.3 / +1.0%.
   static constexpr int64_t kMaxGatheringWidth = 8192;

@@ -1,12 +1,12 @@
 // 2x1 clusters that share an expert's weights by TMA multicast where two row tiles of the same
 // expert and column tile run together ("pairs"), and load them alone where they do not
 // ("singles"), so an expert keeps ceil(M / 128) row tiles. CUTLASS's group scheduler rounds
-// them up to the cluster instead: the padding that already costs the prefill most (session 19)
-// grew, and its c2x1 tactic lost on every preset there.
+// them up to the cluster instead: the padding that already costs the prefill most (H200,
+// 2026-12-01) grew, and its c2x1 tactic lost on every preset there.
 //
 // Why multicast: at T=16384 the forward runs at the GPU's 700 W power cap, and two tiles that
 // share one weight load move a third fewer bytes from L2 per tile. Forward A/B against the
-// dynamic 1x1 tile, both GEMMs on pairs (session 23, 3 rounds, T=16384 / 4096): qwen3 -0.5 /
+// dynamic 1x1 tile, both GEMMs on pairs (H200, 2026-12-01, 3 rounds, T=16384 / 4096): qwen3 -0.5 /
 // -1.3%, deepseek -1.2 / -1.6%, gpt-oss -0.6 / -0.8%, mixtral -0.4 / -1.6%. The GEMMs alone
 // (sweep: L2 flushed, one at a time) disagree for FC1: pairs there +6% (qwen3) to +16%
 // (mixtral); FC2 qwen3 -5.7%, mixtral -4.3%, deepseek +5.7%. The forward decides the pick
@@ -39,14 +39,15 @@
 
 namespace moekit::gemm::detail {
 
-// Units (PairUnits) of each expert in expert order, in a dynamic order (session 19's reason,
-// sm90_dynamic_scheduler.cuh: blocks whose tiles run faster drift into later experts under a
-// static one). Each cluster's first unit is its index; the cluster's leader block (rank 0) draws
-// every later one from the counter and posts it in the cluster's mailbox in global memory, where
-// its partner reads it, so both blocks always hold the same unit. Forward A/B against the static
-// order u, u + clusters, ... (session 24, two machines, 2 rounds each, T=16384): mixtral -2.2 /
-// -2.6%, deepseek -1.7 / -2.0%, qwen3 -1.2 / -0.8%, gpt-oss even; at T=4096 -0.3 to -0.6%, but
-// qwen3 +1.9 / +1.2% (its GEMMs are the shortest there; likely the mailbox round trip per unit).
+// Units (PairUnits) of each expert in expert order, in a dynamic order (the reason measured on
+// 2026-12-01, sm90_dynamic_scheduler.cuh: blocks whose tiles run faster drift into later experts
+// under a static one). Each cluster's first unit is its index; the cluster's leader block (rank 0)
+// draws every later one from the counter and posts it in the cluster's mailbox in global memory,
+// where its partner reads it, so both blocks always hold the same unit. Forward A/B against the
+// static order u, u + clusters, ... (H200, 2026-12-01, two machines, 2 rounds each, T=16384):
+// mixtral -2.2 / -2.6%, deepseek -1.7 / -2.0%, qwen3 -1.2 / -0.8%, gpt-oss even; at T=4096 -0.3 to
+// -0.6%, but qwen3 +1.9 / +1.2% (its GEMMs are the shortest there; likely the mailbox round trip
+// per unit).
 //
 // Mailbox: kSlots words (draw << 32 | unit) per cluster, draw d in slot d % kSlots. The partner
 // clears a slot once read, so every slot is zero again when the kernel ends. The leader runs
@@ -87,8 +88,7 @@ class Sm90PairGroupScheduler
 
   // The scheduler warp, for each tile after the first.
   template <class Pipeline, class PipelineState>
-  CUTLASS_DEVICE auto advance_to_next_work(Pipeline& pipeline, PipelineState state,
-                                           uint32_t = 1) {
+  CUTLASS_DEVICE auto advance_to_next_work(Pipeline& pipeline, PipelineState state, uint32_t = 1) {
     this->template wait_to_draw<Stages>(pipeline, state);
     const uint64_t draw = this->drawn_;
     unsigned long long u = 0;
@@ -142,7 +142,7 @@ class Sm90PairGroupScheduler
 // Idle halves: in a tile whose rows end at or before row 64 (an expert's tail), the second warp
 // group (rows 64-127) issues no MMAs; it only waits for and releases the stages (in the empty
 // tile both do). About half the experts end in such a tail at T=16384; forward A/B against
-// MMAs on the padding (session 36, 2 rounds): T=4096 / 16384 deepseek -3.9 / -1.1%, gpt-oss
+// MMAs on the padding (H200, 2026-12-02, 2 rounds): T=4096 / 16384 deepseek -3.9 / -1.1%, gpt-oss
 // -1.8 / -3.0%, qwen3 -1.6 / -1.6%, mixtral -1.8% / even. The consumers learn a tile's rows
 // from the load warp's leader through a ring in shared memory: it writes slot (tile % kSlots)
 // before its arrival on the tile's first stage, and the consumers read it after that stage's
@@ -152,15 +152,15 @@ class Sm90PairGroupScheduler
 //
 // Every MMA is full width: a last column tile with few of the group's columns runs its MMAs on
 // the weights' zero-filled rows past n, and the epilogues store no column past n. Narrow MMA
-// paths for such tiles (m64n64 / m64n128, session 37) never ran on a preset once gpt-oss took
+// paths for such tiles (m64n64 / m64n128, H200, 2026-12-02) never ran on a preset once gpt-oss took
 // the 240-wide tile (every preset's widths are multiples of 256 or 240), and the code cost the
 // kernels that never ran it: without them, T=16384 -0.2 to -0.4% on deepseek and mixtral in
-// two calls, qwen3 -0.4 / -0.6% in two and +0.6 to +0.9% in one (sessions 59-60); gpt-oss's
-// 240-wide tile -0.39% (session 59).
+// two calls, qwen3 -0.4 / -0.6% in two and +0.6 to +0.9% in one (H200, 2026-12-03 to 2026-12-04);
+// gpt-oss's 240-wide tile -0.39% (H200, 2026-12-03).
 template <class Base>
 struct Sm90PairMainloop : Base {
-  using typename Base::Params;
   using typename Base::MainloopPipeline;
+  using typename Base::Params;
   using typename Base::PipelineState;
   using typename Base::SmemLayoutA;
   using typename Base::SmemLayoutB;
@@ -188,8 +188,7 @@ struct Sm90PairMainloop : Base {
 
   // The ring, found from the pipeline: its storage begins with the first stage's full barrier.
   CUTLASS_DEVICE static int32_t* row_ring(MainloopPipeline& pipeline) {
-    return reinterpret_cast<PipelineStorage*>(pipeline.producer_get_barrier(PipelineState{}))
-        ->rows;
+    return reinterpret_cast<PipelineStorage*>(pipeline.producer_get_barrier(PipelineState{}))->rows;
   }
 
   // The load warp's leader, before its arrival on the tile's first stage.
@@ -203,7 +202,7 @@ struct Sm90PairMainloop : Base {
   // sits around each k block's batch: a branch around the whole loop (Base::mma or a loop of
   // waits) made ptxas serialize the wgmmas (C7515). Its SASS is Base's but for that test and the
   // idle warps' barrier (a first form as a single loop unrolled by 2 measured +1-2% on deepseek,
-  // session 35).
+  // H200, 2026-12-02).
   template <class FrgTensorC>
   CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState read, FrgTensorC& accum,
                           int k_tiles, int thread_idx, TensorStorage& smem, Params const&) {
@@ -268,7 +267,7 @@ struct Sm90PairMainloop : Base {
   // An idle warp group's four warps meet before it releases a stage. A busy one's MMAs keep
   // them in step; without them a warp that holds no release (only a few threads of a warp
   // group signal the empty barrier) fell a whole ring behind, waited on a phase that came
-  // round again later, and hung the forward's last tiles (session 36: cuda-gdb found one
+  // round again later, and hung the forward's last tiles (H200, 2026-12-02: cuda-gdb found one
   // warp in a tile's first wait while its warp group stood at the epilogue's barrier).
   CUTLASS_DEVICE static void idle_step(int warp_group) {
     cutlass::arch::NamedBarrier::sync(cutlass::NumThreadsPerWarpGroup, kIdleBarrier + warp_group);
@@ -307,7 +306,8 @@ struct Sm90PairMainloop : Base {
     const uint16_t mask = single ? uint16_t(1u << rank) : uint16_t(3);
     return [=, &p](uint64_t* bar, auto k, int stage) {
       copy(p.tma_load_b.with(map, *bar, mask), tBgB(_, _, _, k), tBsB(_, _, _, stage));
-      if (single) copy(p.tma_load_b.with(map, *bar, mask), tBgB2(_, _, _, k), tBsB2(_, _, _, stage));
+      if (single)
+        copy(p.tma_load_b.with(map, *bar, mask), tBgB2(_, _, _, k), tBsB2(_, _, _, stage));
     };
   }
 
@@ -321,7 +321,7 @@ struct Sm90PairMainloop : Base {
     using namespace cute;
     // The warp's lanes all read the tile's tensormap before this (the copy to global memory on a
     // group change), and the next change writes it: without this sync racecheck reported that
-    // read against the next write once a block changes groups at every tile (session 24).
+    // read against the next write once a block changes groups at every tile (H200, 2026-12-01).
     __syncwarp();
     if (!elect_one_sync()) return;
     Tensor sA = make_tensor(make_smem_ptr(smem.smem_A.data()), SmemLayoutA{});
@@ -353,18 +353,18 @@ struct Sm90PairMainloop : Base {
 
 // The pairs' main loop with A's rows gathered from the caller's matrix by index, instead of read
 // from a matrix the permute gathered first (its scatter pass wrote and FC1 read back T x k rows:
-// qwen3 ~170 us, deepseek ~600 of their T=16384 forwards, session 23). Row r of group g's A is
-// row row_src[g][r] of the matrix at ptr_A[g] (both written per run by the problem kernel).
-// Two warps of the producer warp group copy A's 128 rows of each k block with cp.async (16 bytes
-// a lane) into the 128-byte swizzled layout TMA would have written: the load warp rows 0-63, the
+// qwen3 ~170 us, deepseek ~600 of their T=16384 forwards, H200, 2026-12-01). Row r of group g's A
+// is row row_src[g][r] of the matrix at ptr_A[g] (both written per run by the problem kernel). Two
+// warps of the producer warp group copy A's 128 rows of each k block with cp.async (16 bytes a
+// lane) into the 128-byte swizzled layout TMA would have written: the load warp rows 0-63, the
 // kernel's auxiliary load warp (HasAuxiliaryLoad) rows 64-127. Each lane's copies arrive on the
 // stage's barrier as they land (cp.async.mbarrier.arrive.noinc: one of the stage's expected
 // arrivals each), beside the load warp leader's arrival for the weights, which stay on TMA and
-// multicast. One-row TMA boxes were measured too slow for this (session 18: ~60 cycles a box,
+// multicast. One-row TMA boxes were measured too slow for this (H200, 2026-12-01: ~60 cycles a box,
 // 4.3 GB/s per SM). The copying warps' issue rate decides whether FC1 keeps its pace: one warp,
-// a shuffle per copy, doubled FC1's time (session 32); two warps with an address per 16-byte
+// a shuffle per copy, doubled FC1's time (H200, 2026-12-02); two warps with an address per 16-byte
 // copy left FC1's consumers waiting for A at ~47% of their samples, two per address (RowCopier)
-// at ~6%, as with TMA (ncu, session 33).
+// at ~6%, as with TMA (ncu, H200, 2026-12-02).
 template <class Policy>
 struct GatherPolicy : Policy {};
 
@@ -435,7 +435,7 @@ struct Sm90PairGatherMainloop : Sm90PairMainloop<Base> {
   // one address (the second at +64 bytes). Each lane's source rows are found once per tile. So a
   // stage is kGroups address multiply-adds for 2 x kGroups copies: with an address chain per copy
   // (16 a stage) the two copying warps were busy all the time and FC1's consumers waited for A
-  // (ncu, session 33).
+  // (ncu, H200, 2026-12-02).
   struct RowCopier {
     static constexpr int kGroups = kRowsPerWarp / 8;  // 8-row groups per warp and stage
     uint32_t rows16[kGroups];  // source row x row bytes / 16 (0 past the group's rows)
@@ -512,8 +512,8 @@ struct Sm90PairGatherMainloop : Sm90PairMainloop<Base> {
   CUTLASS_DEVICE void load(
       Params const& p, MainloopPipeline pipeline, PipelineState write,
       cute::tuple<TensorA, TensorB, int, int, int, const int32_t*, const char*> const& in,
-      cute::tuple<TensorMapA, TensorMapB> const& maps, BlockCoord const& blk,
-      KTileIterator k_tile, int k_tiles, int, uint32_t rank, TensorStorage& smem) {
+      cute::tuple<TensorMapA, TensorMapB> const& maps, BlockCoord const& blk, KTileIterator k_tile,
+      int k_tiles, int, uint32_t rank, TensorStorage& smem) {
     using namespace cute;
     __syncwarp();  // as Pair::load: the tensormap's reads before the next group's update
     auto [m_coord, n_coord, k_coord, l_coord] = blk;
@@ -558,8 +558,7 @@ struct Sm90PairGatherMainloop : Sm90PairMainloop<Base> {
   // on, to dst_hi.
   template <int kGroup>
   CUTLASS_DEVICE static void copy_row_pairs(uint32_t dst_lo, uint32_t dst_hi, uint32_t row16_a,
-                                            uint32_t row16_b, const char* col_ptr,
-                                            uint32_t live) {
+                                            uint32_t row16_b, const char* col_ptr, uint32_t live) {
     // Groups kGroup and kGroup + 1 (kGroupBytes apart in the stage), each address its own
     // register, so that the second's multiply-add need not wait for the first's copies.
     asm volatile(
@@ -590,8 +589,8 @@ struct Sm90PairGatherMainloop : Sm90PairMainloop<Base> {
 // The problem shape that selects the pair scheduler.
 struct PairOrder {
   template <class Shape, class TileShape, int Stages>
-  using Scheduler = Sm90PairGroupScheduler<Shape, Stages, cute::size<0>(TileShape{}),
-                                           cute::size<1>(TileShape{})>;
+  using Scheduler =
+      Sm90PairGroupScheduler<Shape, Stages, cute::size<0>(TileShape{}), cute::size<1>(TileShape{})>;
 };
 using PairGroupProblemShape = OrderedGroupProblemShape<PairOrder>;
 

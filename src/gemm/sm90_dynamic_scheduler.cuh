@@ -6,10 +6,10 @@
 // Why: CUTLASS's group scheduler hands block b the tiles b, b + grid, b + 2 grid, ... Blocks
 // whose tiles run faster than others' drift ahead into later experts, the tiles in flight spread
 // over more experts' weights, and the L2 stops serving them: with a tail skip (an expert's
-// empty half tile skipping its MMAs; patch in bench/results, session 19) deepseek's FC1 at
+// empty half tile skipping its MMAs; patch in H200, 2026-12-01) deepseek's FC1 at
 // T=16384 fell from 67% L2 hits to 25% and became DRAM-bound. Drawn from one counter, the tiles
 // in flight stay a window of about one tile per block, whatever each tile costs. Without the
-// skip it gains FC1 0.2-1.0% at T=16384 (deepseek's uneven experts the most; session 20).
+// skip it gains FC1 0.2-1.0% at T=16384 (deepseek's uneven experts the most; H200, 2026-12-01).
 //
 // The counter (and a count of blocks done) lives in the kernel's workspace, zero when the
 // kernel starts: the last block to finish clears both, so graph replays need nothing else.
@@ -135,10 +135,10 @@ class Sm90DynamicGroupScheduler
       cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90Group<ProblemShape, Stages>>;
 
  public:
+  using Base::Base;
   using typename Base::Params;
   using typename Base::SchedulerResponse;
   using typename Base::WorkTileInfo;
-  using Base::Base;
 
   // Every thread of the block calls it once.
   template <class ClusterShape>
@@ -148,8 +148,7 @@ class Sm90DynamicGroupScheduler
 
   // The scheduler warp, for each tile after the first.
   template <class Pipeline, class PipelineState>
-  CUTLASS_DEVICE auto advance_to_next_work(Pipeline& pipeline, PipelineState state,
-                                           uint32_t = 1) {
+  CUTLASS_DEVICE auto advance_to_next_work(Pipeline& pipeline, PipelineState state, uint32_t = 1) {
     this->template wait_to_draw<Stages>(pipeline, state);
     uint32_t next = 0;
     if (threadIdx.x % 32 == 0) next = atomicAdd(&this->counters_[0], 1u);

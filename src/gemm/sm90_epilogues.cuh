@@ -27,8 +27,8 @@
 // Each warp group stages and writes back its own 64 rows and meets only its own threads: a warp
 // group that finishes first (one whose rows lie past the expert's end issues no MMAs: the pair
 // tiles' idle halves) goes on to the next tile instead of waiting for the other's epilogue.
-// Forward A/Bs against both warp groups meeting (and CUTLASS's store for FC2), session 38, three
-// machines, T=4096 and 16384: -0.2 to -2.1% on every preset (qwen3 the most), but for one
+// Forward A/Bs against both warp groups meeting (and CUTLASS's store for FC2), H200, 2026-12-02,
+// three machines, T=4096 and 16384: -0.2 to -2.1% on every preset (qwen3 the most), but for one
 // deepseek T=4096 at +0.4% (bench/NOTES.md). FC1's epilogue alone per warp group gave a third
 // of that or less.
 #pragma once
@@ -48,7 +48,7 @@ namespace moekit::gemm::detail {
 // The gated kinds whose loops a fused epilogue compiles: all four, or one family. Why: the
 // gathering 128x240 pair kernel with the clamped kind's loop alone (3944 SASS instructions
 // against 8680 with all four) ran gpt-oss's forward at T=16384 0.35% and 0.41% faster on two
-// machines (3 rounds each, session 59; T=4096 even), while one with SwiGLU's alone changed
+// machines (3 rounds each, H200, 2026-12-03; T=4096 even), while one with SwiGLU's alone changed
 // nothing on the other presets. So the prefill pair tiles hold one family each
 // (Sm90PairActTactic, sm90_grouped.cuh) and the other tactics all four.
 enum class ActKinds { kAll, kClamped, kUnclamped };
@@ -68,7 +68,7 @@ class Sm90EpilogueOp {
   // Named barriers (after CUTLASS's reserved ones), one per warp group; the pair tiles' main
   // loop uses 1 and 2.
   static constexpr uint32_t kEpilogueBarrier = 3;
-  static constexpr int kOutCols = kTileN / 2;  // outputs per tile row and staging pass
+  static constexpr int kOutCols = kTileN / 2;   // outputs per tile row and staging pass
   static constexpr int kChunks = kOutCols / 8;  // 16-byte chunks of outputs per tile row
   // A staged row's pitch in chunks: the XOR swizzle spans 8 (the 192-wide tile's 12 pad to 16).
   static constexpr int kRowChunks = (kChunks + 7) / 8 * 8;
@@ -101,8 +101,8 @@ class Sm90EpilogueOp {
     Element** ptr_out = nullptr;  // [groups]: the group's first output row
     const float* bias = nullptr;  // [groups, bias_ld] in the blocked row order, or null
     int64_t bias_ld = 0;
-    int64_t out_ld = 0;           // output row stride in elements (n / 2)
-    activation::Params act;       // a gated kind
+    int64_t out_ld = 0;      // output row stride in elements (n / 2)
+    activation::Params act;  // a gated kind
   };
   using Params = Arguments;
 
@@ -190,7 +190,7 @@ class Sm90EpilogueOp {
     int m0, n0;        // the tile's origin
     Element* out;
     const float* bias;
-    uint4* staged;     // kStaged: [kTileM][kRowChunks], chunk c of row m at c ^ (m % 8)
+    uint4* staged;  // kStaged: [kTileM][kRowChunks], chunk c of row m at c ^ (m % 8)
   };
 
   template <class Acc, class Crd>
@@ -201,12 +201,18 @@ class Sm90EpilogueOp {
       store<Kind::kSwiGLUClamped>(acc, crd, t);
     } else {
       switch (params_.act.kind) {
-        case Kind::kSwiGLU: store<Kind::kSwiGLU>(acc, crd, t); break;
+        case Kind::kSwiGLU:
+          store<Kind::kSwiGLU>(acc, crd, t);
+          break;
         case Kind::kSwiGLUClamped:
           if constexpr (kKinds == ActKinds::kAll) store<Kind::kSwiGLUClamped>(acc, crd, t);
           break;
-        case Kind::kGeGLUTanh: store<Kind::kGeGLUTanh>(acc, crd, t); break;
-        default: store<Kind::kGeGLUErf>(acc, crd, t); break;
+        case Kind::kGeGLUTanh:
+          store<Kind::kGeGLUTanh>(acc, crd, t);
+          break;
+        default:
+          store<Kind::kGeGLUErf>(acc, crd, t);
+          break;
       }
     }
   }
@@ -245,8 +251,8 @@ class Sm90EpilogueOp {
         CUTLASS_PRAGMA_UNROLL
         for (int v = kHalf * kV / 2; v < (kHalf + 1) * kV / 2; ++v) {
           const int oc = get<1>(crd(make_coord(0, j, v), mm, 0)) - kHalf * kOutCols;
-          const uint32_t pair = bits(acc(make_coord(0, j, v), mm, 0)) |
-                                bits(acc(make_coord(1, j, v), mm, 0)) << 16;
+          const uint32_t pair =
+              bits(acc(make_coord(0, j, v), mm, 0)) | bits(acc(make_coord(1, j, v), mm, 0)) << 16;
           const int chunk = (oc >> 3) ^ (m & 7);
           const uint32_t addr =
               cute::cast_smem_ptr_to_uint(t.staged + m * kRowChunks + chunk) + (oc & 7) * 2;
@@ -266,19 +272,21 @@ class Sm90EpilogueOp {
     // load after a store would wait for it (the compiler cannot tell they do not alias), which
     // cost gpt-oss's FC1 at T=16384 0.8 ms. Four groups, not eight: with no test per pair the
     // compiler interleaves more pairs, and eight spilled 56 bytes in the 128x256 tile.
-    // This epilogue runs while both warp groups' tensor cores idle (ncu, session 17: +5% cycles
-    // over the plain store for qwen3's FC1, +13% for gpt-oss's), so its instructions count.
+    // This epilogue runs while both warp groups' tensor cores idle (ncu, H200, 2026-12-01: +5%
+    // cycles over the plain store for qwen3's FC1, +13% for gpt-oss's), so its instructions count.
     // The SwiGLU kinds take x * sigmoid(a x) through one MUFU operation (tanh.approx,
     // activation::x_sigmoid_fast; within 2^-14 |x|) instead of two (ex2, rcp): by count, the
     // 16 MUFU lanes per SM bounded the pair loop (2 x 64 MUFU and ~12 x 64 other instructions
-    // per thread in the 128x256 tile). Forward A/B at T=16384 (session 54, two machines, 3 and 2
-    // rounds): mixtral -0.8 / -1.1%, gpt-oss -0.7 / -0.3%, deepseek -0.4 / -0.3%, qwen3 even /
-    // -0.6%; T=4096 mixtral -1.1 / -0.4%.
+    // per thread in the 128x256 tile). Forward A/B at T=16384 (H200, 2026-12-03, two machines, 3
+    // and 2 rounds): mixtral -0.8 / -1.1%, gpt-oss -0.7 / -0.3%, deepseek -0.4 / -0.3%, qwen3 even
+    // / -0.6%; T=4096 mixtral -1.1 / -0.4%.
     if constexpr (!kSwapAB) {
       constexpr int kGroups = decltype(size<0, 2>(acc))::value / 2;  // gate groups of 8 columns
       // The largest of 4, 3, 2, 1 that divides them (the 240-wide tile has 15).
-      constexpr int kBiasGroups =
-          kGroups % 4 == 0 ? 4 : kGroups % 3 == 0 ? 3 : kGroups % 2 == 0 ? 2 : 1;
+      constexpr int kBiasGroups = kGroups % 4 == 0   ? 4
+                                  : kGroups % 3 == 0 ? 3
+                                  : kGroups % 2 == 0 ? 2
+                                                     : 1;
       static_assert(kGroups % kBiasGroups == 0);
       CUTLASS_PRAGMA_UNROLL
       for (int nn = 0; nn < size<2>(acc); ++nn) {

@@ -181,7 +181,7 @@ class GemvTactic final : public GemvTacticBase {
     // block's warps take further 16-row slices. (One step per warp, as qwen3's FC2 had with k =
     // 768 and 4 warps, measured 15.5 us against 14.1 with 2 warps on k; the 8-way split of the
     // longer k of the other presets stays: a device-side choice that also took 4-way splits for
-    // mixtral's and deepseek's FC2 lost 2-3 us of the T=1 forward. bench/results, session 5.)
+    // mixtral's and deepseek's FC2 lost 2-3 us of the T=1 forward. H200, 2026-11-30.)
     constexpr int64_t kStepK = 32 * kSub<NT>;
     const int64_t steps = (ctx.shape.k + kStepK - 1) / kStepK;
     p_.kw = 1;

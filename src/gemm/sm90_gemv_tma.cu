@@ -1,3 +1,5 @@
+// Over 800 lines: the TMA ring protocol and the three kernels that share it (standalone, chained,
+// sliced) change together.
 // Grouped GEMV for decode with the weights streamed by TMA (`sm90.gemv.tma64`; `.s12`, two
 // blocks per SM, where its grid fills better; other variants with more stages or 128-row boxes
 // are listed for measurement in full builds, see gemv_tma_list):
@@ -8,7 +10,7 @@
 // ldmatrix) and keep the whole k sum in registers. So there is no split-k reduction and no
 // block barrier per item, the two costs sm90_gemv.cu pays per 16-row item, and no global load
 // on the consumers' path: loading the activations one box ahead from global memory held each
-// block to ~10 GB/s (H200, session 8), slower than gemv.n8 at T=1.
+// block to ~10 GB/s (H200, H200, 2026-11-30), slower than gemv.n8 at T=1.
 //
 // Items are (non-empty expert, 64-row tile), persistent as in sm90_gemv.cu: a fixed share per
 // block, or, where blocks take more than one and the caller gives a counter
@@ -40,7 +42,7 @@
 namespace moekit::gemm::detail {
 namespace {
 
-constexpr int kBoxK = 64;                       // 64 x 2 bytes: one 128-byte row
+constexpr int kBoxK = 64;  // 64 x 2 bytes: one 128-byte row
 static_assert(kBoxK == KSlices::kBoxK);
 constexpr int kTokens = 8;                      // token rows per chunk: the MMA's n
 constexpr int kActBytes = kTokens * kBoxK * 2;  // 1 KB of activations, one swizzle period
@@ -103,7 +105,7 @@ __device__ __forceinline__ Walk walk_of(const GemvParams& p, int live) {
 
 // Item ids handed from the producer thread to the consumer warps through kSlots slots: a
 // block's first item is its own (blockIdx.x), taken without waiting for an L2 atomic; the rest
-// come one at a time from a counter, from gridDim.x on (session 47, in the standalone counted
+// come one at a time from a counter, from gridDim.x on (H200, 2026-12-03, in the standalone counted
 // GEMV and the one-token sliced kernel too: T=1 -0.1 to -0.3 us, deepseek T=8 -0.8, the rest
 // within 0.4 either way; 32 fewer instructions in the sliced kernel). A block takes its next
 // item only once a slot is free. -1: no more items.
@@ -143,7 +145,8 @@ struct ItemRing {
   // A consumer warp: lane 0 reads the slot and frees it, so that the read comes before the
   // arrive in one thread (the producer writes the slot again after it); the warp gets the id
   // by shuffle. Every lane reading it before lane 0's arrive, ordered by __syncwarp only,
-  // showed as a read/write race under racecheck once blocks took over kSlots items (session 14).
+  // showed as a read/write race under racecheck once blocks took over kSlots items (H200,
+  // 2026-12-01).
   __device__ int read(int lane) {
     int id = 0;
     if (lane == 0) {
@@ -192,8 +195,7 @@ struct RingProducer {
 
   __device__ RingProducer(const R& ring, Noted* noted_ring, const int* done_counts,
                           uint32_t* opened_bits, bool pdl_waited)
-      : sm(ring), done(done_counts), noted(noted_ring), opened(opened_bits),
-        waited(pdl_waited) {}
+      : sm(ring), done(done_counts), noted(noted_ring), opened(opened_bits), waited(pdl_waited) {}
 
   __device__ void pdl() {
     if (waited) return;
@@ -287,14 +289,17 @@ struct RingProducer {
     for (int c0 = 0; c0 < (one_pass ? 1 : mg); c0 += kTokens)
       for (int kb = kb_begin; kb < kb_end; ++kb)
         box(weights, row, kb, acts, caller_rows ? 0 : m0 + c0,
-            caller_rows ? kAlwaysOpen : gate_of_g < 0 ? -1 : g, need_per_chunk * chunks);
+            caller_rows     ? kAlwaysOpen
+            : gate_of_g < 0 ? -1
+                            : g,
+            need_per_chunk * chunks);
   }
 };
 
 // The chained kernel's token rows as a consumer warp stores them (kept out of RingConsumer, which
 // the other kernels share). `slots_ready`: the PDL wait before the first
 // store is behind (once per warp: whether a wait per chunk costs is not measured; blocks take ~10
-// FC1 items at 8 tokens on deepseek and gpt-oss, where token rows lost 7 us in session 26), or
+// FC1 items at 8 tokens on deepseek and gpt-oss, where token rows lost 7 us in 2026-12-01), or
 // the kernel read the offsets after it.
 struct TokenRowsStore {
   TokenRows rows;
@@ -351,7 +356,7 @@ struct RingConsumer {
   // Hands the current stage back to the producer and moves to the next.
   __device__ __forceinline__ void release() {
     // The stage's next TMA write (async proxy) must follow these ldmatrix reads (generic
-    // proxy): the barrier's release alone does not order the two proxies (session 11).
+    // proxy): the barrier's release alone does not order the two proxies (H200, 2026-11-30).
     cutlass::arch::fence_view_async_shared();
     __syncwarp();
     if (lane == 0) EmptyBarrier::arrive(&sm.empty[stage]);
@@ -364,8 +369,8 @@ struct RingConsumer {
   // Token rows past the chunk's mg (the next expert's, or zeros past the tensor) give columns
   // of the product that are not stored. kTokenRows: FC1 on `tokens` (the chained kernel only).
   template <bool kAct, bool kTokenRows = false>
-  __device__ void chunk(const GemvParams& p, int k_boxes, int g, int row16, int c0, int m0,
-                        int mg, TokenRowsStore* tokens = nullptr) {
+  __device__ void chunk(const GemvParams& p, int k_boxes, int g, int row16, int c0, int m0, int mg,
+                        TokenRowsStore* tokens = nullptr) {
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     accumulate(k_boxes, acc);
     if constexpr (kAct && kTokenRows) {
@@ -479,7 +484,7 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
   const Walk walk{compact_live_groups<kWarps>(p.row_offsets, p.groups, sm.active, s_warp_live),
                   p.row_tiles, (p.k + kBoxK - 1) / kBoxK};
   // Items from the counter only where blocks take more than one: else the fixed share is the
-  // same and costs no atomic (forward A/B, session 15: qwen3 T=1 +0.3 us with the counter).
+  // same and costs no atomic (forward A/B, H200, 2026-12-01: qwen3 T=1 +0.3 us with the counter).
   const bool counted = p.next_item != nullptr && walk.items() > gridDim.x;
 
   if (warp == kConsumers) {  // the producer warp; one thread issues the copies
@@ -576,7 +581,7 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
 // rows once the permute has ended (its PDL wait). `tokens` (kTokenRows) is an argument and a
 // kernel of its own, so that the other kernels' code stays as it was: as GemvParams fields, it
 // changed nvcc's code for every standalone GEMV (3704 -> 3256 SASS instructions) and made qwen3
-// T=1, which runs those, 0.7 us slower (session 27). With k slices (KSlices), an FC2 item is
+// T=1, which runs those, 0.7 us slower (H200, 2026-12-01). With k slices (KSlices), an FC2 item is
 // one slice of a 64-row tile's k, its fp32 sums stored for finalize::run_slices: the kernel's
 // last items are shorter, so its blocks end closer together.
 template <bool kBF16, int kRows, int kStages, int kBlocksPerSm, bool kTokenRows>
@@ -609,10 +614,10 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
     // At the permute's flag, where FC1's items outnumber the blocks, lanes 1-31 leave at once:
     // in producer_warp they fall through to griddepcontrol.wait (SASS ACQBULK) while lane 0
     // branches to the ring, and can hold its first boxes until the permute ends; lane 0 waits
-    // for it in finish() and lets the next kernel start, as the warp did. Session 53, 4 rounds:
-    // gpt-oss T=2 -1.4 us, mixtral T=4 -1.4, qwen3 T=8 -0.4. Where every block has at most one
-    // FC1 item (qwen3 T=2, the whole grid) it lost 0.8, in the FC1 blocks (not found why);
-    // behind a gather kernel, 1.4 on gpt-oss T=8 (session 52): both keep the warp.
+    // for it in finish() and lets the next kernel start, as the warp did. H200, 2026-12-03, 4
+    // rounds: gpt-oss T=2 -1.4 us, mixtral T=4 -1.4, qwen3 T=8 -0.4. Where every block has at most
+    // one FC1 item (qwen3 T=2, the whole grid) it lost 0.8, in the FC1 blocks (not found why);
+    // behind a gather kernel, 1.4 on gpt-oss T=8 (H200, 2026-12-03): both keep the warp.
     if (lane != 0 && p1.offsets_flag != nullptr && items1 > int(gridDim.x)) return;
     producer_warp(lane, [&] {
       cute::prefetch_tma_descriptor(reinterpret_cast<const cute::TmaDescriptor*>(&w1));
@@ -625,7 +630,7 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
       typename Producer::Noted noted[kStages];
       Producer prod(sm, noted, done, s_opened, !p1.offsets_ready);
       prod.counters_at_flag = kTokenRows || p1.one_row != 0;
-      // ItemRing's first item per block is the block's own. Session 46, 3 rounds x 2 calls
+      // ItemRing's first item per block is the block's own. H200, 2026-12-02, 3 rounds x 2 calls
       // against the counter alone: qwen3 T=2-8 -0.3 to -0.8 us, deepseek -0.6 to -1.1, mixtral
       // T=4 +1.0 (even on a third machine), the rest within 1 us either way.
       for (;;) {
@@ -650,7 +655,7 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
   // The consumers do not let the next kernel start: the producer warp does, after its PDL wait
   // (pdl.cuh's protocol). The finalize that follows reads the permute's slots before its own
   // wait, so it must not start before the permute has ended. With the caller's rows these warps
-  // used to trigger at their start, before any wait (until session 39; no stale read was ever
+  // used to trigger at their start, before any wait (until 2026-12-02; no stale read was ever
   // seen: GemvPdl.FinalizeAfterChainedTokenRowsReadsTheWrittenSlots passed on that kernel too).
   bool waited = !kTokenRows && !p1.one_row;
   // With offsets read before the PDL wait, the consumers wait now, before any store (the kernel
@@ -696,14 +701,14 @@ __global__ void __launch_bounds__(Ring<kRows, kStages>::kThreads, kBlocksPerSm)
 // them; each item stores its product [H] as fp32 partial sums, partials[row][slice][H] (row: the
 // expert's row of the run), which the finalize adds in slice order (finalize::run_slices).
 // Slices of 64 read whole 128-byte lines of FC2's rows; slices of 32 (64-byte rows) were 12 us
-// slower at one token on gpt-oss, 128 10 us slower on qwen3 (session 30's results).
+// slower at one token on gpt-oss, 128 10 us slower on qwen3 (the H200 results of 2026-12-01).
 // FC1 reads the caller's row (GemvParams::one_row) from the permute's flag on. The partials are
 // this kernel's alone, so its stores wait for nothing; the producer warp waits for the permute
 // before the kernel lets the finalize start (which reads the permute's slots before its wait).
 constexpr int kSlice = GroupedGemm::kSliceActivations;  // activations per slice
-constexpr int kSliceTiles = kSlice / 32;    // FC1's 64-row boxes (32 activations each) per slice
-constexpr int kSliceRows = 64;              // FC2 rows per box: 64 x 64 k x 2 B = 8 KB, one stage
-constexpr int kSliceSteps = kSlice / 16;    // k16 steps per FC2 box
+constexpr int kSliceTiles = kSlice / 32;  // FC1's 64-row boxes (32 activations each) per slice
+constexpr int kSliceRows = 64;            // FC2 rows per box: 64 x 64 k x 2 B = 8 KB, one stage
+constexpr int kSliceSteps = kSlice / 16;  // k16 steps per FC2 box
 // Slices per expert from FC1's 64-row boxes per expert: ceil(I / kSlice).
 __host__ __device__ constexpr int slices_of(int row_tiles) {
   return (row_tiles + kSliceTiles - 1) / kSliceTiles;
@@ -798,10 +803,9 @@ __global__ void __launch_bounds__(Ring<64, kStages>::kThreads, kBlocksPerSm)
           }
         for (int b = 0; b < fc2_boxes; ++b) {
           const int s = next_stage(R::kStageBytes);
-          cute::SM90_TMA_LOAD_2D::copy(&w2, &sm.full[s],
-                                       uint64_t(cute::TMA::CacheHintSm90::EVICT_FIRST),
-                                       sm.weights + s * R::kStageBytes, slice * kSlice,
-                                       g * hidden + b * kSliceRows);
+          cute::SM90_TMA_LOAD_2D::copy(
+              &w2, &sm.full[s], uint64_t(cute::TMA::CacheHintSm90::EVICT_FIRST),
+              sm.weights + s * R::kStageBytes, slice * kSlice, g * hidden + b * kSliceRows);
         }
       }
     }
@@ -838,8 +842,7 @@ __global__ void __launch_bounds__(Ring<64, kStages>::kThreads, kBlocksPerSm)
         b[ks][j] = *reinterpret_cast<const uint32_t*>(
             &s_act[n][lane >> 2][ks * 16 + j * 8 + (lane & 3) * 2]);
     float* out = partials + (int64_t(p1.row_offsets[g]) * slices + slice) * hidden;
-    for (int bx = 0; bx < fc2_boxes; ++bx)
-      slice_box<kBF16>(cons, b, out, bx * kSliceRows, hidden);
+    for (int bx = 0; bx < fc2_boxes; ++bx) slice_box<kBF16>(cons, b, out, bx * kSliceRows, hidden);
   }
 }
 
@@ -930,14 +933,14 @@ class GemvTmaTactic final : public GemvTacticBase {
 
   // The chained kernel's grid. From the permute's flag on, it starts beside the permute's single
   // block, and none of its blocks is placed on that block's SM until the permute ends: the
-  // driver sizes that SM's shared memory for the permute alone (session 52's stamps, qwen3 T=8:
-  // of 395 blocks the last started at the permute's end, 3 us after block 0; of 393, with it).
-  // A block that late has its first item (blockIdx.x, an FC1 item) on the forward's critical
-  // path, so the SM's slots are left out (session 52, two H200s: qwen3 T=8 -0.3 / -0.2 us,
-  // mixtral T=4 -0.9, the rest of T=1-8 within 0.3). Unless every left-out block's first item is
-  // an FC2 item (the at most `fc1_items` FC1 items come first), which waits for its expert's FC1
-  // items anyway: then the late start costs nothing and the block adds a worker (qwen3 T=2, at
-  // most 16 experts x 24 FC1 items = 384: -0.4 / -0.3 us). The sliced kernel (one token, no
+  // driver sizes that SM's shared memory for the permute alone (the H200 stamps of 2026-12-03,
+  // qwen3 T=8: of 395 blocks the last started at the permute's end, 3 us after block 0; of 393,
+  // with it). A block that late has its first item (blockIdx.x, an FC1 item) on the forward's
+  // critical path, so the SM's slots are left out (H200, 2026-12-03, two H200s: qwen3 T=8 -0.3 /
+  // -0.2 us, mixtral T=4 -0.9, the rest of T=1-8 within 0.3). Unless every left-out block's first
+  // item is an FC2 item (the at most `fc1_items` FC1 items come first), which waits for its
+  // expert's FC1 items anyway: then the late start costs nothing and the block adds a worker (qwen3
+  // T=2, at most 16 experts x 24 FC1 items = 384: -0.4 / -0.3 us). The sliced kernel (one token, no
   // waits between items) takes every slot: leaving its late blocks out lost 1 us on mixtral T=1.
   static int64_t chained_grid_bound(const Slots& slots, const RunArgs& a, int64_t fc1_items) {
     const int64_t early = slots.all - slots.per_sm;
@@ -972,8 +975,9 @@ class GemvTmaTactic final : public GemvTacticBase {
       if (a.one_row == nullptr || a.offsets_flag == nullptr || partials == nullptr ||
           next_item == nullptr)
         return Status(ErrorCode::kInvalidArgument,
-                      what_ + ": the sliced kernel reads one row from the permute's flag and "
-                              "needs partials and an item counter");
+                      what_ +
+                          ": the sliced kernel reads one row from the permute's flag and "
+                          "needs partials and an item counter");
       if (grid_ == 0) return {};
       Bound b1;
       Status s = bind(a, b1);
@@ -985,8 +989,8 @@ class GemvTmaTactic final : public GemvTacticBase {
       const int grid = static_cast<int>(
           std::min<int64_t>(sliced_slots_.all, live_groups(a) * slices_of(p_.row_tiles)));
       const cudaError_t err =
-          pipeline::launch_pdl(kSliced<>, grid, R::kThreads, smem_, a.stream, *b1.weights,
-                               *b1.acts, fc2_slices_.map_, b1.p, partials, next_item);
+          pipeline::launch_pdl(kSliced<>, grid, R::kThreads, smem_, a.stream, *b1.weights, *b1.acts,
+                               fc2_slices_.map_, b1.p, partials, next_item);
       if (err != cudaSuccess) return cuda_status(err, "sliced kernel launch", what_);
       return {};
     } else {
@@ -1000,8 +1004,8 @@ class GemvTmaTactic final : public GemvTacticBase {
     Bound b;
     const Status s = bind(a, b);
     if (!s.ok()) return s;
-    const cudaError_t err = pipeline::launch_pdl(kernel, grid_for(a), R::kThreads, smem_,
-                                                 a.stream, *b.weights, *b.acts, b.p);
+    const cudaError_t err = pipeline::launch_pdl(kernel, grid_for(a), R::kThreads, smem_, a.stream,
+                                                 *b.weights, *b.acts, b.p);
     if (err != cudaSuccess) return cuda_status(err, "kernel launch", what_);
     return {};
   }
@@ -1010,8 +1014,7 @@ class GemvTmaTactic final : public GemvTacticBase {
     return kAct ? chained_slots_[token_rows ? 1 : 0].all : 0;
   }
   // FC1 (this, "+act") then FC2 (`next`: the same variant without the activation).
-  Status run_chained(const RunArgs& a, Tactic& next, const RunArgs& next_args,
-                     int* done) override {
+  Status run_chained(const RunArgs& a, Tactic& next, const RunArgs& next_args, int* done) override {
     using Second = GemvTmaTactic<kBF16, false, kRows, kStages, kBlocksPerSm, kDefaultStages>;
     auto* second = dynamic_cast<Second*>(&next);
     if (!kAct || second == nullptr)
@@ -1029,10 +1032,9 @@ class GemvTmaTactic final : public GemvTacticBase {
     const int grid = static_cast<int>(std::min<int64_t>(
         chained_grid_bound(chained_slots_[tokens], first, live_groups(a) * b1.p.row_tiles),
         live_groups(a) * (b1.p.row_tiles + b2.p.row_tiles * next_args.k_slices.count)));
-    const cudaError_t err =
-        pipeline::launch_pdl(kChained[tokens], grid, R::kThreads, smem_, a.stream, *b1.weights,
-                             *b1.acts, *b2.weights, *b2.acts, b1.p, b2.p, done, first.token_rows,
-                             next_args.k_slices);
+    const cudaError_t err = pipeline::launch_pdl(
+        kChained[tokens], grid, R::kThreads, smem_, a.stream, *b1.weights, *b1.acts, *b2.weights,
+        *b2.acts, b1.p, b2.p, done, first.token_rows, next_args.k_slices);
     if (err != cudaSuccess) return cuda_status(err, "chained kernel launch", what_);
     return {};
   }
@@ -1048,8 +1050,8 @@ class GemvTmaTactic final : public GemvTacticBase {
                      chained_gemv_tma_kernel<kBF16, kRows, kStages, kBlocksPerSm, true>};
 
   // A [rows, k] tensor read in boxes of box_rows x kBoxK, 128-byte swizzled. L2 promotion 128 B,
-  // as CUTLASS's TMA copies: with 256 B the ring streamed 4.14-4.32 TB/s (moekit_tma_stream, s16),
-  // with 128 B or none 4.50-4.55; qwen3 T=8 140.1 -> 135.2 us, gpt-oss 372.0 -> 361.1.
+  // as CUTLASS's TMA copies: with 256 B the ring streamed 4.14-4.32 TB/s (moekit_tma_stream,
+  // 2026-12-01), with 128 B or none 4.50-4.55; qwen3 T=8 140.1 -> 135.2 us, gpt-oss 372.0 -> 361.1.
   struct TensorMap {
     CUtensorMap map_{};
     const void* base_ = nullptr;
@@ -1063,16 +1065,15 @@ class GemvTmaTactic final : public GemvTacticBase {
                CUtensorMapSwizzle swizzle, const char* name, const GemvTmaTactic& t) {
       if (base == base_ && rows == rows_) return {};
       if (reinterpret_cast<uintptr_t>(base) % 16 != 0)
-        return Status(ErrorCode::kInvalidArgument,
-                      t.what_ + ": " + name + " not 16-byte aligned");
+        return Status(ErrorCode::kInvalidArgument, t.what_ + ": " + name + " not 16-byte aligned");
       const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
       const cuuint64_t pitch[1] = {cuuint64_t(cols) * 2};
       const cuuint32_t box[2] = {cuuint32_t(box_cols), cuuint32_t(box_rows)};
       const cuuint32_t unit[2] = {1, 1};
       const CUresult r = t.encode_(
           &map_, kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
-          const_cast<void*>(base), dims, pitch, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
-          swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+          const_cast<void*>(base), dims, pitch, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+          CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
       if (r != CUDA_SUCCESS)
         return Status(ErrorCode::kCuda, t.what_ + ": cuTensorMapEncodeTiled failed for the " +
                                             name + " (CUresult " + std::to_string(r) + ")");
@@ -1108,8 +1109,8 @@ std::vector<TacticEntry> gemv_tma_list() {
   add_gemv_tma<kBF16, 64, 8, 3>(v);      // sm90.gemv.tma64: 72 KB, 3 blocks per SM
   add_gemv_tma<kBF16, 64, 12, 2, 8>(v);  // .s12: 108 KB, 2 per SM (pick_tactic: fuller waves)
 #if !defined(MOEKIT_ONE_TACTIC)
-  add_gemv_tma<kBF16, 64, 24, 1, 8>(v);  // .s24: 216 KB, 1 per SM
-  add_gemv_tma<kBF16, 128, 6, 2>(v);     // sm90.gemv.tma128: 16 KB boxes as CUTLASS's tiles
+  add_gemv_tma<kBF16, 64, 24, 1, 8>(v);   // .s24: 216 KB, 1 per SM
+  add_gemv_tma<kBF16, 128, 6, 2>(v);      // sm90.gemv.tma128: 16 KB boxes as CUTLASS's tiles
   add_gemv_tma<kBF16, 128, 12, 1, 6>(v);  // .s12: 204 KB, 1 per SM
 #endif
   return v;

@@ -59,10 +59,10 @@ enum class Sched { kCoop, kPingpong };
 // EpiN: the width of the store epilogue's subtiles (0: CUTLASS's choice, 32 for these tiles).
 // Each subtile costs both warp groups two named barriers and a TMA store while the tensor cores
 // idle; 64 halves their count per tile (4 of 128x64, 32 KB of shared memory, the 128x256 tile
-// keeps its 4 main-loop stages). Forward A/B with FC2 on the dynamic 128x256 tile (session 22,
-// 3 rounds): T=16384 qwen3 -0.4%, deepseek -0.7%, gpt-oss -0.2%, mixtral -0.1%; T=4096 qwen3
-// -1.4%, gpt-oss -0.6%, deepseek +0.5%, mixtral even. 128 (3 stages) gained less. A subtile is
-// not part of the name: the activation epilogue ignores it, and it does not change the result.
+// keeps its 4 main-loop stages). Forward A/B with FC2 on the dynamic 128x256 tile (H200,
+// 2026-12-01, 3 rounds): T=16384 qwen3 -0.4%, deepseek -0.7%, gpt-oss -0.2%, mixtral -0.1%; T=4096
+// qwen3 -1.4%, gpt-oss -0.6%, deepseek +0.5%, mixtral even. 128 (3 stages) gained less. A subtile
+// is not part of the name: the activation epilogue ignores it, and it does not change the result.
 // The pairs store through their own epilogue (Sm90PairStoreEpilogue) and take none.
 template <int M, int N, int K, Sched S, bool SwapAB = false, int CM = 1, int CN = 1,
           bool Dynamic = false, int EpiN = 0, bool Pairs = false, bool Gather = false>
@@ -94,8 +94,8 @@ struct TacticCfg {
 
   static std::string name() {
     const char* sched = SwapAB ? "swapab" : (S == Sched::kCoop ? "coop" : "pingpong");
-    return std::string("sm90.") + sched + "." + std::to_string(M) + "x" + std::to_string(N) +
-           "x" + std::to_string(K) + ".c" + std::to_string(CM) + "x" + std::to_string(CN) +
+    return std::string("sm90.") + sched + "." + std::to_string(M) + "x" + std::to_string(N) + "x" +
+           std::to_string(K) + ".c" + std::to_string(CM) + "x" + std::to_string(CN) +
            (Dynamic ? ".dyn" : "") + (Pairs ? ".pairs" : "") + (Gather ? ".gather" : "");
   }
 };
@@ -112,15 +112,15 @@ struct Sm90GroupedKernel {
   // Both operands are K-major in both modes; only who is A and the layout of D change.
   using LayoutA = cutlass::layout::RowMajor;
   using LayoutB = cutlass::layout::ColumnMajor;
-  using LayoutD = std::conditional_t<Cfg::kSwapAB, cutlass::layout::ColumnMajor,
-                                     cutlass::layout::RowMajor>;
+  using LayoutD =
+      std::conditional_t<Cfg::kSwapAB, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
   static constexpr int kAlign = 128 / cutlass::sizeof_bits<Element>::value;  // 16-byte TMA rows
 
   // C is void: D = 1 * acc, nothing is read back.
   using StoreEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Cfg::Tile,
-      typename Cfg::Cluster, typename Cfg::EpilogueTile, float, float, void,
-      LayoutD*, kAlign, Element, LayoutD*, kAlign, typename Cfg::Epilogue,
+      typename Cfg::Cluster, typename Cfg::EpilogueTile, float, float, void, LayoutD*, kAlign,
+      Element, LayoutD*, kAlign, typename Cfg::Epilogue,
       cutlass::epilogue::fusion::LinearCombination<Element, float>>::CollectiveOp;
   using ActEpilogue = Sm90ActEpilogue<Element, Cfg::kSwapAB, Cfg::kTileM, Cfg::kTileN,
                                       Cfg::kSched == Sched::kCoop && !Cfg::kSwapAB, kKinds>;
@@ -165,9 +165,10 @@ class Sm90GroupedTactic final : public Tactic {
   }
 
   Status init(const TacticContext& ctx) override {
-    const std::string what = "tactic " + Cfg::name() + (kAct ? " with activation" : "") + " (groups " +
-                             std::to_string(ctx.shape.groups) + ", n " +
-                             std::to_string(ctx.shape.n) + ", k " + std::to_string(ctx.shape.k) + ")";
+    const std::string what = "tactic " + Cfg::name() + (kAct ? " with activation" : "") +
+                             " (groups " + std::to_string(ctx.shape.groups) + ", n " +
+                             std::to_string(ctx.shape.n) + ", k " + std::to_string(ctx.shape.k) +
+                             ")";
     const int groups = ctx.shape.groups;
     const int n = static_cast<int>(ctx.shape.n), k = static_cast<int>(ctx.shape.k);
     // Strides do not depend on M_g (packed, K-major operands; D's leading dimension is n), so
@@ -241,8 +242,8 @@ class Sm90GroupedTactic final : public Tactic {
 
     cutlass::Status st = gemm_.can_implement(args);
     if (st != cutlass::Status::kSuccess)
-      return Status(ErrorCode::kUnsupported, what + ": CUTLASS can_implement failed: " +
-                                                 cutlass_error(st));
+      return Status(ErrorCode::kUnsupported,
+                    what + ": CUTLASS can_implement failed: " + cutlass_error(st));
     workspace_bytes_ = K::Gemm::get_workspace_size(args);
     if (workspace_bytes_ > 0) {
       err = cudaMalloc(&workspace_, workspace_bytes_);
@@ -261,9 +262,8 @@ class Sm90GroupedTactic final : public Tactic {
     }
     st = gemm_.initialize(args, workspace_);
     if (st != cutlass::Status::kSuccess)
-      return Status(ErrorCode::kCuda,
-                    what + ": CUTLASS initialize failed: " + cutlass_error(st) + " (" +
-                        cudaGetErrorString(cudaGetLastError()) + ")");
+      return Status(ErrorCode::kCuda, what + ": CUTLASS initialize failed: " + cutlass_error(st) +
+                                          " (" + cudaGetErrorString(cudaGetLastError()) + ")");
     // The dynamic scheduler's counters are cleared on the legacy stream (initialize_workspace).
     if constexpr (Cfg::kDynamic) {
       err = cudaStreamSynchronize(nullptr);
@@ -276,8 +276,8 @@ class Sm90GroupedTactic final : public Tactic {
   Status run(const RunArgs& a) override {
     cutlass::Status st = gemm_.run(a.stream);
     if (st != cutlass::Status::kSuccess)
-      return Status(ErrorCode::kCuda, name_ + ": CUTLASS run failed: " + cutlass_error(st) +
-                                          " (" + cudaGetErrorString(cudaGetLastError()) + ")");
+      return Status(ErrorCode::kCuda, name_ + ": CUTLASS run failed: " + cutlass_error(st) + " (" +
+                                          cudaGetErrorString(cudaGetLastError()) + ")");
     return {};
   }
 
@@ -350,13 +350,15 @@ std::vector<TacticEntry> sm90_grouped_tactics() {
   add_tactic<Element, TacticCfg<128, 128, 64, S::kCoop>>(v);
   add_tactic<Element, TacticCfg<128, 16, 128, S::kCoop, true>>(v);
   add_tactic<Element, TacticCfg<128, 256, 64, S::kCoop, false, 2, 1, true, 0, true>>(v);
-  add_gather_tactic<Element, TacticCfg<128, 256, 64, S::kCoop, false, 2, 1, true, 0, true, true>>(v);
+  add_gather_tactic<Element, TacticCfg<128, 256, 64, S::kCoop, false, 2, 1, true, 0, true, true>>(
+      v);
 #if !defined(MOEKIT_ONE_TACTIC)
   // The pair tile 240 wide, for widths it divides and 256 does not (gpt-oss: FC1 5760 = 24 x 240,
   // FC2 2880 = 12 x 240), where the 256-wide tile's last column tile holds 128 or 64 of its 256
   // columns but still moves a whole weight tile into shared memory (pick_tactic).
   add_tactic<Element, TacticCfg<128, 240, 64, S::kCoop, false, 2, 1, true, 0, true>>(v);
-  add_gather_tactic<Element, TacticCfg<128, 240, 64, S::kCoop, false, 2, 1, true, 0, true, true>>(v);
+  add_gather_tactic<Element, TacticCfg<128, 240, 64, S::kCoop, false, 2, 1, true, 0, true, true>>(
+      v);
   add_tactic<Element, TacticCfg<128, 256, 64, S::kCoop, false, 1, 1, true, 64>>(v);
   add_tactic<Element, TacticCfg<128, 256, 64, S::kCoop>>(v);
   add_tactic<Element, TacticCfg<64, 128, 64, S::kPingpong>>(v);
@@ -366,8 +368,8 @@ std::vector<TacticEntry> sm90_grouped_tactics() {
   // every preset, mixed at T=4096 (bench/results/2026-11-30-h200-73da6b5.md); not built.
   // A 128x192 tile (it divides gpt-oss's 5760) won gpt-oss FC1 in isolation but lost 1-2% of
   // the full forward in an A/B in one process (bench/results/2026-11-30-h200-8641c10.md). Its
-  // dynamic-order form served gpt-oss's FC2 (n 2880) from session 20 until the pair tiles beat
-  // it by ~1% in the forward (session 23); no longer built.
+  // dynamic-order form served gpt-oss's FC2 (n 2880) from 2026-12-01 until the pair tiles beat
+  // it by ~1% in the forward (H200, 2026-12-01); no longer built.
 #endif
   return v;
 }

@@ -28,10 +28,10 @@ enum class TacticKind : int {
 // problem kernel, read by the CUTLASS kernels. Their addresses never change, so CUTLASS arguments
 // are built once.
 struct DeviceArrays {
-  int32_t* shapes = nullptr;      // [groups][3]: (M, N, K) of CUTLASS's GroupProblemShape
-  const void** ptr_a = nullptr;   // [groups]
-  const void** ptr_b = nullptr;   // [groups]
-  void** ptr_d = nullptr;         // [groups]
+  int32_t* shapes = nullptr;          // [groups][3]: (M, N, K) of CUTLASS's GroupProblemShape
+  const void** ptr_a = nullptr;       // [groups]
+  const void** ptr_b = nullptr;       // [groups]
+  void** ptr_d = nullptr;             // [groups]
   const int32_t** row_src = nullptr;  // [groups]: kCutlassGather's source rows of each group
 };
 
@@ -54,7 +54,7 @@ struct RunArgs {
   // (see GemmCall).
   bool offsets_ready = false;
   const uint32_t* offsets_flag = nullptr;
-  const void* one_row = nullptr;  // or null (see GemmCall)
+  const void* one_row = nullptr;    // or null (see GemmCall)
   int32_t* item_counter = nullptr;  // or null (see GemmCall)
   int64_t rows_bound = 0;           // or 0 (see GemmCall)
   TokenRows token_rows;             // or null rows (see GemmCall)

@@ -202,18 +202,18 @@ void load_per_expert(const Ctx& c, const TensorIndex& idx, MoeWeights& w) {
 
 // e8m0 0xff is NaN: refused at load (types.hpp), naming file, tensor and position. Scans the
 // local experts' scales [experts, rows, groups] of a file tensor.
-void refuse_nan_e8m0(const TensorIndex::Hit& h, const std::string& name, int64_t first,
-                     int64_t n, int64_t rows, int64_t groups) {
+void refuse_nan_e8m0(const TensorIndex::Hit& h, const std::string& name, int64_t first, int64_t n,
+                     int64_t rows, int64_t groups) {
   const uint8_t* s = h.data() + first * rows * groups;
   const uint8_t* end = s + n * rows * groups;
   const uint8_t* it = std::find(s, end, uint8_t{0xff});
   if (it == end) return;
   const int64_t k = it - s;
-  throw Error(ErrorCode::kBadFile,
-              "safetensors file " + h.file->path() + ": tensor '" + name +
-                  "' holds the e8m0 NaN scale 0xff at expert " +
-                  std::to_string(first + k / (rows * groups)) + ", row " +
-                  std::to_string(k / groups % rows) + ", group " + std::to_string(k % groups));
+  throw Error(ErrorCode::kBadFile, "safetensors file " + h.file->path() + ": tensor '" + name +
+                                       "' holds the e8m0 NaN scale 0xff at expert " +
+                                       std::to_string(first + k / (rows * groups)) + ", row " +
+                                       std::to_string(k / groups % rows) + ", group " +
+                                       std::to_string(k % groups));
 }
 
 // kFused and kNative: one tensor per projection for all experts.

@@ -26,9 +26,7 @@ MoeSpec base(int64_t experts, int64_t top_k, int64_t hidden, int64_t inter) {
 // transformers' Qwen3MoeSparseMoeBlock.forward (models/qwen3_moe/modeling_qwen3_moe.py): softmax,
 // topk, and with norm_topk_prob (true in the released configs) divided by the top k's sum,
 // which equals a softmax over the top-k logits; experts Qwen3MoeMLP.forward (SwiGLU).
-MoeSpec qwen3(int64_t hidden, int64_t inter) {
-  return base(128, 8, hidden, inter);
-}
+MoeSpec qwen3(int64_t hidden, int64_t inter) { return base(128, 8, hidden, inter); }
 
 // gpt-oss's MLPBlock.forward (gpt_oss/torch/model.py): topk of the gate's logits, softmax over
 // those k; swiglu() there: gate and up interleaved (x[..., ::2], x[..., 1::2]), the gate clamped

@@ -22,7 +22,7 @@ using routing::warp::kFull;
 // experts per lane), 16 at 16 per lane (~100 registers). A warp routes its tokens one after
 // another, each a dependent chain of 1-2 us, so more warps pay from 17 tokens on (at 64: 2
 // tokens per warp, not 4); up to 16 tokens the 16-warp block is no slower (bench/results,
-// session 12). The kernel reads its warp count from blockDim, and its shared memory is sized
+// H200, 2026-11-30). The kernel reads its warp count from blockDim, and its shared memory is sized
 // for the warps launched: sized for 32 at every token count, T=1 lost 0.4-0.9 us (DeepSeek-V3,
 // gpt-oss; A/B against 16 warps), sized per launch it gained 0.5-1.1 us. Likely cause: the
 // permute's SM also hosts the first GEMM's early-launched blocks.
@@ -47,7 +47,7 @@ struct Args {
   int64_t tokens;
   int chunk_tokens;
   int n_chunks;
-  int n_segments;  // of kChunksPerSegment chunks (multi-block path)
+  int n_segments;      // of kChunksPerSegment chunks (multi-block path)
   int routing_floats;  // shared floats per warp for routing scratch
   bool pre_scored;     // single block, pre_scoring(), <= kPreScoreMaxTokens: score_tokens() runs
   bool gather;         // Inputs::gather (the multi-block path; the single block's is a template)
@@ -55,7 +55,7 @@ struct Args {
 
 // DeepSeek-V3 with 8+ experts per lane, up to this many tokens: the single-block kernel scores
 // every (token, expert) and (token, group) with the whole block before the per-token selection
-// (score_tokens). Measured on the H200 (bench/results, session 7): at 1 token it takes ~1 us
+// (score_tokens). Measured on the H200 (H200, 2026-11-30): at 1 token it takes ~1 us
 // off the permute; at 8, where 8 warps route one token each anyway, it added ~2.7 us.
 constexpr int64_t kPreScoreMaxTokens = 4;
 static_assert(kPreScoreMaxTokens <= kMinSingleWarps, "pre-scored blocks run 16 warps");
@@ -130,7 +130,7 @@ __device__ void route_and_rank(const Args& a, int64_t t0, int64_t t1, int* hist,
   // Each token's logits load while the token before it is routed: a warp's tokens are one
   // dependent chain, and a load at the top of each would add a memory round trip per token.
   // With score_tokens()'s scores (`pre`) route_token reads no logits, so none are loaded: at one
-  // token on deepseek that load was ~970 cycles of the chain (s29-times, session 30).
+  // token on deepseek that load was ~970 cycles of the chain (H200 timings, 2026-12-01).
   const bool routed = a.r.method != static_cast<int>(RoutingMethod::kExternal);
   const bool load = routed && pre == nullptr;
   routing::warp::Logits<kPerLane> next;
@@ -199,8 +199,8 @@ __device__ int block_exclusive_scan(int x, int* s_warp, int lane, int warp, int 
 
 // Copies hidden row t to the permuted rows held by lanes 0..k-1 (`row`, -1 = none); the row
 // is read once, written k times. Each lane has kScatterLoads 16-byte loads in flight before its
-// stores: at 16384 tokens the scatter took 2-9 us less than with one (gpt-oss the most; session
-// 23, bench/results), streaming stores (st.global.cs) or 8 loads no more.
+// stores: at 16384 tokens the scatter took 2-9 us less than with one (gpt-oss the most; H200,
+// 2026-12-01, bench/results), streaming stores (st.global.cs) or 8 loads no more.
 constexpr int kScatterLoads = 4;
 __device__ void scatter_row(const Args& a, int64_t t, int32_t row, int lane) {
   const uint4* src = a.hidden + t * a.row_vecs;
@@ -229,7 +229,7 @@ __device__ void scatter_row(const Args& a, int64_t t, int32_t row, int lane) {
 // [tokens][E] sigmoids, then [tokens][n_group] group scores, one warp per (token, group). One
 // warp per token would otherwise run all of its 256 sigmoids and 8 group scans as one dependent
 // chain while the block's other warps wait (~5 us of the T=1 permute with sigmoids in double,
-// bench/results session 6). Ends with the block synchronized. int indices: tokens <= kPreScoreMaxTokens.
+// H200, 2026-11-30). Ends with the block synchronized. int indices: tokens <= kPreScoreMaxTokens.
 __device__ void score_tokens(const Args& a, float* pre) {
   const int E = a.r.experts, G = a.r.n_group, T = static_cast<int>(a.tokens);
   for (int t = 0; t < T; ++t)
@@ -488,21 +488,31 @@ KernelFn pick_single(bool gather) {
 // pre_score: only with 8+ experts per lane (pre_scoring()).
 KernelFn pick_single(int per_lane, bool gather, bool pre_score) {
   switch (per_lane) {
-    case 1: return pick_single<1>(gather);
-    case 2: return pick_single<2>(gather);
-    case 4: return pick_single<4>(gather);
-    case 8: return pre_score ? pick_single<8, true>(gather) : pick_single<8>(gather);
-    default: return pre_score ? pick_single<16, true>(gather) : pick_single<16>(gather);
+    case 1:
+      return pick_single<1>(gather);
+    case 2:
+      return pick_single<2>(gather);
+    case 4:
+      return pick_single<4>(gather);
+    case 8:
+      return pre_score ? pick_single<8, true>(gather) : pick_single<8>(gather);
+    default:
+      return pre_score ? pick_single<16, true>(gather) : pick_single<16>(gather);
   }
 }
 
 KernelFn pick_route_rank(int per_lane) {
   switch (per_lane) {
-    case 1: return route_rank_kernel<1>;
-    case 2: return route_rank_kernel<2>;
-    case 4: return route_rank_kernel<4>;
-    case 8: return route_rank_kernel<8>;
-    default: return route_rank_kernel<16>;
+    case 1:
+      return route_rank_kernel<1>;
+    case 2:
+      return route_rank_kernel<2>;
+    case 4:
+      return route_rank_kernel<4>;
+    case 8:
+      return route_rank_kernel<8>;
+    default:
+      return route_rank_kernel<16>;
   }
 }
 
@@ -580,10 +590,11 @@ Status prepare(const Config& c) {
                       single_smem(c, max_single_warps(c.routing.per_lane)));
       if (!s.ok()) return s;
     }
-  for (auto [f, smem] : {std::pair<KernelFn, std::size_t>{pick_route_rank(c.routing.per_lane),
-                                                          multi_smem(c)},
-                         {gather_kernel, 0}, {chunk_scan_kernel, 0},
-                         {scatter_kernel, scatter_smem(c, kMaxSegments)}}) {
+  for (auto [f, smem] :
+       {std::pair<KernelFn, std::size_t>{pick_route_rank(c.routing.per_lane), multi_smem(c)},
+        {gather_kernel, 0},
+        {chunk_scan_kernel, 0},
+        {scatter_kernel, scatter_smem(c, kMaxSegments)}}) {
     Status s = load(f, smem);
     if (!s.ok()) return s;
   }
@@ -615,8 +626,8 @@ OffsetsFinal offsets_final_for_next_kernel(const Config& c, int64_t tokens, Path
              : OffsetsFinal::kAtItsStart;
 }
 
-Status run(const Config& c, const Buffers& b, int64_t tokens, const Inputs& in,
-           cudaStream_t stream, Path path) {
+Status run(const Config& c, const Buffers& b, int64_t tokens, const Inputs& in, cudaStream_t stream,
+           Path path) {
   if (tokens < 0 || tokens > c.max_tokens)
     return Status(ErrorCode::kInvalidArgument, "tokens " + std::to_string(tokens) +
                                                    " is outside [0, max_tokens " +
@@ -676,8 +687,8 @@ Status decode_error(unsigned long long word, int experts, int top_k) {
   const int64_t where = static_cast<int64_t>(word >> 32);
   const int32_t id = static_cast<int32_t>(static_cast<uint32_t>(word & 0xffffffffu));
   const int64_t token = where / top_k, slot = where % top_k;
-  std::string m = "topk_ids[" + std::to_string(token) + ", " + std::to_string(slot) + "] = " +
-                  std::to_string(id);
+  std::string m = "topk_ids[" + std::to_string(token) + ", " + std::to_string(slot) +
+                  "] = " + std::to_string(id);
   if (id < 0 || id >= experts)
     m += " is outside [0, " + std::to_string(experts) + ")";
   else

@@ -36,7 +36,7 @@ struct Config {
   routing::DeviceRouting routing;  // method kExternal: the caller's ids are validated and used
   int first_expert = 0;            // global id of local expert 0 (EP); other ids are dropped
   int local_experts = 0;
-  int64_t row_bytes = 0;           // bytes of one hidden row (H * element size), multiple of 16
+  int64_t row_bytes = 0;  // bytes of one hidden row (H * element size), multiple of 16
   int64_t max_tokens = 0;
   int top_k() const { return routing.top_k; }
   // Rows of the permuted matrix at most: every token can send each of its distinct experts here.
@@ -45,20 +45,20 @@ struct Config {
 
 // Device arrays, sized for Config::max_tokens (T), top_k (k), local experts (L), max_rows (P).
 struct Buffers {
-  int32_t* topk_ids = nullptr;       // [T, k] global ids as routed (-1: a dropped caller id)
-  float* topk_weights = nullptr;     // [T, k] routing weights (0 for a dropped slot)
-  int32_t* slot_expert = nullptr;    // [T, k] local expert of the slot, -1 when not local
-  int32_t* slot_rank = nullptr;      // [T, k] rank among the slots of its expert in its chunk
-  int32_t* slot_row = nullptr;       // [T, k] permuted row of the slot, -1 when not local
-  int32_t* chunk_counts = nullptr;   // [kMaxChunks, L] per-chunk counts, then the chunks'
-                                     // bases within their segment
+  int32_t* topk_ids = nullptr;        // [T, k] global ids as routed (-1: a dropped caller id)
+  float* topk_weights = nullptr;      // [T, k] routing weights (0 for a dropped slot)
+  int32_t* slot_expert = nullptr;     // [T, k] local expert of the slot, -1 when not local
+  int32_t* slot_rank = nullptr;       // [T, k] rank among the slots of its expert in its chunk
+  int32_t* slot_row = nullptr;        // [T, k] permuted row of the slot, -1 when not local
+  int32_t* chunk_counts = nullptr;    // [kMaxChunks, L] per-chunk counts, then the chunks'
+                                      // bases within their segment
   int32_t* segment_totals = nullptr;  // [kMaxSegments, L] slots of each expert per segment
-  int32_t* offsets = nullptr;        // [L + 1] first row of each local expert (GEMM row_offsets)
-  int32_t* row_expert = nullptr;     // [P] local expert of each permuted row
+  int32_t* offsets = nullptr;         // [L + 1] first row of each local expert (GEMM row_offsets)
+  int32_t* row_expert = nullptr;      // [P] local expert of each permuted row
   // [P] or null: the token of each permuted row, written by the multi-block path (where a run
   // without the gather needs it: the next GEMM reads the tokens' rows by it).
   int32_t* row_token = nullptr;
-  void* permuted = nullptr;          // [P, H] hidden rows in expert order
+  void* permuted = nullptr;  // [P, H] hidden rows in expert order
   // First bad caller id since it was last reset to kNoError: (token * k + slot) << 32 | id.
   unsigned long long* error_word = nullptr;
   // [1] or null: the single-block kernel clears it before the next kernel can start and sets it
@@ -72,20 +72,20 @@ struct Buffers {
 
 // Element counts of each Buffers array for `c` (bytes = count * element size).
 struct BufferCounts {
-  int64_t per_slot = 0;      // topk_ids, topk_weights, slot_expert, slot_rank, slot_row
+  int64_t per_slot = 0;  // topk_ids, topk_weights, slot_expert, slot_rank, slot_row
   int64_t chunk_counts = 0;
   int64_t segment_totals = 0;
   int64_t offsets = 0;
-  int64_t rows = 0;          // row_expert
+  int64_t rows = 0;  // row_expert
   int64_t permuted_bytes = 0;
 };
 BufferCounts buffer_counts(const Config& c);
 
 struct Inputs {
-  const void* hidden = nullptr;       // [tokens, H] (row_bytes each), 16-byte aligned
-  const float* logits = nullptr;      // [tokens, E] (routing methods)
-  const int32_t* ids = nullptr;       // [tokens, k] (kExternal)
-  const float* weights = nullptr;     // [tokens, k] (kExternal)
+  const void* hidden = nullptr;    // [tokens, H] (row_bytes each), 16-byte aligned
+  const float* logits = nullptr;   // [tokens, E] (routing methods)
+  const int32_t* ids = nullptr;    // [tokens, k] (kExternal)
+  const float* weights = nullptr;  // [tokens, k] (kExternal)
   // false: no row is gathered into Buffers::permuted. The next GEMM reads the tokens' own rows:
   // on the single-block path (up to kSingleBlockMaxTokens tokens) by their slots
   // (gemm::TokenRows), on the multi-block path by Buffers::row_token, which it then requires
@@ -100,8 +100,8 @@ enum class Path { kAuto, kSingleBlock, kMultiBlock };  // tests force one
 Status prepare(const Config& c);
 
 // Enqueues routing, counting, permutation and gather on `stream`.
-Status run(const Config& c, const Buffers& b, int64_t tokens, const Inputs& in,
-           cudaStream_t stream, Path path = Path::kAuto);
+Status run(const Config& c, const Buffers& b, int64_t tokens, const Inputs& in, cudaStream_t stream,
+           Path path = Path::kAuto);
 
 // When the offsets are final for the kernel after run()'s last one, so that the GEMM there may
 // read them (and start on its weights) before its own PDL wait.

@@ -58,8 +58,14 @@ __device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
 __device__ __forceinline__ void add8(const float* __restrict__ p, float (&f)[8]) {
   const float4 a = __ldg(reinterpret_cast<const float4*>(p));
   const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
-  f[0] += a.x; f[1] += a.y; f[2] += a.z; f[3] += a.w;
-  f[4] += b.x; f[5] += b.y; f[6] += b.z; f[7] += b.w;
+  f[0] += a.x;
+  f[1] += a.y;
+  f[2] += a.z;
+  f[3] += a.w;
+  f[4] += b.x;
+  f[5] += b.y;
+  f[6] += b.z;
+  f[7] += b.w;
 }
 
 }  // namespace moekit::pipeline

@@ -30,8 +30,7 @@ namespace moekit::pipeline {
 namespace {
 
 void check_cuda(cudaError_t e, const std::string& what) {
-  if (e != cudaSuccess)
-    throw Error(ErrorCode::kCuda, what + " failed: " + cudaGetErrorString(e));
+  if (e != cudaSuccess) throw Error(ErrorCode::kCuda, what + " failed: " + cudaGetErrorString(e));
 }
 
 // Makes `device` current for a scope and restores the caller's device after it.
@@ -39,7 +38,8 @@ class DeviceGuard {
  public:
   explicit DeviceGuard(int device) : device_(device) {
     check_cuda(cudaGetDevice(&previous_), "querying the current CUDA device");
-    if (previous_ != device_) check_cuda(cudaSetDevice(device_), "selecting CUDA device " + std::to_string(device_));
+    if (previous_ != device_)
+      check_cuda(cudaSetDevice(device_), "selecting CUDA device " + std::to_string(device_));
   }
   ~DeviceGuard() {
     if (previous_ != device_) cudaSetDevice(previous_);
@@ -90,22 +90,22 @@ std::string shape_string(const std::vector<int64_t>& shape) {
 // Throws kInvalidArgument unless `v` is a device tensor of `dtype` and `shape` on `device`.
 void check_view(const TensorView& v, const char* name, DType dtype,
                 const std::vector<int64_t>& shape, int device, bool aligned16) {
-  if (v.data == nullptr)
-    throw Error(ErrorCode::kInvalidArgument, std::string(name) + " is null");
+  if (v.data == nullptr) throw Error(ErrorCode::kInvalidArgument, std::string(name) + " is null");
   if (v.device != Device::kCuda || v.device_index != device)
     throw Error(ErrorCode::kInvalidArgument,
                 std::string(name) + " must live on CUDA device " + std::to_string(device));
   if (v.dtype != dtype)
-    throw Error(ErrorCode::kInvalidArgument, std::string(name) + " has dtype " +
-                                                 to_string(v.dtype) + ", expected " +
-                                                 to_string(dtype));
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        std::string(name) + " has dtype " + to_string(v.dtype) + ", expected " + to_string(dtype));
   if (v.shape != shape)
     throw Error(ErrorCode::kInvalidArgument, std::string(name) + " has shape " +
                                                  shape_string(v.shape) + ", expected " +
                                                  shape_string(shape));
   if (aligned16 && reinterpret_cast<std::uintptr_t>(v.data) % 16 != 0)
-    throw Error(ErrorCode::kInvalidArgument,
-                std::string(name) + " is not 16-byte aligned (the kernels move 16 bytes at a time)");
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        std::string(name) + " is not 16-byte aligned (the kernels move 16 bytes at a time)");
 }
 
 class Sm90Engine final : public Engine {
@@ -114,8 +114,7 @@ class Sm90Engine final : public Engine {
              const Sm90Options& options);
   void forward(const ForwardArgs& args) override;
   std::size_t workspace_bytes() const override {
-    return workspace_bytes_ + partials_bytes_ + fc1_->workspace_bytes() +
-           fc2_->workspace_bytes();
+    return workspace_bytes_ + partials_bytes_ + fc1_->workspace_bytes() + fc2_->workspace_bytes();
   }
   Status poll_errors() override;
 
@@ -137,9 +136,9 @@ class Sm90Engine final : public Engine {
   permute::Buffers pbuf_;
   activation::DeviceActivation act_;
   finalize::DeviceFinalize fin_;
-  void* fc1_out_ = nullptr;   // [P, fc1_rows]; only for non-gated kinds (gated: FC1 applies it)
-  void* act_out_ = nullptr;   // [P, I]
-  void* fc2_out_ = nullptr;   // [P, H], shares the gathered input's memory (dead after FC1)
+  void* fc1_out_ = nullptr;  // [P, fc1_rows]; only for non-gated kinds (gated: FC1 applies it)
+  void* act_out_ = nullptr;  // [P, I]
+  void* fc2_out_ = nullptr;  // [P, H], shares the gathered input's memory (dead after FC1)
   // fp32 partial sums: [min(k, L)][FC1 slices][H] where one token slices, and
   // [kMaxTokenRows x min(k, L)][fc2_k_slices][H] where chained FC2 is sliced along k; or null.
   float* partials_ = nullptr;
@@ -176,15 +175,15 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
   if (!bf16 && !fp16)
     throw Error(ErrorCode::kUnsupported,
                 std::string("the sm90 engine runs bf16 or fp16 activations with weights of the "
-                            "same type, not ") + to_string(spec.act_dtype) + " activations with " +
-                    to_string(wf) + " weights");
+                            "same type, not ") +
+                    to_string(spec.act_dtype) + " activations with " + to_string(wf) + " weights");
   check_weights(spec, weights);
   lp_ = derive_local(spec);
   const int64_t H = lp_.hidden, I = lp_.intermediate, L = lp_.num_experts;
   const int64_t k = lp_.top_k, E = lp_.num_experts_global;
   if (H % 8 != 0 || I % 8 != 0)
-    throw Error(ErrorCode::kUnsupported, "hidden " + std::to_string(H) + " and local intermediate " +
-                                             std::to_string(I) +
+    throw Error(ErrorCode::kUnsupported, "hidden " + std::to_string(H) +
+                                             " and local intermediate " + std::to_string(I) +
                                              " must be multiples of 8 for the sm90 engine");
   const int64_t k_boxes = gemm::KSlices::boxes(I);
   if (options_.fc2_k_slices < 0 || options_.fc2_k_slices > k_boxes)
@@ -210,9 +209,9 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
                 "fc1_bias holds " + std::to_string(weights.fc1_bias.size()) + " values, expected " +
                     std::to_string(L * lp_.fc1_rows));
   if (fc2_bias && static_cast<int64_t>(weights.fc2_bias.size()) != L * H)
-    throw Error(ErrorCode::kInvalidArgument,
-                "fc2_bias holds " + std::to_string(weights.fc2_bias.size()) + " values, expected " +
-                    std::to_string(L * H));
+    throw Error(ErrorCode::kInvalidArgument, "fc2_bias holds " +
+                                                 std::to_string(weights.fc2_bias.size()) +
+                                                 " values, expected " + std::to_string(L * H));
   if (routing_bias && static_cast<int64_t>(weights.routing_bias.size()) != E)
     throw Error(ErrorCode::kInvalidArgument,
                 "routing_bias holds " + std::to_string(weights.routing_bias.size()) +
@@ -246,7 +245,9 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
   float* b2 = wc.take<float>(fc2_bias ? L * H : 0);
   float* rb = wc.take<float>(routing_bias ? E : 0);
   auto upload = [](void* dst, const void* src, std::size_t bytes, const char* what) {
-    if (bytes) check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), std::string("uploading ") + what);
+    if (bytes)
+      check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice),
+                 std::string("uploading ") + what);
   };
   const bool gated = activation::is_gated(static_cast<activation::Kind>(spec.activation.kind));
   if (gated) {  // one expert at a time into the blocked order, so the host copy stays small
@@ -349,14 +350,13 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
   if (gated) fc1_act = gemm::EpilogueActivation{act_.params, act_.fc1_bias};
   fc1_ = std::make_unique<gemm::GroupedGemm>(
       gemm::GroupedShape{ge, static_cast<int>(L), lp_.fc1_rows, H, P}, device_, fc1_act);
-  fc2_ = std::make_unique<gemm::GroupedGemm>(
-      gemm::GroupedShape{ge, static_cast<int>(L), H, I, P}, device_);
+  fc2_ = std::make_unique<gemm::GroupedGemm>(gemm::GroupedShape{ge, static_cast<int>(L), H, I, P},
+                                             device_);
 
   // One token's sliced forward (GroupedGemm::sliced_tactic): its fp32 partials,
   // [min(k, L)][slices][H], in an allocation of their own, so that the workspace stays as it is
   // for layers that never slice.
-  if (gated && options_.slice_one_token && !weight_on_input_)
-    slice_tactic_ = fc1_->sliced_tactic();
+  if (gated && options_.slice_one_token && !weight_on_input_) slice_tactic_ = fc1_->sliced_tactic();
   int64_t partial_rows = 0;  // rows x slices
   if (!slice_tactic_.empty()) partial_rows = std::min(k, L) * fc1_->slices();
   // And chained decode's FC2 k slices, for every pick forward() can make.
@@ -366,8 +366,7 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
   for (int64_t T = 1; T <= chained_max; ++T)
     for (const bool token_rows : {false, true}) {
       const int slices = fc2_k_slices(T, fc1_->pick_tactic(hint_of(T), true), token_rows);
-      if (slices > 1)
-        partial_rows = std::max<int64_t>(partial_rows, T * std::min(k, L) * slices);
+      if (slices > 1) partial_rows = std::max<int64_t>(partial_rows, T * std::min(k, L) * slices);
     }
   if (partial_rows > 0) {
     partials_bytes_ = static_cast<std::size_t>(partial_rows * H) * sizeof(float);
@@ -383,8 +382,7 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
   check_cuda(cudaDeviceSynchronize(), "finishing the engine's set-up");
 }
 
-bool Sm90Engine::forward_sliced(const ForwardArgs& args, permute::Inputs in,
-                                cudaStream_t stream) {
+bool Sm90Engine::forward_sliced(const ForwardArgs& args, permute::Inputs in, cudaStream_t stream) {
   if (slice_tactic_.empty() || !permute::clears_expert_done(1) ||
       permute::offsets_final_for_next_kernel(pcfg_, 1, permute::Path::kAuto, false) !=
           permute::OffsetsFinal::kAtFlag)
@@ -396,9 +394,8 @@ bool Sm90Engine::forward_sliced(const ForwardArgs& args, permute::Inputs in,
   fc1.offsets_flag = pbuf_.offsets_flag;
   fc1.one_row = args.hidden.data;
   fc1.rows_bound = std::min<int64_t>(lp_.top_k, lp_.num_experts);
-  throw_if_error(gemm::GroupedGemm::launch_sliced(fc1, w2_, partials_,
-                                                  pbuf_.expert_done + lp_.num_experts,
-                                                  pbuf_.offsets, stream));
+  throw_if_error(gemm::GroupedGemm::launch_sliced(
+      fc1, w2_, partials_, pbuf_.expert_done + lp_.num_experts, pbuf_.offsets, stream));
   throw_if_error(finalize::run_slices(fin_, 1, partials_, fc1_->slices(), pbuf_.slot_row,
                                       pbuf_.topk_weights, pbuf_.slot_expert, args.output.data,
                                       stream));
@@ -408,9 +405,8 @@ bool Sm90Engine::forward_sliced(const ForwardArgs& args, permute::Inputs in,
 void Sm90Engine::forward(const ForwardArgs& args) {
   const int64_t H = lp_.hidden, k = lp_.top_k;
   if (args.hidden.shape.size() != 2)
-    throw Error(ErrorCode::kInvalidArgument,
-                "hidden has shape " + shape_string(args.hidden.shape) + ", expected [tokens, " +
-                    std::to_string(H) + "]");
+    throw Error(ErrorCode::kInvalidArgument, "hidden has shape " + shape_string(args.hidden.shape) +
+                                                 ", expected [tokens, " + std::to_string(H) + "]");
   const int64_t T = args.hidden.shape[0];
   if (T < 0 || T > spec_.max_tokens)
     throw Error(ErrorCode::kInvalidArgument, "tokens " + std::to_string(T) +
@@ -423,8 +419,8 @@ void Sm90Engine::forward(const ForwardArgs& args) {
     check_view(args.topk_ids, "topk_ids", DType::kInt32, {T, k}, device_, false);
     check_view(args.topk_weights, "topk_weights", DType::kFloat32, {T, k}, device_, false);
   } else {
-    check_view(args.router_logits, "router_logits", DType::kFloat32,
-               {T, lp_.num_experts_global}, device_, false);
+    check_view(args.router_logits, "router_logits", DType::kFloat32, {T, lp_.num_experts_global},
+               device_, false);
   }
   if (T == 0) return;
 
@@ -477,13 +473,12 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   // L2 loads add up to ~0.5 us), and starting there gained qwen3 T=2 / 4 0.3-0.4 us, even at
   // T=8 and on mixtral (3 rounds; a wait per FC1 chunk instead was slower).
   const bool token_rows = options_.token_rows && !weight_on_input_ && chain && T >= 2 &&
-                          T <= gemm::GroupedGemm::kMaxTokenRows &&
-                          fc1_->token_rows_pay(fc1_tactic);
+                          T <= gemm::GroupedGemm::kMaxTokenRows && fc1_->token_rows_pay(fc1_tactic);
   in.gather = !token_rows && !gathering;
   // FC1 may start at the permute's flag (see below) where its kernel reads the offsets itself;
   // elsewhere (CUTLASS) the permute leaves the flag alone: its fences would only delay FC1.
-  const permute::OffsetsFinal ready = permute::offsets_final_for_next_kernel(
-      pcfg_, T, permute::Path::kAuto, in.gather);
+  const permute::OffsetsFinal ready =
+      permute::offsets_final_for_next_kernel(pcfg_, T, permute::Path::kAuto, in.gather);
   const bool at_flag = ready == permute::OffsetsFinal::kAtFlag && !weight_on_input_ &&
                        fc1_->reads_row_offsets(fc1_tactic);
   permute::Buffers buffers = pbuf_;
@@ -535,8 +530,7 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   Call fc2_chained = calls[1];
   int k_slices = chain ? fc2_k_slices(T, fc1_tactic, token_rows) : 1;
   // The partials were sized for the picks the constructor foresaw; none other writes them.
-  if (static_cast<std::size_t>(rows * k_slices * H) * sizeof(float) > partials_bytes_)
-    k_slices = 1;
+  if (static_cast<std::size_t>(rows * k_slices * H) * sizeof(float) > partials_bytes_) k_slices = 1;
   const bool k_sliced = k_slices > 1;
   if (k_sliced) fc2_chained.k_slices = gemm::KSlices{partials_, k_slices};
   if (chain && fused)
@@ -545,14 +539,14 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   if (chained.code() != ErrorCode::kUnsupported) {
     throw_if_error(chained);
     if (k_sliced) {  // the slots were written by the permute, before the chained kernel
-      throw_if_error(finalize::run_slices(fin_, T, partials_, k_slices,
-                                          pbuf_.slot_row, pbuf_.topk_weights, pbuf_.slot_expert,
-                                          args.output.data, stream));
+      throw_if_error(finalize::run_slices(fin_, T, partials_, k_slices, pbuf_.slot_row,
+                                          pbuf_.topk_weights, pbuf_.slot_expert, args.output.data,
+                                          stream));
       return;
     }
   } else if (token_rows) {  // token_rows_pay said it would chain: nothing was gathered
-    throw Error(ErrorCode::kInternal, "FC1 tactic " + fc1_tactic +
-                                          " does not chain with FC2's: " + chained.message());
+    throw Error(ErrorCode::kInternal,
+                "FC1 tactic " + fc1_tactic + " does not chain with FC2's: " + chained.message());
   } else {
     throw_if_error(fc1_->launch(calls[0], pbuf_.offsets, stream));
     if (!fused)
@@ -569,22 +563,23 @@ Status Sm90Engine::poll_errors() {
   DeviceGuard guard(device_);
   cudaError_t e = cudaDeviceSynchronize();
   if (e != cudaSuccess)
-    return Status(ErrorCode::kCuda, std::string("waiting for the device failed: ") + cudaGetErrorString(e));
+    return Status(ErrorCode::kCuda,
+                  std::string("waiting for the device failed: ") + cudaGetErrorString(e));
   unsigned long long word = permute::kNoError;
   e = cudaMemcpy(&word, pbuf_.error_word, sizeof(word), cudaMemcpyDeviceToHost);
   if (e == cudaSuccess && word != permute::kNoError)
     e = cudaMemcpy(pbuf_.error_word, &permute::kNoError, sizeof(word), cudaMemcpyHostToDevice);
   if (e != cudaSuccess)
-    return Status(ErrorCode::kCuda, std::string("reading the device error word failed: ") +
-                                        cudaGetErrorString(e));
+    return Status(ErrorCode::kCuda,
+                  std::string("reading the device error word failed: ") + cudaGetErrorString(e));
   return permute::decode_error(word, static_cast<int>(lp_.num_experts_global),
                                static_cast<int>(lp_.top_k));
 }
 
 }  // namespace
 
-std::unique_ptr<Engine> make_sm90_engine(const MoeSpec& spec, const MoeWeights& weights,
-                                         int device, const Sm90Options& options) {
+std::unique_ptr<Engine> make_sm90_engine(const MoeSpec& spec, const MoeWeights& weights, int device,
+                                         const Sm90Options& options) {
   return std::make_unique<Sm90Engine>(spec, weights, device, options);
 }
 

@@ -3,7 +3,8 @@
 //
 // What it runs (anything else throws Error(kUnsupported) naming the value, before allocating):
 // act_dtype bf16 with kBF16 weights or fp16 with kFP16 weights; every activation, gate/up
-// layout, bias, routing method and routing weight placement of the reference; experts <= 512 (global and local), top_k
+// layout, bias, routing method and routing weight placement of the reference; experts <= 512
+// (global and local), top_k
 // <= 32, DeepSeek-V3 n_group <= 32; hidden and local intermediate multiples of 8.
 // forward() enqueues on args.stream only (no allocation, host sync or copy to the host), so it
 // can be captured in a CUDA graph, also as the engine's first call. Caller-supplied ids that are

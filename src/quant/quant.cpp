@@ -66,7 +66,8 @@ void dequantize_expert(const QuantizedTensor& t, int64_t e, float* out) {
       return;
     case WeightFormat::kBF16: {
       auto one = [&](int64_t i) {
-        const uint32_t h = static_cast<uint32_t>(v[2 * i]) | (static_cast<uint32_t>(v[2 * i + 1]) << 8);
+        const uint32_t h =
+            static_cast<uint32_t>(v[2 * i]) | (static_cast<uint32_t>(v[2 * i + 1]) << 8);
         out[i] = numeric::bits_to_float(h << 16);
       };
       int64_t i = 0;
@@ -117,7 +118,8 @@ void dequantize_expert(const QuantizedTensor& t, int64_t e, float* out) {
         float* o = out + k * g;
         if (z) {
           const int zp = z[k];
-          for (int64_t c = 0; c < g; ++c) o[c] = static_cast<float>(static_cast<int>(q[c]) - zp) * s;
+          for (int64_t c = 0; c < g; ++c)
+            o[c] = static_cast<float>(static_cast<int>(q[c]) - zp) * s;
         } else {
           for (int64_t c = 0; c < g; ++c) o[c] = static_cast<float>(static_cast<int8_t>(q[c])) * s;
         }
@@ -192,8 +194,9 @@ void prepare_activations(const QuantizedTensor& t, int64_t e, float* x, int64_t 
     }
     case WeightFormat::kFP8PerTensor: {
       if (static_cast<int64_t>(t.input_scale.size()) <= e)
-        throw Error(ErrorCode::kInvalidArgument,
-                    "prepare_activations: input_scale has no entry for expert " + std::to_string(e));
+        throw Error(
+            ErrorCode::kInvalidArgument,
+            "prepare_activations: input_scale has no entry for expert " + std::to_string(e));
       const float s = t.input_scale[e];
       for (int64_t i = 0; i < rows * cols; ++i) x[i] = fake_quant(x[i], s);
       return;
@@ -222,10 +225,14 @@ void prepare_activations(const QuantizedTensor& t, int64_t e, float* x, int64_t 
 
 float round_to(DType t, float x) {
   switch (t) {
-    case DType::kFloat32: return x;
-    case DType::kBFloat16: return numeric::bf16_to_float(numeric::float_to_bf16(x));
-    case DType::kFloat16: return numeric::fp16_to_float_hd(numeric::float_to_fp16_hd(x));
-    case DType::kFloat8E4M3: return e4m3_to_float(numeric::float_to_e4m3_hd(x));
+    case DType::kFloat32:
+      return x;
+    case DType::kBFloat16:
+      return numeric::bf16_to_float(numeric::float_to_bf16(x));
+    case DType::kFloat16:
+      return numeric::fp16_to_float_hd(numeric::float_to_fp16_hd(x));
+    case DType::kFloat8E4M3:
+      return e4m3_to_float(numeric::float_to_e4m3_hd(x));
     default:
       throw Error(ErrorCode::kInvalidArgument,
                   std::string("round_to: ") + to_string(t) + " is not a floating-point type");

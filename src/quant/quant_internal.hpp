@@ -42,8 +42,7 @@ void normal_fill(uint64_t key, float stddev, float* out, int64_t n);
 // Runs fn(i) for i in [0, n) on up to hardware_concurrency threads; rethrows the first error.
 template <class Fn>
 void parallel_for(int64_t n, Fn&& fn) {
-  const int64_t threads =
-      std::min<int64_t>(n, std::max(1u, std::thread::hardware_concurrency()));
+  const int64_t threads = std::min<int64_t>(n, std::max(1u, std::thread::hardware_concurrency()));
   if (threads <= 1) {
     for (int64_t i = 0; i < n; ++i) fn(i);
     return;

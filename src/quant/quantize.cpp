@@ -20,7 +20,9 @@ using numeric::float_to_e2m1_hd;
 using numeric::float_to_e4m3_hd;
 using numeric::float_to_e8m0_ceil_hd;
 
-bool is_int(WeightFormat f) { return f == WeightFormat::kInt8Group || f == WeightFormat::kInt4Group; }
+bool is_int(WeightFormat f) {
+  return f == WeightFormat::kInt8Group || f == WeightFormat::kInt4Group;
+}
 
 // Round half to even for |y| < 2^22 without depending on the C library's rounding functions:
 // adding 1.5 * 2^23 leaves no fraction bits, and the FPU rounds to nearest even.
@@ -48,8 +50,8 @@ float quantize_int_group(const float* w, int64_t n, int bits, bool zero_point, i
     const float m = absmax(w, n);
     const float s = m > 0.0f ? m / static_cast<float>(qmax_signed) : 1.0f;
     for (int64_t i = 0; i < n; ++i)
-      codes[i] = static_cast<int>(std::clamp(rne_small(w[i] / s), -qmax_signed - 1.0f,
-                                             static_cast<float>(qmax_signed)));
+      codes[i] = static_cast<int>(
+          std::clamp(rne_small(w[i] / s), -qmax_signed - 1.0f, static_cast<float>(qmax_signed)));
     return s;
   }
   // Asymmetric over [min(w, 0), max(w, 0)], so the zero point always lies in [0, levels].
@@ -62,8 +64,8 @@ float quantize_int_group(const float* w, int64_t n, int bits, bool zero_point, i
   const float z = std::clamp(rne_small(-lo / s), 0.0f, static_cast<float>(levels));
   *zero = static_cast<uint8_t>(z);
   for (int64_t i = 0; i < n; ++i)
-    codes[i] = static_cast<int>(std::clamp(rne_small(w[i] / s) + z, 0.0f,
-                                           static_cast<float>(levels)));
+    codes[i] =
+        static_cast<int>(std::clamp(rne_small(w[i] / s) + z, 0.0f, static_cast<float>(levels)));
   return s;
 }
 
@@ -72,7 +74,8 @@ float quantize_int_group(const float* w, int64_t n, int bits, bool zero_point, i
 QuantizedTensor make_empty(const WeightQuant& q, int64_t experts, int64_t rows, int64_t cols) {
   const WeightFormat f = q.format;
   const std::string fname = to_string(f);
-  if (fname == "unknown") bad("weight format id " + std::to_string(static_cast<int>(f)) + " is unknown");
+  if (fname == "unknown")
+    bad("weight format id " + std::to_string(static_cast<int>(f)) + " is unknown");
   if (experts < 0 || rows < 0 || cols < 0)
     bad("shape [" + std::to_string(experts) + ", " + std::to_string(rows) + ", " +
         std::to_string(cols) + "] has a negative extent");
@@ -102,7 +105,8 @@ QuantizedTensor make_empty(const WeightQuant& q, int64_t experts, int64_t rows, 
       t.input_scale.resize(per_expert);
       break;
     case WeightFormat::kFP8Block128:
-      t.scales.resize(static_cast<std::size_t>(experts * ((rows + 127) / 128) * ((cols + 127) / 128)));
+      t.scales.resize(
+          static_cast<std::size_t>(experts * ((rows + 127) / 128) * ((cols + 127) / 128)));
       break;
     case WeightFormat::kInt8Group:
     case WeightFormat::kInt4Group:
@@ -178,10 +182,12 @@ void quantize_expert(QuantizedTensor& t, int64_t e, const float* w_in, float act
         for (int64_t cb = 0; cb < bc; ++cb) {
           const int64_t r1 = std::min(rows, rb * 128 + 128), c1 = std::min(cols, cb * 128 + 128);
           float m = 0.0f;
-          for (int64_t r = rb * 128; r < r1; ++r) m = std::max(m, absmax(w + r * cols + cb * 128, c1 - cb * 128));
+          for (int64_t r = rb * 128; r < r1; ++r)
+            m = std::max(m, absmax(w + r * cols + cb * 128, c1 - cb * 128));
           const float s = m > 0.0f ? m / 448.0f : 1.0f;
           for (int64_t r = rb * 128; r < r1; ++r)
-            for (int64_t c = cb * 128; c < c1; ++c) v[r * cols + c] = float_to_e4m3_hd(w[r * cols + c] / s);
+            for (int64_t c = cb * 128; c < c1; ++c)
+              v[r * cols + c] = float_to_e4m3_hd(w[r * cols + c] / s);
           t.scales[(e * br + rb) * bc + cb] = s;
         }
       return;
@@ -255,9 +261,8 @@ QuantizedTensor quantize(const WeightQuant& q, int64_t experts, int64_t rows, in
                          const float* w, float act_absmax, uint64_t seed) {
   QuantizedTensor t = detail::make_empty(q, experts, rows, cols);
   detail::fill_pre_quant_scale(t, seed, 0);
-  detail::parallel_for(experts, [&](int64_t e) {
-    detail::quantize_expert(t, e, w + e * rows * cols, act_absmax);
-  });
+  detail::parallel_for(
+      experts, [&](int64_t e) { detail::quantize_expert(t, e, w + e * rows * cols, act_absmax); });
   return t;
 }
 

@@ -19,12 +19,25 @@ namespace {
 
 // Stream labels: one per tensor of a layer.
 enum : uint64_t {
-  kTagFc1 = 1, kTagFc2 = 2, kTagFc1Bias = 3, kTagFc2Bias = 4, kTagRoutingBias = 5,
-  kTagFc1Smooth = 6, kTagFc2Smooth = 7,
+  kTagFc1 = 1,
+  kTagFc2 = 2,
+  kTagFc1Bias = 3,
+  kTagFc2Bias = 4,
+  kTagRoutingBias = 5,
+  kTagFc1Smooth = 6,
+  kTagFc2Smooth = 7,
 };
 
-double bits_to_double(uint64_t u) { double d; std::memcpy(&d, &u, 8); return d; }
-uint64_t double_to_bits(double d) { uint64_t u; std::memcpy(&u, &d, 8); return u; }
+double bits_to_double(uint64_t u) {
+  double d;
+  std::memcpy(&d, &u, 8);
+  return d;
+}
+uint64_t double_to_bits(double d) {
+  uint64_t u;
+  std::memcpy(&u, &d, 8);
+  return u;
+}
 
 // Branch-free helpers: the octant and mantissa tests are coin flips, which a branch predictor
 // cannot learn. Negation flips the sign bit, as unary minus does.
@@ -66,14 +79,17 @@ void log_lanes(const double* x, double* out) {
 // of the reduced angle a in [0, pi/4] each is; sin a and cos a come from their Taylor series
 // (error < 1e-16).
 void sincos_turn_lanes(const double* u, double* sn, double* cs) {
-  static constexpr double kSin[] = {-1.0 / 1307674368000.0, 1.0 / 6227020800.0,
-                                    -1.0 / 39916800.0,      1.0 / 362880.0,
-                                    -1.0 / 5040.0,          1.0 / 120.0,
-                                    -1.0 / 6.0,             1.0};
-  static constexpr double kCos[] = {1.0 / 20922789888000.0, -1.0 / 87178291200.0,
-                                    1.0 / 479001600.0,      -1.0 / 3628800.0,
-                                    1.0 / 40320.0,          -1.0 / 720.0,
-                                    1.0 / 24.0,             -1.0 / 2.0,
+  static constexpr double kSin[] = {
+      -1.0 / 1307674368000.0, 1.0 / 6227020800.0, -1.0 / 39916800.0, 1.0 / 362880.0,
+      -1.0 / 5040.0,          1.0 / 120.0,        -1.0 / 6.0,        1.0};
+  static constexpr double kCos[] = {1.0 / 20922789888000.0,
+                                    -1.0 / 87178291200.0,
+                                    1.0 / 479001600.0,
+                                    -1.0 / 3628800.0,
+                                    1.0 / 40320.0,
+                                    -1.0 / 720.0,
+                                    1.0 / 24.0,
+                                    -1.0 / 2.0,
                                     1.0};
   const double kQuarterPi = 0.7853981633974483;
   int oct[kLanes];
@@ -112,7 +128,7 @@ void normal_fill(uint64_t key, float stddev, float* out, int64_t n) {
     for (int l = 0; l < kLanes; ++l) {
       const auto pair = static_cast<uint64_t>(base + 2 * l);
       u1[l] = static_cast<double>((stream_bits(key, pair) >> 11) + 1) * 0x1.0p-53;  // (0, 1]
-      u2[l] = to_unit(stream_bits(key, pair + 1));                                 // [0, 1)
+      u2[l] = to_unit(stream_bits(key, pair + 1));                                  // [0, 1)
     }
     log_lanes(u1, r);
     for (int l = 0; l < kLanes; ++l) r[l] = std::sqrt(-2.0 * r[l]);  // IEEE: correctly rounded
@@ -146,19 +162,20 @@ QuantizedTensor random_tensor(const WeightQuant& q, uint64_t seed, uint64_t tag,
   detail::parallel_for(experts, [&](int64_t e) {
     const int64_t n = product_or_throw({rows, cols}, "one expert's random weights [rows, cols]");
     std::vector<float> w(static_cast<std::size_t>(n));
-    detail::normal_fill(detail::stream_key(seed, tag, static_cast<uint64_t>(first_expert + e)),
-                        sd, w.data(), n);
+    detail::normal_fill(detail::stream_key(seed, tag, static_cast<uint64_t>(first_expert + e)), sd,
+                        w.data(), n);
     detail::quantize_expert(t, e, w.data(), 4.0f);
   });
   return t;
 }
 
-std::vector<float> random_table(uint64_t seed, uint64_t tag, int64_t first_expert,
-                                int64_t experts, int64_t width, float sd) {
-  std::vector<float> t(static_cast<std::size_t>(product_or_throw({experts, width}, "a random table [experts, width]")));
+std::vector<float> random_table(uint64_t seed, uint64_t tag, int64_t first_expert, int64_t experts,
+                                int64_t width, float sd) {
+  std::vector<float> t(static_cast<std::size_t>(
+      product_or_throw({experts, width}, "a random table [experts, width]")));
   for (int64_t e = 0; e < experts; ++e)
-    detail::normal_fill(detail::stream_key(seed, tag, static_cast<uint64_t>(first_expert + e)),
-                        sd, t.data() + e * width, width);
+    detail::normal_fill(detail::stream_key(seed, tag, static_cast<uint64_t>(first_expert + e)), sd,
+                        t.data() + e * width, width);
   return t;
 }
 
@@ -182,8 +199,8 @@ MoeWeights make_random_weights(const MoeSpec& spec, uint64_t seed) {
 
   if (lp.intermediate != I) {
     const auto rows = ::moekit::detail::fc1_row_map(activation_is_gated(spec.activation.kind),
-                                                    spec.gate_up_layout, I,
-                                                    lp.intermediate_offset, lp.intermediate);
+                                                    spec.gate_up_layout, I, lp.intermediate_offset,
+                                                    lp.intermediate);
     std::vector<int64_t> all_h(static_cast<std::size_t>(H));
     for (int64_t i = 0; i < H; ++i) all_h[i] = i;
     w.fc1 = ::moekit::detail::slice_tensor(w.fc1, "fc1", 0, ne, rows, 0, H);

@@ -17,13 +17,12 @@ namespace moekit::reference {
 // the outputs then sum with weight 1).
 // NaN / Inf in one token's hidden row or routing weights reach that token's output only.
 // fp32 accumulation, multithreaded over (expert, token block).
-Status forward(const MoeSpec& spec, const MoeWeights& weights, int64_t tokens,
-               const float* hidden, const int32_t* ids, const float* route_weights, float* out);
+Status forward(const MoeSpec& spec, const MoeWeights& weights, int64_t tokens, const float* hidden,
+               const int32_t* ids, const float* route_weights, float* out);
 
 // The same with an explicit thread count (0 = one per hardware thread). The result does not
 // depend on it: every output element is computed by one thread in a fixed order.
-Status forward(const MoeSpec& spec, const MoeWeights& weights, int64_t tokens,
-               const float* hidden, const int32_t* ids, const float* route_weights, float* out,
-               int num_threads);
+Status forward(const MoeSpec& spec, const MoeWeights& weights, int64_t tokens, const float* hidden,
+               const int32_t* ids, const float* route_weights, float* out, int num_threads);
 
 }  // namespace moekit::reference

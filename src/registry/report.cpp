@@ -106,7 +106,8 @@ std::string Resolution::json() const {
 
 Resolution resolution_from_json(const std::string& text) {
   // dump() in the messages below recurses per nesting level: refuse deep text first.
-  if (!io::json_depth_within(text, io::kMaxJsonDepth)) bad("the text nests deeper than " + std::to_string(io::kMaxJsonDepth) + " levels");
+  if (!io::json_depth_within(text, io::kMaxJsonDepth))
+    bad("the text nests deeper than " + std::to_string(io::kMaxJsonDepth) + " levels");
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) bad("the text is not valid JSON");
   const json& schema = field(j, "schema", "report");

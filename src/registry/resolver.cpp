@@ -36,7 +36,8 @@ std::optional<Rejection> act_dtype_rejection(const std::vector<CandidateReport>&
         cap.act_dtypes.empty())
       continue;
     std::string wanted;
-    for (DType t : cap.act_dtypes) wanted += std::string(wanted.empty() ? "" : " or ") + to_string(t);
+    for (DType t : cap.act_dtypes)
+      wanted += std::string(wanted.empty() ? "" : " or ") + to_string(t);
     return Rejection{RejectStage::kFormat, std::string(to_string(spec.weights.format)) +
                                                " weights need " + wanted + " activations, not " +
                                                to_string(spec.act_dtype) + " (" + c.id + ")."};
@@ -110,13 +111,15 @@ Resolution resolve_in(const std::vector<const Implementation*>& table, const Moe
   // hears why every device implementation declined instead of silently running on the CPU.
   if (r.chosen == nullptr && !is_auto) {
     r.degraded_from = Degradation{request, "", most_informative(r.candidates, table, spec)};
-  } else if (is_auto && r.chosen != nullptr && r.chosen->device() == Device::kHost && !env.gpus.empty()) {
+  } else if (is_auto && r.chosen != nullptr && r.chosen->device() == Device::kHost &&
+             !env.gpus.empty()) {
     std::vector<CandidateReport> device_rows;
     for (size_t j = 0; j < considered.size(); ++j)
       if (table[considered[j]]->device() == Device::kCuda && r.candidates[j].rejection)
         device_rows.push_back(r.candidates[j]);
     if (!device_rows.empty())
-      r.degraded_from = Degradation{"auto (a GPU is present)", r.chosen->id(), most_informative(device_rows, table, spec)};
+      r.degraded_from = Degradation{"auto (a GPU is present)", r.chosen->id(),
+                                    most_informative(device_rows, table, spec)};
   }
   return r;
 }

@@ -35,11 +35,16 @@ using RouteKernel = void (*)(DeviceRouting, int64_t, const float*, int32_t*, flo
 
 RouteKernel pick_kernel(int per_lane) {
   switch (per_lane) {
-    case 1: return route_kernel<1>;
-    case 2: return route_kernel<2>;
-    case 4: return route_kernel<4>;
-    case 8: return route_kernel<8>;
-    default: return route_kernel<16>;
+    case 1:
+      return route_kernel<1>;
+    case 2:
+      return route_kernel<2>;
+    case 4:
+      return route_kernel<4>;
+    case 8:
+      return route_kernel<8>;
+    default:
+      return route_kernel<16>;
   }
 }
 
@@ -49,8 +54,9 @@ Status make_device_routing(const RoutingParams& params, int64_t experts, int64_t
                            const float* correction_bias_device, DeviceRouting* out) {
   auto invalid = [](const std::string& m) { return Status(ErrorCode::kUnsupported, m); };
   if (experts < 1 || experts > kMaxDeviceExperts)
-    return invalid("experts " + std::to_string(experts) + " is outside the device routing range [1, " +
-                   std::to_string(kMaxDeviceExperts) + "]");
+    return invalid("experts " + std::to_string(experts) +
+                   " is outside the device routing range [1, " + std::to_string(kMaxDeviceExperts) +
+                   "]");
   if (top_k < 1 || top_k > kMaxDeviceTopK || top_k > experts)
     return invalid("top_k " + std::to_string(top_k) + " is outside [1, min(" +
                    std::to_string(kMaxDeviceTopK) + ", experts " + std::to_string(experts) + ")]");
@@ -79,8 +85,7 @@ Status make_device_routing(const RoutingParams& params, int64_t experts, int64_t
     }
   } else if (params.method != RoutingMethod::kSoftmaxTopK &&
              params.method != RoutingMethod::kTopKSoftmax &&
-             params.method != RoutingMethod::kLlama4 &&
-             params.method != RoutingMethod::kExternal) {
+             params.method != RoutingMethod::kLlama4 && params.method != RoutingMethod::kExternal) {
     return invalid("routing method " + std::to_string(r.method) + " has no device kernel");
   }
   const int lanes = static_cast<int>((experts + 31) / 32);
@@ -103,7 +108,8 @@ Status prepare_route_device(const DeviceRouting& r) {
 Status route_device(const DeviceRouting& r, int64_t tokens, const float* logits, int32_t* ids,
                     float* weights, cudaStream_t stream) {
   if (r.method == static_cast<int>(RoutingMethod::kExternal))
-    return Status(ErrorCode::kInvalidArgument, "route_device cannot route kExternal (ids are given)");
+    return Status(ErrorCode::kInvalidArgument,
+                  "route_device cannot route kExternal (ids are given)");
   if (tokens <= 0) return {};
   const std::size_t per_warp = routing_smem_per_warp(r);
   const int64_t blocks64 = (tokens + kWarpsPerBlock - 1) / kWarpsPerBlock;

@@ -20,12 +20,12 @@ inline constexpr int kMaxDeviceGroups = 32;
 
 // Everything a routing kernel reads, as plain values (copied into kernel arguments).
 struct DeviceRouting {
-  int method = 0;       // RoutingMethod numeric id
-  int experts = 0;      // global expert count E
+  int method = 0;   // RoutingMethod numeric id
+  int experts = 0;  // global expert count E
   int top_k = 0;
-  int n_group = 1;      // DeepSeek-V3 only; 1 = no group selection
+  int n_group = 1;  // DeepSeek-V3 only; 1 = no group selection
   int topk_group = 1;
-  float scale = 1.0f;   // routed_scaling_factor (not applied to caller-supplied weights)
+  float scale = 1.0f;  // routed_scaling_factor (not applied to caller-supplied weights)
   bool renormalize = true;
   const float* correction_bias = nullptr;  // device [experts], DeepSeek-V3 only; null = none
   // Experts per lane (1, 2, 4, 8 or 16): the kernel specialisation, ceil(E / 32) rounded up.

@@ -89,8 +89,9 @@ Status check_args(const RoutingParams& p, int64_t tokens, int64_t experts, int64
   const int m = static_cast<int>(p.method);
   if (m < 1 || m > 5) return invalid("routing method " + std::to_string(m) + " is not known");
   if (p.method == RoutingMethod::kExternal) {
-    return invalid("routing method external takes the caller's ids and weights; route_host "
-                   "cannot compute them");
+    return invalid(
+        "routing method external takes the caller's ids and weights; route_host "
+        "cannot compute them");
   }
   if (tokens < 0) return invalid("tokens " + std::to_string(tokens) + " is negative");
   if (experts < 1 || experts > std::numeric_limits<int32_t>::max()) {
@@ -106,8 +107,8 @@ Status check_args(const RoutingParams& p, int64_t tokens, int64_t experts, int64
   }
   if (p.method == RoutingMethod::kDeepSeekV3) {
     if (p.n_group < 1 || experts % p.n_group != 0) {
-      return invalid("routing n_group " + std::to_string(p.n_group) +
-                     " does not divide experts " + std::to_string(experts));
+      return invalid("routing n_group " + std::to_string(p.n_group) + " does not divide experts " +
+                     std::to_string(experts));
     }
     if (p.topk_group < 1 || p.topk_group > p.n_group) {
       return invalid("routing topk_group " + std::to_string(p.topk_group) +
@@ -125,10 +126,9 @@ Status check_args(const RoutingParams& p, int64_t tokens, int64_t experts, int64
   return Status::ok_status();
 }
 
-void route_deepseek_v3(const RoutingParams& p, int64_t experts, int64_t top_k,
-                       const float* logits, const float* bias, std::vector<float>& score,
-                       std::vector<float>& sel, std::vector<int32_t>& cand, int32_t* ids,
-                       float* w) {
+void route_deepseek_v3(const RoutingParams& p, int64_t experts, int64_t top_k, const float* logits,
+                       const float* bias, std::vector<float>& score, std::vector<float>& sel,
+                       std::vector<int32_t>& cand, int32_t* ids, float* w) {
   for (int64_t e = 0; e < experts; ++e) {
     score[e] = sigmoid_fp32(key_of(logits[e]));
     sel[e] = key_of(p.correction_bias ? score[e] + bias[e] : score[e]);
@@ -166,8 +166,7 @@ void route_deepseek_v3(const RoutingParams& p, int64_t experts, int64_t top_k,
 }  // namespace
 
 Status route_host(const RoutingParams& params, int64_t tokens, int64_t experts, int64_t top_k,
-                  const float* logits, const float* correction_bias, int32_t* ids,
-                  float* weights) {
+                  const float* logits, const float* correction_bias, int32_t* ids, float* weights) {
   Status st = check_args(params, tokens, experts, top_k, logits, correction_bias, ids, weights);
   if (!st.ok()) return st;
   const double scale = params.routed_scaling_factor;
@@ -214,14 +213,13 @@ Status validate_ids_host(int64_t tokens, int64_t experts, int64_t top_k, const i
     for (int64_t j = 0; j < top_k; ++j) {
       if (row[j] < 0 || row[j] >= experts) {
         return invalid("expert id " + std::to_string(row[j]) + " of token " + std::to_string(t) +
-                       " slot " + std::to_string(j) + " is not in [0, " +
-                       std::to_string(experts) + ")");
+                       " slot " + std::to_string(j) + " is not in [0, " + std::to_string(experts) +
+                       ")");
       }
       for (int64_t i = 0; i < j; ++i) {
         if (row[i] == row[j]) {
-          return invalid("expert id " + std::to_string(row[j]) + " of token " +
-                         std::to_string(t) + " slot " + std::to_string(j) +
-                         " repeats slot " + std::to_string(i));
+          return invalid("expert id " + std::to_string(row[j]) + " of token " + std::to_string(t) +
+                         " slot " + std::to_string(j) + " repeats slot " + std::to_string(i));
         }
       }
     }

@@ -153,8 +153,8 @@ __device__ Slot route_token(const DeviceRouting& r, const Logits<kPerLane>& logi
                             int lane, PreScores pre = {}) {
   const int method = r.method;
   const bool deepseek = method == static_cast<int>(RoutingMethod::kDeepSeekV3);
-  float x[kPerLane];      // cleaned logits
-  uint32_t key[kPerLane]; // selection keys, 0 once taken or not eligible
+  float x[kPerLane];       // cleaned logits
+  uint32_t key[kPerLane];  // selection keys, 0 once taken or not eligible
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) x[j] = clean(logits.v[j]);
   if (deepseek) {
@@ -188,7 +188,7 @@ __device__ Slot route_token(const DeviceRouting& r, const Logits<kPerLane>& logi
   // its adjacent swaps are stable, so equal keys stay in expert order); the warp then takes the
   // best of the lanes' first candidates k times, and the winner's list moves up by one. So a
   // round is two reductions and a select on every lane, not a rescan by the winner alone while
-  // the others wait (s29-times: ~335 cycles per round with the rescan).
+  // the others wait (H200 timings of 2026-12-01: ~335 cycles per round with the rescan).
   uint32_t sk[kPerLane];
   int sj[kPerLane];
   float sx[kPerLane];
@@ -217,7 +217,10 @@ __device__ Slot route_token(const DeviceRouting& r, const Logits<kPerLane>& logi
     const int win = warp_argmax(sk[0], lane + 32 * sj[0]);
     if (win < 0) break;
     const float wx = __shfl_sync(kFull, sx[0], win & 31);
-    if (lane == i) { slot.id = win; my_x = wx; }
+    if (lane == i) {
+      slot.id = win;
+      my_x = wx;
+    }
     const bool taken = lane == (win & 31);
 #pragma unroll
     for (int j = 0; j + 1 < kPerLane; ++j) {

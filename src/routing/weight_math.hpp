@@ -20,7 +20,7 @@ namespace moekit::routing {
 MOEKIT_HD float exp_nonpositive(float d) {
   if (!(d >= -87.0f)) return 0.0f;
   const float n = rintf(d * 1.44269504088896341f);  // n in [-126, 0]
-  float r = fmaf(n, -0.693359375f, d);               // ln 2 = 0.693359375 - 2.12194440e-4
+  float r = fmaf(n, -0.693359375f, d);              // ln 2 = 0.693359375 - 2.12194440e-4
   r = fmaf(n, 2.12194440e-4f, r);
   float p = fmaf(1.9875691500e-4f, r, 1.3981999507e-3f);
   p = fmaf(p, r, 8.3334519073e-3f);

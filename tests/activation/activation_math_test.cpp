@@ -25,8 +25,7 @@ Params gated(Kind k) {
 
 TEST(ActivationMath, KindsMirrorThePublicEnum) {
   for (int i = 1; i <= 9; ++i) {
-    EXPECT_EQ(is_gated(static_cast<Kind>(i)),
-              activation_is_gated(static_cast<ActivationKind>(i)))
+    EXPECT_EQ(is_gated(static_cast<Kind>(i)), activation_is_gated(static_cast<ActivationKind>(i)))
         << "kind " << i;
   }
 }

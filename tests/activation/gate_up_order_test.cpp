@@ -47,8 +47,8 @@ TEST(GateUpOrder, BothLayoutsGiveTheBlockedPermutation) {
       // Engine row 16b + i (i < 8) is gate 8b + i, row 16b + 8 + i is its up.
       for (int64_t r = 0; r < 2 * I; ++r) {
         const int64_t b = r / 16, i = r % 16;
-        const int64_t want = i < 8 ? checkpoint_gate(layout, I, 8 * b + i)
-                                   : checkpoint_up(layout, I, 8 * b + i - 8);
+        const int64_t want =
+            i < 8 ? checkpoint_gate(layout, I, 8 * b + i) : checkpoint_up(layout, I, 8 * b + i - 8);
         ASSERT_EQ(src[r], want) << "engine row " << r;
       }
       // And the same through the definitions the kernels use.

@@ -31,7 +31,8 @@ TEST(CheckedProduct, ThrowNamesTheFactors) {
     FAIL() << "no throw";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    EXPECT_NE(std::string(e.what()).find("the hidden buffer (1099511627776 x 1099511627776)"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("the hidden buffer (1099511627776 x 1099511627776)"),
+              std::string::npos)
         << e.what();
   }
 }

@@ -36,10 +36,10 @@ TEST(E4M3, EveryCodeDecodes) {
   EXPECT_EQ(e4m3_to_float(0x7e), 448.0f);
   EXPECT_EQ(e4m3_to_float(0xfe), -448.0f);
   EXPECT_EQ(e4m3_to_float(0x38), 1.0f);
-  EXPECT_EQ(e4m3_to_float(0x08), 0.015625f);         // smallest normal 2^-6
-  EXPECT_EQ(e4m3_to_float(0x07), 0.013671875f);      // largest subnormal 7 * 2^-9
-  EXPECT_EQ(e4m3_to_float(0x01), 0.001953125f);      // 2^-9
-  EXPECT_EQ(e4m3_to_float(0x5a), 20.0f);             // 2^4 * 1.25
+  EXPECT_EQ(e4m3_to_float(0x08), 0.015625f);     // smallest normal 2^-6
+  EXPECT_EQ(e4m3_to_float(0x07), 0.013671875f);  // largest subnormal 7 * 2^-9
+  EXPECT_EQ(e4m3_to_float(0x01), 0.001953125f);  // 2^-9
+  EXPECT_EQ(e4m3_to_float(0x5a), 20.0f);         // 2^4 * 1.25
 }
 
 TEST(E4M3, EveryCodeRoundTrips) {
@@ -50,14 +50,14 @@ TEST(E4M3, EveryCodeRoundTrips) {
 }
 
 TEST(E4M3, RoundsToNearestEvenAndSaturates) {
-  EXPECT_EQ(float_to_e4m3(1.0625f), 0x38);   // halfway 1 and 1.125: even mantissa 0
-  EXPECT_EQ(float_to_e4m3(1.1875f), 0x3a);   // halfway 1.125 and 1.25: even mantissa 2
+  EXPECT_EQ(float_to_e4m3(1.0625f), 0x38);  // halfway 1 and 1.125: even mantissa 0
+  EXPECT_EQ(float_to_e4m3(1.1875f), 0x3a);  // halfway 1.125 and 1.25: even mantissa 2
   EXPECT_EQ(float_to_e4m3(1.07f), 0x39);
   EXPECT_EQ(float_to_e4m3(-1.1875f), 0xba);
-  EXPECT_EQ(float_to_e4m3(432.0f), 0x7e);    // halfway 416 and 448: even (448)
-  EXPECT_EQ(float_to_e4m3(424.0f), 0x7d);    // 416
+  EXPECT_EQ(float_to_e4m3(432.0f), 0x7e);  // halfway 416 and 448: even (448)
+  EXPECT_EQ(float_to_e4m3(424.0f), 0x7d);  // 416
   EXPECT_EQ(float_to_e4m3(449.0f), 0x7e);
-  EXPECT_EQ(float_to_e4m3(464.0f), 0x7e);    // would round to 480: saturates
+  EXPECT_EQ(float_to_e4m3(464.0f), 0x7e);  // would round to 480: saturates
   EXPECT_EQ(float_to_e4m3(1e30f), 0x7e);
   EXPECT_EQ(float_to_e4m3(-1e30f), 0xfe);
   EXPECT_EQ(float_to_e4m3(INFINITY), 0x7e);
@@ -67,12 +67,12 @@ TEST(E4M3, RoundsToNearestEvenAndSaturates) {
   EXPECT_EQ(float_to_e4m3(0.0f), 0x00);
   EXPECT_EQ(float_to_e4m3(-0.0f), 0x80);
   // Subnormals count units of 2^-9.
-  EXPECT_EQ(float_to_e4m3(std::ldexp(1.0f, -10)), 0x00);        // half a unit: even 0
-  EXPECT_EQ(float_to_e4m3(std::ldexp(1.5f, -10)), 0x01);        // 0.75 unit
-  EXPECT_EQ(float_to_e4m3(std::ldexp(1.5f, -9)), 0x02);         // 1.5 units: even 2
-  EXPECT_EQ(float_to_e4m3(std::ldexp(2.5f, -9)), 0x02);         // 2.5 units: even 2
-  EXPECT_EQ(float_to_e4m3(std::ldexp(7.5f, -9)), 0x08);         // rounds up into the normals
-  EXPECT_EQ(float_to_e4m3(std::ldexp(1.0f, -140)), 0x00);       // fp32 subnormal input
+  EXPECT_EQ(float_to_e4m3(std::ldexp(1.0f, -10)), 0x00);   // half a unit: even 0
+  EXPECT_EQ(float_to_e4m3(std::ldexp(1.5f, -10)), 0x01);   // 0.75 unit
+  EXPECT_EQ(float_to_e4m3(std::ldexp(1.5f, -9)), 0x02);    // 1.5 units: even 2
+  EXPECT_EQ(float_to_e4m3(std::ldexp(2.5f, -9)), 0x02);    // 2.5 units: even 2
+  EXPECT_EQ(float_to_e4m3(std::ldexp(7.5f, -9)), 0x08);    // rounds up into the normals
+  EXPECT_EQ(float_to_e4m3(std::ldexp(1.0f, -140)), 0x00);  // fp32 subnormal input
   EXPECT_EQ(float_to_e4m3(-std::ldexp(1.0f, -140)), 0x80);
 }
 
@@ -106,7 +106,7 @@ TEST(E4M3, MatchesExhaustiveSearchOnRandomValues) {
 }
 
 TEST(E2M1, EveryNibbleDecodes) {
-  const float want[16] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,
+  const float want[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                           -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
   for (int n = 0; n < 16; ++n) {
     EXPECT_EQ(e2m1_to_float(static_cast<uint8_t>(n)), want[n]) << "nibble " << n;
@@ -118,14 +118,14 @@ TEST(E2M1, EveryNibbleDecodes) {
 }
 
 TEST(E2M1, RoundsToNearestEvenAndSaturates) {
-  EXPECT_EQ(float_to_e2m1(0.25f), 0x0);   // 0 | 0.5: even 0
+  EXPECT_EQ(float_to_e2m1(0.25f), 0x0);  // 0 | 0.5: even 0
   EXPECT_EQ(float_to_e2m1(0.26f), 0x1);
-  EXPECT_EQ(float_to_e2m1(0.75f), 0x2);   // 0.5 | 1: even code 2
-  EXPECT_EQ(float_to_e2m1(1.25f), 0x2);   // 1 | 1.5: even code 2
-  EXPECT_EQ(float_to_e2m1(1.75f), 0x4);   // 1.5 | 2: even code 4
-  EXPECT_EQ(float_to_e2m1(2.5f), 0x4);    // 2 | 3: even code 4
-  EXPECT_EQ(float_to_e2m1(3.5f), 0x6);    // 3 | 4: even code 6
-  EXPECT_EQ(float_to_e2m1(5.0f), 0x6);    // 4 | 6: even code 6
+  EXPECT_EQ(float_to_e2m1(0.75f), 0x2);  // 0.5 | 1: even code 2
+  EXPECT_EQ(float_to_e2m1(1.25f), 0x2);  // 1 | 1.5: even code 2
+  EXPECT_EQ(float_to_e2m1(1.75f), 0x4);  // 1.5 | 2: even code 4
+  EXPECT_EQ(float_to_e2m1(2.5f), 0x4);   // 2 | 3: even code 4
+  EXPECT_EQ(float_to_e2m1(3.5f), 0x6);   // 3 | 4: even code 6
+  EXPECT_EQ(float_to_e2m1(5.0f), 0x6);   // 4 | 6: even code 6
   EXPECT_EQ(float_to_e2m1(5.01f), 0x7);
   EXPECT_EQ(float_to_e2m1(7.0f), 0x7);
   EXPECT_EQ(float_to_e2m1(1e20f), 0x7);
@@ -200,11 +200,11 @@ TEST(FP16, RoundsToNearestEvenOverflowsToInf) {
   EXPECT_EQ(float_to_fp16(65520.0f), 0x7c00);  // tie between 65504 and 65536: inf
   EXPECT_EQ(float_to_fp16(1e10f), 0x7c00);
   EXPECT_EQ(float_to_fp16(-INFINITY), 0xfc00);
-  EXPECT_EQ(float_to_fp16(std::ldexp(1.0f, -14)), 0x0400);   // smallest normal
-  EXPECT_EQ(float_to_fp16(std::ldexp(1.0f, -24)), 0x0001);   // smallest subnormal
-  EXPECT_EQ(float_to_fp16(std::ldexp(1.0f, -25)), 0x0000);   // half of it: even 0
+  EXPECT_EQ(float_to_fp16(std::ldexp(1.0f, -14)), 0x0400);  // smallest normal
+  EXPECT_EQ(float_to_fp16(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
+  EXPECT_EQ(float_to_fp16(std::ldexp(1.0f, -25)), 0x0000);  // half of it: even 0
   EXPECT_EQ(float_to_fp16(std::ldexp(1.5f, -25)), 0x0001);
-  EXPECT_EQ(float_to_fp16(std::ldexp(3.0f, -25)), 0x0002);   // 1.5 units: even 2
+  EXPECT_EQ(float_to_fp16(std::ldexp(3.0f, -25)), 0x0002);  // 1.5 units: even 2
   EXPECT_EQ(float_to_fp16(-0.0f), 0x8000);
   const uint16_t n = float_to_fp16(NAN);
   EXPECT_EQ(n & 0x7c00, 0x7c00);

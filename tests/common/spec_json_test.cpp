@@ -21,7 +21,8 @@ uint32_t bits(float f) {
   return u;
 }
 
-void expect_same_float(const std::optional<float>& a, const std::optional<float>& b, const char* what) {
+void expect_same_float(const std::optional<float>& a, const std::optional<float>& b,
+                       const char* what) {
   ASSERT_EQ(a.has_value(), b.has_value()) << what;
   if (a) EXPECT_EQ(bits(*a), bits(*b)) << what << ": " << *a << " vs " << *b;
 }
@@ -91,8 +92,8 @@ TEST(SpecJson, EveryFieldSetRoundTrips) {
 
   // Floats whose shortest text is long, tiny, huge or subnormal, and the non-finite ones.
   for (float f : {0.1f, 1.0f / 3.0f, std::nextafter(1.0f, 2.0f), std::numeric_limits<float>::max(),
-                  std::numeric_limits<float>::min(), std::numeric_limits<float>::denorm_min(), -0.0f,
-                  -1.5e-7f, std::numeric_limits<float>::infinity(),
+                  std::numeric_limits<float>::min(), std::numeric_limits<float>::denorm_min(),
+                  -0.0f, -1.5e-7f, std::numeric_limits<float>::infinity(),
                   -std::numeric_limits<float>::infinity()}) {
     SCOPED_TRACE(f);
     s.activation.limit = f;
@@ -124,15 +125,18 @@ TEST(SpecJson, EnumsAreNamesAndAliasesAreRead) {
   MoeSpec s;
   s.weights.format = WeightFormat::kFP8Block128;
   const std::string text = spec_to_json(s);
-  EXPECT_NE(text.find(std::string("\"") + to_string(WeightFormat::kFP8Block128) + "\""), std::string::npos)
+  EXPECT_NE(text.find(std::string("\"") + to_string(WeightFormat::kFP8Block128) + "\""),
+            std::string::npos)
       << text;
-  const MoeSpec read = spec_from_json(R"({"act_dtype": "float16", "routing": {"method": "mixtral"}})");
+  const MoeSpec read =
+      spec_from_json(R"({"act_dtype": "float16", "routing": {"method": "mixtral"}})");
   EXPECT_EQ(read.act_dtype, DType::kFloat16);
   EXPECT_EQ(read.routing.method, RoutingMethod::kSoftmaxTopK);
 }
 
 TEST(SpecJson, MissingKeysKeepTheDefaults) {
-  const MoeSpec s = spec_from_json(R"({"num_experts": 8, "top_k": 2, "hidden": 64, "intermediate": 32})");
+  const MoeSpec s =
+      spec_from_json(R"({"num_experts": 8, "top_k": 2, "hidden": 64, "intermediate": 32})");
   MoeSpec want;
   want.num_experts = 8;
   want.top_k = 2;
@@ -150,7 +154,9 @@ TEST(SpecJson, MalformedInputIsRefusedNamingFieldAndValue) {
   } cases[] = {
       {"{\"hidden\": 128", {"not valid JSON"}},
       // Deep nesting where a number belongs: refused before a message dump()s it.
-      {"{\"hidden\": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}",
+      {"{\"hidden\": "
+       "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]"
+       "]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}",
        {"deeper than 64"}},
       {"[1, 2]", {"[1,2]", "not an object"}},
       {R"({"hiden": 128})", {"hiden", "unknown"}},
@@ -188,7 +194,8 @@ TEST(SpecJson, MalformedInputIsRefusedNamingFieldAndValue) {
       ADD_FAILURE() << "accepted";
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-      for (const std::string& n : c.names) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
+      for (const std::string& n : c.names)
+        EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
     }
   }
 }

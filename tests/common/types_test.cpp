@@ -81,11 +81,11 @@ TEST(Types, WeightFormats) {
 
 TEST(Types, Activations) {
   const ActivationKind all[] = {
-      ActivationKind::kSwiGLU,  ActivationKind::kSwiGLUClamped, ActivationKind::kGeGLUTanh,
-      ActivationKind::kGeGLUErf, ActivationKind::kSiLU,         ActivationKind::kGeLUTanh,
-      ActivationKind::kGeLUErf, ActivationKind::kReLU2,         ActivationKind::kIdentity};
-  const char* names[] = {"swiglu", "swiglu_clamped", "geglu_tanh", "geglu_erf", "silu",
-                         "gelu_tanh", "gelu_erf", "relu2", "identity"};
+      ActivationKind::kSwiGLU,   ActivationKind::kSwiGLUClamped, ActivationKind::kGeGLUTanh,
+      ActivationKind::kGeGLUErf, ActivationKind::kSiLU,          ActivationKind::kGeLUTanh,
+      ActivationKind::kGeLUErf,  ActivationKind::kReLU2,         ActivationKind::kIdentity};
+  const char* names[] = {"swiglu",    "swiglu_clamped", "geglu_tanh", "geglu_erf", "silu",
+                         "gelu_tanh", "gelu_erf",       "relu2",      "identity"};
   for (int i = 0; i < 9; ++i) {
     EXPECT_STREQ(to_string(all[i]), names[i]);
     EXPECT_EQ(activation_from_string(names[i]), all[i]);

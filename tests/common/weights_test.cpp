@@ -13,13 +13,15 @@
 namespace moekit {
 namespace {
 
-const WeightFormat kAllFormats[] = {
-    WeightFormat::kBF16,        WeightFormat::kFP16,      WeightFormat::kFP32,
-    WeightFormat::kFP8PerTensor, WeightFormat::kFP8Block128, WeightFormat::kInt8Group,
-    WeightFormat::kInt4Group,   WeightFormat::kMXFP4,     WeightFormat::kNVFP4,
-    WeightFormat::kMXFP8};
+const WeightFormat kAllFormats[] = {WeightFormat::kBF16,        WeightFormat::kFP16,
+                                    WeightFormat::kFP32,        WeightFormat::kFP8PerTensor,
+                                    WeightFormat::kFP8Block128, WeightFormat::kInt8Group,
+                                    WeightFormat::kInt4Group,   WeightFormat::kMXFP4,
+                                    WeightFormat::kNVFP4,       WeightFormat::kMXFP8};
 
-bool is_int(WeightFormat f) { return f == WeightFormat::kInt8Group || f == WeightFormat::kInt4Group; }
+bool is_int(WeightFormat f) {
+  return f == WeightFormat::kInt8Group || f == WeightFormat::kInt4Group;
+}
 
 // A small layer whose local intermediate stays a multiple of 128 under TP 2.
 MoeSpec small_spec(WeightFormat f, ActivationKind act = ActivationKind::kSwiGLU,
@@ -87,7 +89,8 @@ TEST(CheckSizes, NamesTheTensorTheBufferAndBothSizes) {
                [&] { broken.check_sizes("w"); });
   broken = good;
   broken.weight_scale = {1.0f, 1.0f};  // int formats have none
-  expect_error(ErrorCode::kInvalidArgument, {"weight_scale", "2"}, [&] { broken.check_sizes("w"); });
+  expect_error(ErrorCode::kInvalidArgument, {"weight_scale", "2"},
+               [&] { broken.check_sizes("w"); });
   broken = good;
   broken.group_size = 48;  // 64 columns are not a multiple of 48
   expect_error(ErrorCode::kInvalidArgument, {"48", "64"}, [&] { broken.check_sizes("w"); });
@@ -110,7 +113,8 @@ TEST(CheckSizes, FixedGroupsAndScalarBuffers) {
   EXPECT_EQ(t.group_size, 128);
   EXPECT_EQ(t.scales.size(), 2u * 2u * 2u);  // ceil(130/128) x ceil(200/128) per expert
   t.group_size = 64;
-  expect_error(ErrorCode::kInvalidArgument, {"group_size", "64", "128"}, [&] { t.check_sizes("fc2"); });
+  expect_error(ErrorCode::kInvalidArgument, {"group_size", "64", "128"},
+               [&] { t.check_sizes("fc2"); });
 
   std::vector<float> w2(2 * 4 * 64, 0.5f);
   q.format = WeightFormat::kNVFP4;
@@ -118,15 +122,18 @@ TEST(CheckSizes, FixedGroupsAndScalarBuffers) {
   EXPECT_EQ(n.group_size, 16);
   EXPECT_EQ(n.scale_bytes.size(), 2u * 4u * 4u);
   n.global_scale.pop_back();
-  expect_error(ErrorCode::kInvalidArgument, {"global_scale", "1", "2"}, [&] { n.check_sizes("fc1"); });
+  expect_error(ErrorCode::kInvalidArgument, {"global_scale", "1", "2"},
+               [&] { n.check_sizes("fc1"); });
   n.global_scale = {1.0f, 1.0f};
   n.weight_scale = {1.0f, 1.0f};  // kFP8PerTensor's field: NVFP4 has none
-  expect_error(ErrorCode::kInvalidArgument, {"weight_scale", "2", "0"}, [&] { n.check_sizes("fc1"); });
+  expect_error(ErrorCode::kInvalidArgument, {"weight_scale", "2", "0"},
+               [&] { n.check_sizes("fc1"); });
 
   q.format = WeightFormat::kFP8PerTensor;
   auto p = quant::quantize(q, 2, 4, 64, w2.data());
   p.input_scale.clear();
-  expect_error(ErrorCode::kInvalidArgument, {"input_scale", "0", "2"}, [&] { p.check_sizes("fc1"); });
+  expect_error(ErrorCode::kInvalidArgument, {"input_scale", "0", "2"},
+               [&] { p.check_sizes("fc1"); });
 
   q.format = WeightFormat::kBF16;
   auto b = quant::quantize(q, 2, 4, 64, w2.data());
@@ -153,14 +160,17 @@ TEST(CheckWeights, ShapeAndBufferErrorsNameTheField) {
 
   MoeSpec tp2 = spec;  // the unsharded weights do not fit a TP shard
   tp2.tp_size = 2;
-  expect_error(ErrorCode::kInvalidArgument, {"fc1.rows", "512", "256"}, [&] { check_weights(tp2, w); });
+  expect_error(ErrorCode::kInvalidArgument, {"fc1.rows", "512", "256"},
+               [&] { check_weights(tp2, w); });
 
   auto bad = w;
   bad.fc2.cols = 128;
-  expect_error(ErrorCode::kInvalidArgument, {"fc2.cols", "128", "256"}, [&] { check_weights(spec, bad); });
+  expect_error(ErrorCode::kInvalidArgument, {"fc2.cols", "128", "256"},
+               [&] { check_weights(spec, bad); });
   bad = w;
   bad.fc1.experts = 3;
-  expect_error(ErrorCode::kInvalidArgument, {"fc1.experts", "3", "4"}, [&] { check_weights(spec, bad); });
+  expect_error(ErrorCode::kInvalidArgument, {"fc1.experts", "3", "4"},
+               [&] { check_weights(spec, bad); });
   bad = w;
   bad.fc1_bias.pop_back();
   expect_error(ErrorCode::kInvalidArgument, {"fc1_bias"}, [&] { check_weights(spec, bad); });
@@ -169,20 +179,23 @@ TEST(CheckWeights, ShapeAndBufferErrorsNameTheField) {
   expect_error(ErrorCode::kInvalidArgument, {"fc2_bias", "0"}, [&] { check_weights(spec, bad); });
   bad = w;
   bad.fc1.group_size = 128;
-  expect_error(ErrorCode::kInvalidArgument, {"fc1.group_size", "128", "64"}, [&] { check_weights(spec, bad); });
+  expect_error(ErrorCode::kInvalidArgument, {"fc1.group_size", "128", "64"},
+               [&] { check_weights(spec, bad); });
   bad = w;
   bad.fc2.scales.pop_back();
   expect_error(ErrorCode::kInvalidArgument, {"fc2", "scales"}, [&] { check_weights(spec, bad); });
   bad = w;
   bad.routing_bias.assign(4, 0.0f);  // the spec has no correction bias
-  expect_error(ErrorCode::kInvalidArgument, {"routing_bias", "4"}, [&] { check_weights(spec, bad); });
+  expect_error(ErrorCode::kInvalidArgument, {"routing_bias", "4"},
+               [&] { check_weights(spec, bad); });
   bad = w;
   bad.fc1.zeros.assign(bad.fc1.scales.size(), 0);  // the spec has no zero points
   expect_error(ErrorCode::kInvalidArgument, {"fc1.zeros"}, [&] { check_weights(spec, bad); });
 
   MoeSpec awq = spec;
   awq.weights.pre_quant_scale = true;
-  expect_error(ErrorCode::kInvalidArgument, {"fc1.pre_quant_scale"}, [&] { check_weights(awq, w); });
+  expect_error(ErrorCode::kInvalidArgument, {"fc1.pre_quant_scale"},
+               [&] { check_weights(awq, w); });
 }
 
 // Full row of FC1 that local row r of TP rank `rank` (of `tp`) holds, written out per layout.
@@ -233,8 +246,8 @@ TEST(ShardWeights, SliceEqualsTheSliceOfTheDequantizedFullTensor) {
       for (int tp_rank = 0; tp_rank < 2; ++tp_rank) {
         for (int ep_rank = 0; ep_rank < 2; ++ep_rank) {
           SCOPED_TRACE(std::string(to_string(f)) + " " + to_string(c.act) + " " +
-                       to_string(c.layout) + " tp_rank " + std::to_string(tp_rank) +
-                       " ep_rank " + std::to_string(ep_rank));
+                       to_string(c.layout) + " tp_rank " + std::to_string(tp_rank) + " ep_rank " +
+                       std::to_string(ep_rank));
           MoeSpec spec = full_spec;
           spec.tp_size = 2;
           spec.tp_rank = tp_rank;
@@ -253,8 +266,7 @@ TEST(ShardWeights, SliceEqualsTheSliceOfTheDequantizedFullTensor) {
               for (int64_t col = 0; col < spec.hidden; ++col)
                 ASSERT_EQ(loc1[r * spec.hidden + col], full1[fr * spec.hidden + col])
                     << "fc1 expert " << e << " row " << r << " col " << col;
-              ASSERT_EQ(s.fc1_bias[e * fc1_rows + r],
-                        full.fc1_bias[(e0 + e) * full.fc1.rows + fr]);
+              ASSERT_EQ(s.fc1_bias[e * fc1_rows + r], full.fc1_bias[(e0 + e) * full.fc1.rows + fr]);
             }
             const auto full2 = dequant(full.fc2, e0 + e), loc2 = dequant(s.fc2, e);
             for (int64_t r = 0; r < spec.hidden; ++r)
@@ -265,8 +277,9 @@ TEST(ShardWeights, SliceEqualsTheSliceOfTheDequantizedFullTensor) {
               ASSERT_EQ(s.fc2_bias[e * spec.hidden + h], full.fc2_bias[(e0 + e) * spec.hidden + h]);
             if (is_int(f)) {
               for (int64_t col = 0; col < li; ++col)
-                ASSERT_EQ(s.fc2.pre_quant_scale[e * li + col],
-                          full.fc2.pre_quant_scale[(e0 + e) * spec.intermediate + tp_rank * li + col]);
+                ASSERT_EQ(
+                    s.fc2.pre_quant_scale[e * li + col],
+                    full.fc2.pre_quant_scale[(e0 + e) * spec.intermediate + tp_rank * li + col]);
               for (int64_t col = 0; col < spec.hidden; ++col)
                 ASSERT_EQ(s.fc1.pre_quant_scale[e * spec.hidden + col],
                           full.fc1.pre_quant_scale[(e0 + e) * spec.hidden + col]);
@@ -321,10 +334,12 @@ TEST(ShardWeights, KeepsRoutingBiasWholeAndChecksTheFullWeights) {
 
   MoeSpec fp8 = sharded;
   fp8.weights.format = WeightFormat::kFP8Block128;
-  expect_error(ErrorCode::kFormatMismatch, {"bf16", "fp8_block128"}, [&] { shard_weights(fp8, full); });
+  expect_error(ErrorCode::kFormatMismatch, {"bf16", "fp8_block128"},
+               [&] { shard_weights(fp8, full); });
   auto truncated = full;
   truncated.fc2.values.resize(10);
-  expect_error(ErrorCode::kInvalidArgument, {"fc2", "values"}, [&] { shard_weights(sharded, truncated); });
+  expect_error(ErrorCode::kInvalidArgument, {"fc2", "values"},
+               [&] { shard_weights(sharded, truncated); });
 }
 
 }  // namespace

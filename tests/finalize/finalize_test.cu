@@ -132,8 +132,8 @@ TEST_F(FinalizeTest, ManyItemsPerThreadMatchHostSum) {
       DeviceBuffer d_out(c.want.size() * 2);
       d_out.poison();
       const DeviceFinalize f = prepared(DType::kBFloat16, H, k, bias ? d_b.as<float>() : nullptr);
-      ASSERT_TRUE(run(f, tokens, d_y.ptr, d_rows.as<int32_t>(), d_w.as<float>(),
-                      d_e.as<int32_t>(), d_out.ptr, nullptr, true)
+      ASSERT_TRUE(run(f, tokens, d_y.ptr, d_rows.as<int32_t>(), d_w.as<float>(), d_e.as<int32_t>(),
+                      d_out.ptr, nullptr, true)
                       .ok());
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       expect_exact(c, d_out, H);
@@ -231,9 +231,9 @@ TEST_F(FinalizeTest, SlicesMatchHostSumInOrder) {
             if (late)
               d_parts.poison();
             else
-              ASSERT_EQ(cudaMemcpy(d_parts.ptr, parts.data(), d_parts.bytes,
-                                   cudaMemcpyHostToDevice),
-                        cudaSuccess);
+              ASSERT_EQ(
+                  cudaMemcpy(d_parts.ptr, parts.data(), d_parts.bytes, cudaMemcpyHostToDevice),
+                  cudaSuccess);
             d_out.poison();
             const DeviceFinalize f = prepared(elem, H, k, bias ? d_b.as<float>() : nullptr);
             if (late)

@@ -1,3 +1,4 @@
+// Over 800 lines: one fixture's cases over every GEMV tactic and launch form (PDL, chained, sliced).
 // The GEMV tactics under programmatic dependent launch: launched as the dependent of a slow
 // kernel that writes their offsets and activations (and lets them start at once), they must
 // wait for it, eagerly and inside a graph; outputs poisoned (NaN) before each run, compared
@@ -121,7 +122,7 @@ TEST_F(GemvPdl, WaitsForThePreviousKernel) {
     for (bool graph : {false, true}) {
       SCOPED_TRACE(t + (graph ? " graph" : " eager"));
       ASSERT_EQ(cudaMemset(off.ptr, 0, off.bytes), cudaSuccess);  // stale: every group empty
-      ASSERT_EQ(cudaMemset(a.ptr, 0xff, a.bytes), cudaSuccess);    // stale: NaN
+      ASSERT_EQ(cudaMemset(a.ptr, 0xff, a.bytes), cudaSuccess);   // stale: NaN
       ASSERT_EQ(cudaMemset(d.ptr, 0xff, d.bytes), cudaSuccess);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       cudaGraph_t g = nullptr;
@@ -131,8 +132,8 @@ TEST_F(GemvPdl, WaitsForThePreviousKernel) {
           static_cast<int32_t*>(off.ptr), static_cast<const int32_t*>(off_src.ptr),
           static_cast<int>(p.offsets.size()), static_cast<uint4*>(a.ptr),
           static_cast<const uint4*>(a_src.ptr), static_cast<int64_t>(p.a_bits.size() / 8), 200000);
-      const Status s = gemm.run(a.ptr, w.ptr, d.ptr, static_cast<const int32_t*>(off.ptr), 1.0,
-                                stream, t);
+      const Status s =
+          gemm.run(a.ptr, w.ptr, d.ptr, static_cast<const int32_t*>(off.ptr), 1.0, stream, t);
       ASSERT_TRUE(s.ok()) << s.message();
       if (graph) {
         ASSERT_EQ(cudaStreamEndCapture(stream, &g), cudaSuccess);
@@ -207,8 +208,7 @@ TEST_F(GemvPdl, OneRowServesEveryRowFromTheFlag) {
 
   const DeviceBuffer buf(to_device(p.a_bits)), off(to_device(p.offsets));
   GroupedGemm gemm(GroupedShape{Elem::kBF16, p.groups, p.n, p.k, p.max_rows}, 0);
-  GroupedGemm::GemmCall bad{&gemm, buf.ptr, buf.ptr, buf.ptr,
-                            gemv_tactics().front()};
+  GroupedGemm::GemmCall bad{&gemm, buf.ptr, buf.ptr, buf.ptr, gemv_tactics().front()};
   bad.one_row = static_cast<const char*>(buf.ptr) + 2;
   const Status s = gemm.launch(bad, static_cast<const int32_t*>(off.ptr), nullptr);
   EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
@@ -278,12 +278,21 @@ struct ChainedCase {
   EpilogueActivation act;
   GroupedGemm fc1, fc2;
   ChainedCase(int64_t h, int64_t i, const std::vector<int>& counts, std::mt19937& rng)
-      : H(h), I(i),
+      : H(h),
+        I(i),
         p1(make_gemm_inputs(Elem::kBF16, 2 * i, h, counts, rng)),
-        p2(make_gemm_inputs(Elem::kBF16, h, i, counts, rng)), G(p1.groups), P(p1.max_rows),
-        x_src(to_device(p1.a_bits)), x(to_device(p1.a_bits)), w1(to_device(p1.w_bits)),
-        w2(to_device(p2.w_bits)), off(to_device(p1.offsets)), y1(size_t(P) * i * 2),
-        z1(size_t(P) * h * 2), y2(size_t(P) * i * 2), z2(size_t(P) * h * 2),
+        p2(make_gemm_inputs(Elem::kBF16, h, i, counts, rng)),
+        G(p1.groups),
+        P(p1.max_rows),
+        x_src(to_device(p1.a_bits)),
+        x(to_device(p1.a_bits)),
+        w1(to_device(p1.w_bits)),
+        w2(to_device(p2.w_bits)),
+        off(to_device(p1.offsets)),
+        y1(size_t(P) * i * 2),
+        z1(size_t(P) * h * 2),
+        y2(size_t(P) * i * 2),
+        z2(size_t(P) * h * 2),
         done(size_t(G + 2) * 4),
         fc1(GroupedShape{Elem::kBF16, G, 2 * i, h, P}, 0, act),
         fc2(GroupedShape{Elem::kBF16, G, h, i, P}, 0) {}
@@ -353,8 +362,7 @@ struct ChainedCase {
     flagging_writer<<<1, 256, 0, stream>>>(
         static_cast<int32_t*>(off.ptr), static_cast<const int32_t*>(off_src.ptr),
         static_cast<int>(p1.offsets.size()), static_cast<uint32_t*>(flag.ptr),
-        static_cast<uint4*>(late_dst), static_cast<const uint4*>(late_src), late_bytes / 16,
-        20000);
+        static_cast<uint4*>(late_dst), static_cast<const uint4*>(late_src), late_bytes / 16, 20000);
     Call c1{&fc1, x.ptr, w1.ptr, y2.ptr, tactic + "+act"};
     c1.offsets_flag = static_cast<const uint32_t*>(flag.ptr);
     c1.one_row = one_row;
@@ -420,9 +428,9 @@ TEST_F(GemvPdl, ChainedFc1Fc2EqualsTwoLaunches) {
 // The engine's T=16 case (64 experts, 64 rows: many experts of 0-2 rows; H 2048, I 256) after a
 // kernel that writes FC1's activations late (the gather kernel; FC1 reads settled offsets), many
 // times, FC1's input, its output and FC2's poisoned before each: every run equal to the two
-// launches, bit for bit. Session 9 saw the engine's forward at this shape 1.1% off the reference
-// once in three runs (device-like numerics give 0.4%); a stale read in the chained kernel would
-// show here.
+// launches, bit for bit. H200, 2026-11-30 saw the engine's forward at this shape 1.1% off the
+// reference once in three runs (device-like numerics give 0.4%); a stale read in the chained kernel
+// would show here.
 TEST_F(GemvPdl, ChainedFc1Fc2RepeatedAfterALateWriter) {
   std::mt19937 rng(static_cast<unsigned>(base_seed() ^ 0x6e09));
   std::vector<int> counts(64, 0);
@@ -436,10 +444,9 @@ TEST_F(GemvPdl, ChainedFc1Fc2RepeatedAfterALateWriter) {
   for (int run = 0; run < kRuns; ++run) {
     c.x.poison();
     c.reset();  // before the writer: it waits for the device
-    slow_writer<<<1, 256, 0, stream>>>(nullptr, nullptr, 0, static_cast<uint4*>(c.x.ptr),
-                                       static_cast<const uint4*>(c.x_src.ptr),
-                                       static_cast<int64_t>(c.p1.a_bits.size() / 8),
-                                       (run % 4) * 5000);
+    slow_writer<<<1, 256, 0, stream>>>(
+        nullptr, nullptr, 0, static_cast<uint4*>(c.x.ptr), static_cast<const uint4*>(c.x_src.ptr),
+        static_cast<int64_t>(c.p1.a_bits.size() / 8), (run % 4) * 5000);
     const Status s = c.chained(stream, true);
     ASSERT_TRUE(s.ok()) << s.message();
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
@@ -454,7 +461,7 @@ TEST_F(GemvPdl, ChainedFc1Fc2RepeatedAfterALateWriter) {
 // chained kernel once, with its blocks taking more items than its item ring has slots (256
 // experts of one row: 6144 items, ~15 per block on 132 SMs, the ring 8), so that the ring's slots
 // are written again after the consumers read them. Racecheck saw that reuse as a race while every
-// consumer lane read the slot (session 14); the two-launch result must match bit for bit.
+// consumer lane read the slot (H200, 2026-12-01); the two-launch result must match bit for bit.
 class GemvPdlSanitizer : public GpuTest {};
 
 TEST_F(GemvPdlSanitizer, ChainedItemRingWraps) {
@@ -482,8 +489,8 @@ TEST_F(GemvPdlSanitizer, ChainedOneRowFromTheFlag) {
   ChainedCase c(256, 96, {1, 0, 2, 1, 0, 9}, rng);
   for (int64_t r = 1; r < c.p1.rows; ++r)  // one token's slots: equal rows
     std::copy_n(c.p1.a_bits.begin(), c.H, c.p1.a_bits.begin() + r * c.H);
-  const DeviceBuffer row(to_device(std::vector<uint16_t>(c.p1.a_bits.begin(),
-                                                         c.p1.a_bits.begin() + c.H))),
+  const DeviceBuffer row(
+      to_device(std::vector<uint16_t>(c.p1.a_bits.begin(), c.p1.a_bits.begin() + c.H))),
       off_src(to_device(c.p1.offsets));
   DeviceBuffer flag(4), junk(c.z2.bytes);
   junk.poison();
@@ -514,8 +521,8 @@ TEST_F(GemvPdlSanitizer, SlicedOneRowFromTheFlag) {
     ChainedCase c(h, i, {1, 0, 1, 1, 0, 1}, rng);
     for (int64_t r = 1; r < c.p1.rows; ++r)  // one token's slots: equal rows
       std::copy_n(c.p1.a_bits.begin(), c.H, c.p1.a_bits.begin() + r * c.H);
-    const DeviceBuffer row(to_device(std::vector<uint16_t>(c.p1.a_bits.begin(),
-                                                           c.p1.a_bits.begin() + c.H))),
+    const DeviceBuffer row(
+        to_device(std::vector<uint16_t>(c.p1.a_bits.begin(), c.p1.a_bits.begin() + c.H))),
         off_src(to_device(c.p1.offsets));
     DeviceBuffer flag(4);
     const int64_t slices = c.fc1.slices(), rows = c.p1.rows;
@@ -524,9 +531,9 @@ TEST_F(GemvPdlSanitizer, SlicedOneRowFromTheFlag) {
     for (const char* t : {"sm90.gemv.tma64", "sm90.gemv.tma64.s12"}) {
       SCOPED_TRACE(std::string(t) + " H " + std::to_string(h) + " I " + std::to_string(i));
       c.tactic = t;
-      ASSERT_EQ(cudaMemcpy(c.x.ptr, c.p1.a_bits.data(), c.p1.a_bits.size() * 2,
-                           cudaMemcpyHostToDevice),
-                cudaSuccess);
+      ASSERT_EQ(
+          cudaMemcpy(c.x.ptr, c.p1.a_bits.data(), c.p1.a_bits.size() * 2, cudaMemcpyHostToDevice),
+          cudaSuccess);
       c.two_launches(stream);
       c.x.poison();
       partials.poison();
@@ -535,14 +542,14 @@ TEST_F(GemvPdlSanitizer, SlicedOneRowFromTheFlag) {
       c.reset();
       flagging_writer<<<1, 256, 0, stream>>>(
           static_cast<int32_t*>(c.off.ptr), static_cast<const int32_t*>(off_src.ptr),
-          static_cast<int>(c.p1.offsets.size()), static_cast<uint32_t*>(flag.ptr), nullptr,
-          nullptr, 0, 20000);
+          static_cast<int>(c.p1.offsets.size()), static_cast<uint32_t*>(flag.ptr), nullptr, nullptr,
+          0, 20000);
       GroupedGemm::GemmCall c1{&c.fc1, c.x.ptr, c.w1.ptr, c.y2.ptr, c.tactic + "+act"};
       c1.offsets_flag = static_cast<const uint32_t*>(flag.ptr);
       c1.one_row = row.ptr;
-      const Status s = GroupedGemm::launch_sliced(c1, c.w2.ptr, partials.as<float>(),
-                                                  static_cast<int*>(c.done.ptr) + c.G,
-                                                  c.offsets(), stream);
+      const Status s =
+          GroupedGemm::launch_sliced(c1, c.w2.ptr, partials.as<float>(),
+                                     static_cast<int*>(c.done.ptr) + c.G, c.offsets(), stream);
       ASSERT_TRUE(s.ok()) << s.message();
       ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
       const auto parts = to_host<float>(partials.ptr, partials.bytes / 4);
@@ -656,8 +663,8 @@ TEST_F(GemvPdlSanitizer, ChainedTokenRowsFromTheFlag) {
 // weights ~30 us later. So the finalize must not start before the writer has ended: its output
 // equals the same finalize run again once everything is done, bit for bit. A stale read of the
 // slots (still poisoned: rows -1) would leave tokens without their experts' rows. The kernel
-// before session 40's fix (its consumers let the finalize start early) passed it 20 of 20 times
-// on the H200: a guard of the protocol, not a reproduction of a seen failure.
+// before the fix of 2026-12-02 (its consumers let the finalize start early) passed it 20 of 20
+// times on the H200: a guard of the protocol, not a reproduction of a seen failure.
 TEST_F(GemvPdl, FinalizeAfterChainedTokenRowsReadsTheWrittenSlots) {
   std::mt19937 rng(static_cast<unsigned>(base_seed() ^ 0x6e10));
   constexpr int kGroups = 6, kTopK = 2, kT = 8;
@@ -770,8 +777,8 @@ TEST_F(GemvPdl, KSlicesRefusedOutsideTheirCase) {
   const GroupedGemm::GemmCall c1{&c.fc1, c.x.ptr, c.w1.ptr, c.y2.ptr, "sm90.gemv.tma64+act"};
   GroupedGemm::GemmCall c2{&c.fc2, c.y2.ptr, c.w2.ptr, c.z2.ptr, "sm90.gemv.tma64"};
   auto* done = static_cast<int*>(c.done.ptr);
-  const std::pair<int, float*> bad[] = {{0, nullptr}, {-2, part}, {3, part},  // outside 1..2
-                                        {2, nullptr}, {2, part + 1},          // partials
+  const std::pair<int, float*> bad[] = {{0, nullptr}, {-2, part},    {3, part},  // outside 1..2
+                                        {2, nullptr}, {2, part + 1},             // partials
                                         {1, part}};
   for (const auto& [count, ptr] : bad) {
     GroupedGemm::GemmCall second = c2;
@@ -826,8 +833,7 @@ TEST_F(GemvPdlSanitizer, CountedItemsEqualFixedShares) {
 TEST_F(GemvPdl, SettledOffsetsStillWaitForTheActivations) {
   std::mt19937 rng(static_cast<unsigned>(base_seed() ^ 0x6e04));
   const Problem p = make_problem(128, 256, {3, 0, 9, 1}, rng);
-  const DeviceBuffer a_src(to_device(p.a_bits)), w(to_device(p.w_bits)),
-      off(to_device(p.offsets));
+  const DeviceBuffer a_src(to_device(p.a_bits)), w(to_device(p.w_bits)), off(to_device(p.offsets));
   DeviceBuffer a(p.a_bits.size() * 2), d(static_cast<std::size_t>(p.max_rows * p.n) * 2);
   GroupedGemm gemm(GroupedShape{Elem::kBF16, p.groups, p.n, p.k, p.max_rows}, 0);
   cudaStream_t stream;
@@ -838,9 +844,9 @@ TEST_F(GemvPdl, SettledOffsetsStillWaitForTheActivations) {
     ASSERT_EQ(cudaMemset(d.ptr, 0xff, d.bytes), cudaSuccess);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     // Leaves the offsets alone and writes the activations after ~200 us.
-    slow_writer<<<1, 256, 0, stream>>>(
-        nullptr, nullptr, 0, static_cast<uint4*>(a.ptr),
-        static_cast<const uint4*>(a_src.ptr), static_cast<int64_t>(p.a_bits.size() / 8), 200000);
+    slow_writer<<<1, 256, 0, stream>>>(nullptr, nullptr, 0, static_cast<uint4*>(a.ptr),
+                                       static_cast<const uint4*>(a_src.ptr),
+                                       static_cast<int64_t>(p.a_bits.size() / 8), 200000);
     GroupedGemm::GemmCall call{&gemm, a.ptr, w.ptr, d.ptr, t, true};
     const Status s = gemm.launch(call, static_cast<const int32_t*>(off.ptr), stream);
     ASSERT_TRUE(s.ok()) << s.message();
@@ -922,8 +928,8 @@ TEST_F(GemvPdl, DecodeTiming) {
           for (int rep = 0; rep < 25; ++rep) {
             cudaMemsetAsync(flush.ptr, rep & 0xff, flush.bytes, stream);
             cudaEventRecord(e0, stream);
-            const Status s = gemm.run(x.ptr, w, y.ptr, static_cast<const int32_t*>(off.ptr), hint,
-                                      stream, t);
+            const Status s =
+                gemm.run(x.ptr, w, y.ptr, static_cast<const int32_t*>(off.ptr), hint, stream, t);
             ASSERT_TRUE(s.ok()) << s.message();
             cudaEventRecord(e1, stream);
             ASSERT_EQ(cudaEventSynchronize(e1), cudaSuccess);
@@ -934,8 +940,8 @@ TEST_F(GemvPdl, DecodeTiming) {
           std::sort(us.begin(), us.end());
           const double med = us[us.size() / 2];
           std::printf("[ timing ] %-14s %4d %-4s %-30s %9.1f %9.1f %6.2f\n", sh.name, T,
-                      which == 0 ? "fc1" : "fc2", (t + (t == pick ? " (pick)" : "")).c_str(),
-                      med, bytes / 4.24e12 * 1e6, bytes / med / 1e6);
+                      which == 0 ? "fc1" : "fc2", (t + (t == pick ? " (pick)" : "")).c_str(), med,
+                      bytes / 4.24e12 * 1e6, bytes / med / 1e6);
         }
       }
     }

@@ -1,3 +1,4 @@
+// Over 800 lines: one fixture's cases over every grouped GEMM tactic, its epilogues and sanitizer runs.
 // Every grouped GEMM tactic against a CPU fp32 GEMM on fresh random data, outputs poisoned
 // (NaN bits) before each run: uneven groups with empty ones, all rows in one group, last tiles
 // of at most and just over half a tile, decode-like single rows, no rows at all; shapes of real
@@ -51,8 +52,8 @@ void compute_reference(Problem& p) {
         float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // k % 8 == 0; independent sums for speed
         for (int64_t kk = 0; kk < k; kk += 8)
           for (int j = 0; j < 8; ++j) acc[j] += ar[kk + j] * wr[kk + j];
-        p.ref[r * n + i] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) +
-                           ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+        p.ref[r * n + i] =
+            ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
       }
     }
   }
@@ -94,8 +95,8 @@ void expect_matches(const Problem& p, const std::vector<uint16_t>& out) {
       }
     if (p.offsets[g + 1] == p.offsets[g]) continue;
     EXPECT_EQ(unwritten, 0) << "group " << g << " has unwritten (NaN) outputs";
-    EXPECT_LT(std::sqrt(diff / std::max(norm, 1e-30)), 1e-2) << "group " << g << " rows "
-                                                              << p.offsets[g + 1] - p.offsets[g];
+    EXPECT_LT(std::sqrt(diff / std::max(norm, 1e-30)), 1e-2)
+        << "group " << g << " rows " << p.offsets[g + 1] - p.offsets[g];
   }
   int64_t stray = 0;
   for (int64_t idx = p.rows * p.n; idx < p.max_rows * p.n; ++idx) stray += out[idx] != kPoison;
@@ -107,9 +108,9 @@ void expect_matches(const Problem& p, const std::vector<uint16_t>& out) {
 std::vector<uint16_t> run_poisoned(GroupedGemm& gemm, DeviceProblem& dp, const Problem& p,
                                    const std::string& tactic, cudaStream_t stream) {
   dp.d.poison();
-  const Status s = gemm.run(dp.a.ptr, dp.w.ptr, dp.d.ptr,
-                            static_cast<const int32_t*>(dp.offsets.ptr),
-                            double(p.rows) / p.groups, stream, tactic);
+  const Status s =
+      gemm.run(dp.a.ptr, dp.w.ptr, dp.d.ptr, static_cast<const int32_t*>(dp.offsets.ptr),
+               double(p.rows) / p.groups, stream, tactic);
   EXPECT_TRUE(s.ok()) << s.message();
   if (!s.ok() || cudaStreamSynchronize(stream) != cudaSuccess) return {};
   return dp.download();
@@ -317,8 +318,7 @@ TEST_F(GroupedGemmGraph, ReplayOfFirstCapturedRunEqualsEager) {
   const int64_t n = 256, k = 512;
   const Problem first = make_problem(elem, n, k, {5, 0, 40, 1, 0, 70, 2, 0}, rng);
   // Same groups and max_rows, other counts and other activations.
-  Problem second = make_problem(elem, n, k, {0, 90, 3, 0, 11, 0, 1, 12}, rng,
-                                first.max_rows - 117);
+  Problem second = make_problem(elem, n, k, {0, 90, 3, 0, 11, 0, 1, 12}, rng, first.max_rows - 117);
   ASSERT_EQ(second.max_rows, first.max_rows);
   second.w_bits = first.w_bits;  // the weights stay
   compute_reference(second);
@@ -345,8 +345,9 @@ TEST_F(GroupedGemmGraph, ReplayOfFirstCapturedRunEqualsEager) {
 
     GroupedGemm eager(GroupedShape{elem, first.groups, n, k, first.max_rows}, 0);
     dp.d.poison();
-    ASSERT_TRUE(eager.run(dp.a.ptr, dp.w.ptr, dp.d.ptr,
-                          static_cast<const int32_t*>(dp.offsets.ptr), 8.0, stream, tactic)
+    ASSERT_TRUE(eager
+                    .run(dp.a.ptr, dp.w.ptr, dp.d.ptr, static_cast<const int32_t*>(dp.offsets.ptr),
+                         8.0, stream, tactic)
                     .ok());
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     EXPECT_TRUE(dp.download() == replay1) << "eager differs from the first replay";
@@ -360,8 +361,9 @@ TEST_F(GroupedGemmGraph, ReplayOfFirstCapturedRunEqualsEager) {
     const std::vector<uint16_t> replay2 = dp.download();
     expect_matches(second, replay2);
     dp.d.poison();
-    ASSERT_TRUE(eager.run(dp.a.ptr, dp.w.ptr, dp.d.ptr,
-                          static_cast<const int32_t*>(dp.offsets.ptr), 8.0, stream, tactic)
+    ASSERT_TRUE(eager
+                    .run(dp.a.ptr, dp.w.ptr, dp.d.ptr, static_cast<const int32_t*>(dp.offsets.ptr),
+                         8.0, stream, tactic)
                     .ok());
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     EXPECT_TRUE(dp.download() == replay2) << "eager differs from the second replay";
@@ -461,8 +463,9 @@ TEST_F(GroupedGemmRun, HeuristicPicksBuiltTacticsAndUnknownNamesAreNotFound) {
   DeviceBuffer offsets(16);
   ASSERT_EQ(cudaMemset(offsets.ptr, 0, 16), cudaSuccess);
   for (const auto& t : tactic_names(Elem::kBF16))
-    EXPECT_TRUE(empty.run(nullptr, offsets.ptr, nullptr, static_cast<const int32_t*>(offsets.ptr),
-                          0, nullptr, t)
+    EXPECT_TRUE(empty
+                    .run(nullptr, offsets.ptr, nullptr, static_cast<const int32_t*>(offsets.ptr), 0,
+                         nullptr, t)
                     .ok())
         << t;
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -606,7 +609,7 @@ TEST_F(GroupedGemmSanitizer, ClusterPairMailboxWrapsAtOneKBlockPerUnit) {
 // Idle halves over many stages: most tiles end at or before row 64 (tails of 1, 20 and 64
 // rows, with and without full tiles before them), so their second warp group waits for and
 // releases 32 stages a tile without MMAs; 65 and 192 rows keep both busy. An idle group's warps
-// meet before each release: a warp that fell a ring behind hung the forward (session 36).
+// meet before each release: a warp that fell a ring behind hung the forward (H200, 2026-12-02).
 TEST_F(GroupedGemmRun, PairIdleHalvesOverManyStages) {
   const std::vector<std::string> pairs = bf16_tactics_with(".pairs");
   if (pairs.empty()) GTEST_SKIP() << "no pair-tile tactic in this build";
@@ -637,8 +640,8 @@ TEST_F(GroupedGemmRun, PairNarrowColumnTiles) {
 }
 
 // Between 1 and 4 rows per expert the TMA GEMV is picked only for small experts (an expert's
-// matrix up to 8 MB: qwen3's FC1 and FC2), where it measured faster than swap-AB (session 12);
-// gpt-oss's experts keep swap-AB, and so does qwen3 past 4 rows.
+// matrix up to 8 MB: qwen3's FC1 and FC2), where it measured faster than swap-AB (H200,
+// 2026-11-30); gpt-oss's experts keep swap-AB, and so does qwen3 past 4 rows.
 TEST_F(GroupedGemmRun, PickTakesTheGemvForSmallExpertsUpToFourRows) {
   const GroupedGemm qwen3_fc1(GroupedShape{Elem::kBF16, 128, 1536, 2048, 512}, 0);
   const GroupedGemm qwen3_fc2(GroupedShape{Elem::kBF16, 128, 2048, 768, 512}, 0);
@@ -656,9 +659,9 @@ TEST_F(GroupedGemmRun, PickTakesTheGemvForSmallExpertsUpToFourRows) {
 // FC2 at T=1, 1.3); chained, where an expert's FC1 + FC2 pass 24 MB (gpt-oss at T=8), the same
 // variant for both GEMMs. tma64 for short items (qwen3 at T=1, also chained at T=8), where .s12
 // would add a wave (gpt-oss's FC1 at T=1, 2.7), under one item per SM (mixtral's FC2, 0.9);
-// swap-AB for deepseek's FC1 at T=8 (~1.7 GB), unless chained (session 25). Chained at one token
-// only where FC1 has over 3 items per SM: deepseek (3.9) and mixtral (6.8), not gpt-oss (2.7) or
-// qwen3 (1.5).
+// swap-AB for deepseek's FC1 at T=8 (~1.7 GB), unless chained (H200, 2026-12-01). Chained at one
+// token only where FC1 has over 3 items per SM: deepseek (3.9) and mixtral (6.8), not gpt-oss (2.7)
+// or qwen3 (1.5).
 TEST_F(GroupedGemmRun, PickTakesTheTwoPerSmGemvWhereItMeasuredFaster) {
   int sms = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
@@ -701,8 +704,8 @@ TEST_F(GroupedGemmRun, PickTakesTheTwoPerSmGemvWhereItMeasuredFaster) {
   }
 }
 
-// At prefill FC1 (with its activation) and FC2 take the 2x1 pair tile (forward A/Bs, session
-// 23); gpt-oss's FC1 (n 5760) and FC2 (n 2880) its 240-wide form where the build has it (it
+// At prefill FC1 (with its activation) and FC2 take the 2x1 pair tile (forward A/Bs, H200,
+// 2026-12-01); gpt-oss's FC1 (n 5760) and FC2 (n 2880) its 240-wide form where the build has it (it
 // pads fewer columns there), else the 256-wide one.
 TEST_F(GroupedGemmRun, PickTakesClusterPairsAtPrefill) {
   const auto names = tactic_names(Elem::kBF16);
@@ -710,8 +713,7 @@ TEST_F(GroupedGemmRun, PickTakesClusterPairsAtPrefill) {
       std::find(names.begin(), names.end(), "sm90.coop.128x240x64.c2x1.dyn.pairs") != names.end()
           ? "sm90.coop.128x240x64.c2x1.dyn.pairs"
           : "sm90.coop.128x256x64.c2x1.dyn.pairs";
-  const GroupedGemm fc1(GroupedShape{Elem::kBF16, 256, 4096, 7168, 4096}, 0,
-                        EpilogueActivation{});
+  const GroupedGemm fc1(GroupedShape{Elem::kBF16, 256, 4096, 7168, 4096}, 0, EpilogueActivation{});
   const GroupedGemm fc2(GroupedShape{Elem::kBF16, 256, 7168, 2048, 4096}, 0);
   const GroupedGemm gpt_oss_fc1(GroupedShape{Elem::kBF16, 128, 5760, 2880, 4096}, 0,
                                 EpilogueActivation{});
@@ -759,8 +761,8 @@ TEST(GroupedGemmShape, BadShapesAreRefusedWithTheValue) {
 TEST(GroupedGemmShape, BadEpilogueActivationIsRefusedWithTheValue) {
   EpilogueActivation plain;  // not gated
   plain.params.kind = activation::Kind::kSiLU;
-  expect_refused(GroupedShape{Elem::kBF16, 8, 1536, 2048, 64}, plain,
-                 ErrorCode::kInvalidArgument, "5");
+  expect_refused(GroupedShape{Elem::kBF16, 8, 1536, 2048, 64}, plain, ErrorCode::kInvalidArgument,
+                 "5");
   // n = 1000: gate and up rows do not pair up for the fused gated activation
   expect_refused(GroupedShape{Elem::kBF16, 8, 1000, 2048, 64}, EpilogueActivation{},
                  ErrorCode::kUnsupported, "1000");
@@ -801,9 +803,9 @@ TEST(GroupedGemmShape, EveryTacticHasAnActivationKernel) {
       const std::size_t at = e.name.find(".gather+act");
       ASSERT_NE(at, std::string::npos) << e.name;
       const std::string plain = e.name.substr(0, at) + "+act";
-      EXPECT_TRUE(std::any_of(all.begin(), all.end(),
-                              [&](const detail::TacticEntry& x) { return x.name == plain; }))
-          << e.name;
+      EXPECT_TRUE(std::any_of(all.begin(), all.end(), [&](const detail::TacticEntry& x) {
+        return x.name == plain;
+      })) << e.name;
     }
     EXPECT_EQ(2 * stores + gathering, static_cast<int>(all.size()));
     EXPECT_EQ(stores, static_cast<int>(tactic_names(elem).size()));

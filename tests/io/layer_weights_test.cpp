@@ -1,3 +1,4 @@
+// Over 800 lines: every model family's layout and every weight format through one loader's fixture.
 // One MoE layer's experts through every model family's files: write then load gives the same
 // weights, the local TP/EP shard equals shard_weights() of the full set, the names and layouts
 // are the checkpoints' own, and a mismatching file is an error naming file, tensor, expected and
@@ -711,8 +712,8 @@ TEST(LayerWeightsModelOpt, Nvfp4LoadsAsTheSameWeightsAsMoekitsLayout) {
     ASSERT_TRUE(reference::forward(s, from_modelopt, tokens, hidden.data(), ids.data(),
                                    route.data(), a.data())
                     .ok());
-    ASSERT_TRUE(reference::forward(s, from_native, tokens, hidden.data(), ids.data(),
-                                   route.data(), b.data())
+    ASSERT_TRUE(reference::forward(s, from_native, tokens, hidden.data(), ids.data(), route.data(),
+                                   b.data())
                     .ok());
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
     EXPECT_NE(a, std::vector<float>(a.size(), 0.0f));
@@ -759,8 +760,8 @@ TEST(LayerWeightsModelOpt, Nvfp4ScalesAreChecked) {
   // ModelOpt's NVFP4_AWQ adds a pre_quant_scale that moekit's NVFP4 does not apply: refused.
   write_edited([&](std::vector<NamedTensor>& ts) {
     const std::vector<float> ones(64, 1.0f);
-    ts.push_back(named_tensor_from_floats(p + "gate_proj.pre_quant_scale", DType::kBFloat16,
-                                          {64}, ones.data()));
+    ts.push_back(named_tensor_from_floats(p + "gate_proj.pre_quant_scale", DType::kBFloat16, {64},
+                                          ones.data()));
   });
   expect_load_error(path, fam, s, ErrorCode::kFormatMismatch,
                     {path, p + "gate_proj.pre_quant_scale"});

@@ -50,7 +50,8 @@ TEST(Presets, ShapesOfTheReleasedModels) {
   EXPECT_EQ(mx.top_k, 2);
   EXPECT_EQ(mx.hidden, 4096);
   EXPECT_EQ(mx.intermediate, 14336);
-  EXPECT_EQ(mx.routing.method, RoutingMethod::kTopKSoftmax);  // Mixtral renormalizes its top-2 softmax
+  EXPECT_EQ(mx.routing.method,
+            RoutingMethod::kTopKSoftmax);  // Mixtral renormalizes its top-2 softmax
   EXPECT_EQ(mx.activation.kind, ActivationKind::kSwiGLU);
   EXPECT_EQ(mx.weights.format, WeightFormat::kBF16);
 

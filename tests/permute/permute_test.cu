@@ -45,8 +45,8 @@ struct Workspace {
     b.row_expert = static_cast<int32_t*>(take(n.rows * 4));
     b.row_token = static_cast<int32_t*>(take(n.rows * 4));  // 0xff..: unwritten
     b.permuted = take(n.permuted_bytes);
-    b.error_word = static_cast<unsigned long long*>(take(8));  // 0xff..: kNoError
-    b.offsets_flag = static_cast<uint32_t*>(take(4));          // 0xff..: stale
+    b.error_word = static_cast<unsigned long long*>(take(8));                // 0xff..: kNoError
+    b.offsets_flag = static_cast<uint32_t*>(take(4));                        // 0xff..: stale
     b.expert_done = static_cast<int32_t*>(take((c.local_experts + 2) * 4));  // 0xff..: stale
   }
 };
@@ -197,12 +197,11 @@ void check_one(const PermuteCase& su, int64_t tokens, Path path, std::mt19937_64
   int64_t wrong_rows = 0;
   for (int64_t r = 0; r < rows; ++r)
     wrong_rows +=
-        gather ? !std::equal(permuted.begin() + r * su.hidden,
-                             permuted.begin() + (r + 1) * su.hidden,
-                             hidden.begin() + x.row_token[r] * su.hidden)
-               : std::any_of(permuted.begin() + r * su.hidden,
-                             permuted.begin() + (r + 1) * su.hidden,
-                             [](uint16_t v) { return v != 0xffff; });
+        gather
+            ? !std::equal(permuted.begin() + r * su.hidden, permuted.begin() + (r + 1) * su.hidden,
+                          hidden.begin() + x.row_token[r] * su.hidden)
+            : std::any_of(permuted.begin() + r * su.hidden, permuted.begin() + (r + 1) * su.hidden,
+                          [](uint16_t v) { return v != 0xffff; });
   EXPECT_EQ(wrong_rows, 0) << (gather ? "gathered rows differing from their token's hidden row"
                                       : "rows written though nothing was to be gathered");
   const auto word = to_host<unsigned long long>(ws.b.error_word, 1)[0];
@@ -233,8 +232,8 @@ TEST_F(PermuteTest, RoutedTokensBothPaths) {
 }
 
 // Tied logits (PermuteCase::tied) on both paths: the warp's argmax rounds (routing_warp.cuh)
-// give the host's slots, for 1 to 4 experts per lane. Session 28 ran it against a bitonic top-k
-// in the single-block kernel (branch s28-bitonic, not kept).
+// give the host's slots, for 1 to 4 experts per lane. H200, 2026-12-01 ran it against a bitonic
+// top-k in the single-block kernel (a bitonic variant, not kept).
 TEST_F(PermuteTest, TiedLogitsInTheHostsOrder) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x71ed);
   for (RoutingMethod m : {RoutingMethod::kTopKSoftmax, RoutingMethod::kSoftmaxTopK})
@@ -248,8 +247,8 @@ TEST_F(PermuteTest, TiedLogitsInTheHostsOrder) {
             su.top_k = top_k;
             su.tied = true;
             SCOPED_TRACE("method " + std::to_string(int(m)) + " E" + std::to_string(experts) +
-                         " k" + std::to_string(top_k) + " T" + std::to_string(tokens) +
-                         " path " + std::to_string(int(path)));
+                         " k" + std::to_string(top_k) + " T" + std::to_string(tokens) + " path " +
+                         std::to_string(int(path)));
             check_one(su, tokens, path, rng);
           }
 }
@@ -267,8 +266,8 @@ TEST_F(PermuteTest, RunsWithoutTheGather) {
     check_one(su, tokens, Path::kAuto, rng, nullptr, false);
   }
   Config c;
-  ASSERT_TRUE(routing::make_device_routing(su.params, su.experts, su.top_k, nullptr, &c.routing)
-                  .ok());
+  ASSERT_TRUE(
+      routing::make_device_routing(su.params, su.experts, su.top_k, nullptr, &c.routing).ok());
   c.local_experts = static_cast<int>(su.experts);
   c.row_bytes = su.hidden * 2;
   c.max_tokens = 100;
@@ -306,8 +305,8 @@ TEST_F(PermuteTest, DeepSeekGroupsBothPaths) {
     int top_k, n_group, topk_group;
     bool bias;
   };
-  const Shape shapes[] = {{256, 8, 8, 4, true},  {64, 6, 8, 3, false},  {32, 4, 32, 8, true},
-                          {96, 8, 4, 2, true},   {128, 8, 2, 1, true},  {512, 8, 1, 1, true},
+  const Shape shapes[] = {{256, 8, 8, 4, true},   {64, 6, 8, 3, false}, {32, 4, 32, 8, true},
+                          {96, 8, 4, 2, true},    {128, 8, 2, 1, true}, {512, 8, 1, 1, true},
                           {256, 8, 32, 8, false}, {288, 6, 8, 3, true}, {512, 8, 8, 2, false}};
   for (const Shape& sh : shapes)
     for (int64_t tokens : {1, 3, 4, 5, 9, 64})
@@ -373,10 +372,10 @@ TEST_F(PermuteTest, BadCallerIdsAreDroppedAndReported) {
     std::vector<int32_t> ids(static_cast<std::size_t>(tokens * 3));
     for (int64_t t = 0; t < tokens; ++t)
       for (int s = 0; s < 3; ++s) ids[t * 3 + s] = static_cast<int32_t>((t + 2 * s) % 8);
-    ids[3 * 3 + 1] = 8;            // out of range
-    ids[4 * 3 + 0] = -1;           // negative
-    ids[5 * 3 + 2] = ids[5 * 3];   // repeat of slot 0
-    ids[6 * 3 + 1] = 1 << 30;      // far out of range
+    ids[3 * 3 + 1] = 8;           // out of range
+    ids[4 * 3 + 0] = -1;          // negative
+    ids[5 * 3 + 2] = ids[5 * 3];  // repeat of slot 0
+    ids[6 * 3 + 1] = 1 << 30;     // far out of range
     for (Path path : {Path::kSingleBlock, Path::kMultiBlock}) {
       SCOPED_TRACE("T" + std::to_string(tokens));
       check_one(su, tokens, path, rng, &ids);
@@ -408,12 +407,10 @@ TEST_F(PermuteTest, DecodeTiming) {
   ext.method = RoutingMethod::kExternal;
   RoutingParams qw;
   qw.method = RoutingMethod::kTopKSoftmax;
-  const Probe probes[] = {{"deepseek routed H7168", ds, 256, 8, 7168},
-                          {"deepseek routed H136", ds, 256, 8, 136},
-                          {"deepseek ids H7168", ext, 256, 8, 7168},
-                          {"deepseek ids H136", ext, 256, 8, 136},
-                          {"qwen3 routed H2048", qw, 128, 8, 2048},
-                          {"qwen3 ids H2048", ext, 128, 8, 2048}};
+  const Probe probes[] = {
+      {"deepseek routed H7168", ds, 256, 8, 7168}, {"deepseek routed H136", ds, 256, 8, 136},
+      {"deepseek ids H7168", ext, 256, 8, 7168},   {"deepseek ids H136", ext, 256, 8, 136},
+      {"qwen3 routed H2048", qw, 128, 8, 2048},    {"qwen3 ids H2048", ext, 128, 8, 2048}};
   std::mt19937_64 rng(devtest::base_seed() ^ 0x7173);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (const Probe& pr : probes)
@@ -424,8 +421,7 @@ TEST_F(PermuteTest, DecodeTiming) {
       Config c;
       const float* bias_ptr = pr.params.correction_bias ? d_bias.as<float>() : nullptr;
       ASSERT_TRUE(
-          routing::make_device_routing(pr.params, pr.experts, pr.top_k, bias_ptr, &c.routing)
-              .ok());
+          routing::make_device_routing(pr.params, pr.experts, pr.top_k, bias_ptr, &c.routing).ok());
       c.local_experts = static_cast<int>(pr.experts);
       c.row_bytes = pr.hidden * 2;
       c.max_tokens = tokens;
@@ -478,8 +474,8 @@ TEST(PermuteLimits, WhenTheOffsetsAreFinalForTheNextKernel) {
   c.max_tokens = 4096;
   using F = OffsetsFinal;
   EXPECT_EQ(offsets_final_for_next_kernel(c, 0), F::kAfterItsWait);  // nothing runs
-  EXPECT_EQ(offsets_final_for_next_kernel(c, 1), F::kAtFlag);  // 32 KB of rows, gathered in it
-  EXPECT_EQ(offsets_final_for_next_kernel(c, 4), F::kAtFlag);  // 128 KB: still
+  EXPECT_EQ(offsets_final_for_next_kernel(c, 1), F::kAtFlag);      // 32 KB of rows, gathered in it
+  EXPECT_EQ(offsets_final_for_next_kernel(c, 4), F::kAtFlag);      // 128 KB: still
   EXPECT_EQ(offsets_final_for_next_kernel(c, 5), F::kAtItsStart);  // the gather kernel follows
   EXPECT_EQ(offsets_final_for_next_kernel(c, kSingleBlockMaxTokens + 1), F::kAtItsStart);
   EXPECT_EQ(offsets_final_for_next_kernel(c, 1, Path::kSingleBlock), F::kAtFlag);

@@ -31,10 +31,16 @@ struct KindCase {
 TEST_F(ActivationDeviceTest, MatchesHostMath) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0xac71);
   std::normal_distribution<float> normal(0.0f, 3.0f);
-  const std::vector<KindCase> kinds = {
-      {Kind::kSwiGLU},   {Kind::kSwiGLUClamped, 7.0f, 1.702f, 1.0f},
-      {Kind::kSwiGLUClamped, 2.0f},  {Kind::kGeGLUTanh}, {Kind::kGeGLUErf},
-      {Kind::kSiLU},     {Kind::kGeLUTanh}, {Kind::kGeLUErf}, {Kind::kReLU2}, {Kind::kIdentity}};
+  const std::vector<KindCase> kinds = {{Kind::kSwiGLU},
+                                       {Kind::kSwiGLUClamped, 7.0f, 1.702f, 1.0f},
+                                       {Kind::kSwiGLUClamped, 2.0f},
+                                       {Kind::kGeGLUTanh},
+                                       {Kind::kGeGLUErf},
+                                       {Kind::kSiLU},
+                                       {Kind::kGeLUTanh},
+                                       {Kind::kGeLUErf},
+                                       {Kind::kReLU2},
+                                       {Kind::kIdentity}};
   for (DType elem : {DType::kBFloat16, DType::kFloat16})
     for (const KindCase& kc : kinds)
       for (bool bias : {false, true}) {
@@ -87,8 +93,7 @@ TEST_F(ActivationDeviceTest, MatchesHostMath) {
             const float g = from_bits(elem, got[r * I + i]);
             const float ulp = elem == DType::kBFloat16 ? 0x1p-7f : 0x1p-10f;
             if (!(std::fabs(g - want) <= ulp * std::fabs(want) + 1e-6f) && ++bad <= 3)
-              ADD_FAILURE() << "row " << r << " col " << i << ": device " << g << ", host "
-                            << want;
+              ADD_FAILURE() << "row " << r << " col " << i << ": device " << g << ", host " << want;
           }
         EXPECT_EQ(bad, 0);
         int64_t touched = 0;

@@ -1,3 +1,4 @@
+// Over 800 lines: the whole engine against the reference, one fixture for every path of its forward.
 // The sm90 engine against reference::forward on fresh random inputs, outputs poisoned (0xFF
 // bytes, NaN) before every run: the real presets' routing and activation at scaled-down shapes
 // for tokens 1, 7, 64, 513 and 4096; every routing method x activation; skewed routing (every
@@ -77,8 +78,8 @@ std::string describe(const MoeSpec& s) {
   return "E" + std::to_string(s.num_experts) + " k" + std::to_string(s.top_k) + " H" +
          std::to_string(s.hidden) + " I" + std::to_string(s.intermediate) + " " +
          to_string(s.routing.method) + " " + to_string(s.activation.kind) + " " +
-         to_string(s.gate_up_layout) + (s.fc1_bias ? " b1" : "") + (s.fc2_bias ? " b2" : "") +
-         " " + to_string(s.act_dtype) + " tp" + std::to_string(s.tp_rank) + "/" +
+         to_string(s.gate_up_layout) + (s.fc1_bias ? " b1" : "") + (s.fc2_bias ? " b2" : "") + " " +
+         to_string(s.act_dtype) + " tp" + std::to_string(s.tp_rank) + "/" +
          std::to_string(s.tp_size) + " ep" + std::to_string(s.ep_rank) + "/" +
          std::to_string(s.ep_size);
 }
@@ -107,11 +108,11 @@ Layer make_layer(const MoeSpec& spec, uint64_t seed, const Sm90Options& options 
 struct Inputs {
   int64_t tokens = 0;
   std::vector<uint16_t> hidden_bits;
-  std::vector<float> hidden;          // the same values as fp32
-  std::vector<float> logits;          // kRouted
-  std::vector<int32_t> device_ids;    // kExternal: what the engine gets
+  std::vector<float> hidden;        // the same values as fp32
+  std::vector<float> logits;        // kRouted
+  std::vector<int32_t> device_ids;  // kExternal: what the engine gets
   std::vector<float> device_weights;
-  std::vector<int32_t> ids;           // what the reference uses
+  std::vector<int32_t> ids;  // what the reference uses
   std::vector<float> weights;
 };
 
@@ -155,8 +156,8 @@ Inputs make_inputs(const Layer& l, int64_t T, Ids mode, std::mt19937_64& rng) {
 
 std::vector<float> reference_out(const Layer& l, const Inputs& in) {
   std::vector<float> ref(in.hidden.size());
-  const Status st = reference::forward(l.spec, l.local, in.tokens, in.hidden.data(),
-                                       in.ids.data(), in.weights.data(), ref.data());
+  const Status st = reference::forward(l.spec, l.local, in.tokens, in.hidden.data(), in.ids.data(),
+                                       in.weights.data(), ref.data());
   EXPECT_TRUE(st.ok()) << st.message();
   return ref;
 }
@@ -229,8 +230,8 @@ void expect_close(const MoeSpec& s, const std::vector<uint16_t>& out, const std:
     }
   }
   EXPECT_EQ(nan, 0) << "NaN outputs (unwritten or computed)";
-  EXPECT_EQ(nonzero_in_zero_rows, 0) << "tokens with no local expert must be exact zeros ("
-                                     << zero_rows << " such tokens)";
+  EXPECT_EQ(nonzero_in_zero_rows, 0)
+      << "tokens with no local expert must be exact zeros (" << zero_rows << " such tokens)";
   if (norm > 0 && !(std::sqrt(diff / norm) < tol)) {
     // The worst token's columns whose error is over 8x the overall rms error.
     const double rms = std::sqrt(diff / double(ref.size()));
@@ -316,7 +317,7 @@ TEST_F(Sm90EngineTest, DecodeGemvAfterTheGatherKernel) {
 // replays run them) give the same bits. A race shows as a difference: named by forward, token
 // and column range (one token's columns all differing points at FC1's input or output, a few
 // columns at FC2's; 16 columns of one expert's tokens, one warp's rows of a TMA GEMV stage:
-// session 11's missing proxy fence). Decode shapes of DecodeGemvAfterTheGatherKernel, chained
+// the 2026-11-30 missing proxy fence). Decode shapes of DecodeGemvAfterTheGatherKernel, chained
 // and not; then with the engine's buffers poisoned before each forward, where a read of an
 // element the forward has not written yet shows as NaN.
 void expect_back_to_back_equal(const char* preset, const Sm90Options& options,
@@ -338,8 +339,8 @@ void expect_back_to_back_equal(const char* preset, const Sm90Options& options,
     DeviceBuffer outs(elems * 2 * kRuns);
     outs.poison();
     for (int r = 0; r < kRuns; ++r) {
-      run.args.output = cuda_view(static_cast<char*>(outs.ptr) + elems * 2 * r, s.act_dtype,
-                                  {T, s.hidden});
+      run.args.output =
+          cuda_view(static_cast<char*>(outs.ptr) + elems * 2 * r, s.act_dtype, {T, s.hidden});
       l.engine->forward(run.args);
     }
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -390,7 +391,7 @@ void expect_back_to_back_equal(const char* preset, const Sm90Options& options,
 
 TEST_F(Sm90EngineTest, BackToBackDecodeForwardsAreBitwiseEqual) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x9005);
-  for (const int mode : {0, 1, 2})  // chained, two launches, chained with FC2 in 3 k slices
+  for (const int mode : {0, 1, 2})         // chained, two launches, chained with FC2 in 3 k slices
     for (const int poison : {0, 1, 2, 3})  // none, gathered rows, activations, slots
       for (const char* name : {"qwen3-30b-a3b", "gpt-oss-120b", "llama4-maverick"}) {
         SCOPED_TRACE(mode == 2 ? "FC2 in 3 k slices" : "");
@@ -409,8 +410,8 @@ TEST_F(Sm90EngineTest, BackToBackDecodeForwardsAreBitwiseEqual) {
 // SwiGLU, caller ids; and three presets' shapes (mixtral's: two of eight experts, fp16).
 TEST_F(Sm90EngineTest, OneTokenSlicedOrNot) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x900a);
-  MoeSpec odd = small_spec(16, 4, 264, 104, RoutingMethod::kTopKSoftmax,
-                           ActivationKind::kSwiGLUClamped);
+  MoeSpec odd =
+      small_spec(16, 4, 264, 104, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLUClamped);
   odd.fc1_bias = odd.fc2_bias = true;
   MoeSpec external = odd;
   external.routing.method = RoutingMethod::kExternal;
@@ -439,8 +440,8 @@ TEST_F(Sm90EngineTest, OneTokenSlicedOrNot) {
 // where the engine's pick (0) slices FC2. Token counts past kMaxTokenRows run unsliced.
 TEST_F(Sm90EngineTest, DecodeFc2KSlicedOrNot) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x900c);
-  MoeSpec odd = small_spec(16, 4, 264, 200, RoutingMethod::kTopKSoftmax,
-                           ActivationKind::kSwiGLUClamped);
+  MoeSpec odd =
+      small_spec(16, 4, 264, 200, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLUClamped);
   odd.fc1_bias = odd.fc2_bias = true;
   odd.max_tokens = 64;
   MoeSpec external = odd;
@@ -476,8 +477,8 @@ TEST_F(Sm90EngineTest, DecodeFc2KSlicedOrNot) {
 // built, named.
 TEST_F(Sm90EngineTest, Fc2KSlicesOutsideTheirRangeAreRefused) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x900d);
-  const MoeSpec s = small_spec(16, 4, 264, 200, RoutingMethod::kTopKSoftmax,
-                               ActivationKind::kSwiGLUClamped);
+  const MoeSpec s =
+      small_spec(16, 4, 264, 200, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLUClamped);
   for (const int slices : {-1, 5, 1000}) {
     Sm90Options options;
     options.fc2_k_slices = slices;
@@ -486,9 +487,9 @@ TEST_F(Sm90EngineTest, Fc2KSlicesOutsideTheirRangeAreRefused) {
       ADD_FAILURE() << "fc2_k_slices " << slices << " was taken";
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
-      EXPECT_NE(std::string(e.what()).find("fc2_k_slices " + std::to_string(slices) +
-                                           " is outside 0..4"),
-                std::string::npos)
+      EXPECT_NE(
+          std::string(e.what()).find("fc2_k_slices " + std::to_string(slices) + " is outside 0..4"),
+          std::string::npos)
           << e.what();
     }
   }
@@ -500,8 +501,8 @@ TEST_F(Sm90EngineTest, Fc2KSlicesOutsideTheirRangeAreRefused) {
 // 64-wide k blocks (576 = 9 x 64; 520: the last block's chunks past k are zeros).
 TEST_F(Sm90EngineTest, PrefillFc1GathersItsRowsOrNot) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x900b);
-  MoeSpec ragged = small_spec(16, 4, 520, 256, RoutingMethod::kTopKSoftmax,
-                              ActivationKind::kSwiGLUClamped);
+  MoeSpec ragged =
+      small_spec(16, 4, 520, 256, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLUClamped);
   ragged.fc1_bias = ragged.fc2_bias = true;
   for (const MoeSpec& s : {scaled_preset("gpt-oss-120b", 32, 576, 288),
                            scaled_preset("qwen3-30b-a3b", 32, 512, 256, DType::kFloat16), ragged})
@@ -537,8 +538,8 @@ TEST_F(Sm90EngineTest, EveryRoutingMethodTimesActivation) {
 TEST_F(Sm90EngineTest, SkewedRouting) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x9003);
   for (int64_t k : {1, 2, 4}) {
-    MoeSpec s = small_spec(k == 4 ? 32 : 8, k, 256, 128, RoutingMethod::kExternal,
-                           ActivationKind::kSwiGLU);
+    MoeSpec s =
+        small_spec(k == 4 ? 32 : 8, k, 256, 128, RoutingMethod::kExternal, ActivationKind::kSwiGLU);
     s.fc1_bias = s.fc2_bias = true;
     Layer l = make_layer(s, rng());
     for (int64_t T : {1, 8, 64, 4096})
@@ -620,8 +621,8 @@ void check_graph(const MoeSpec& s, int64_t T, std::mt19937_64& rng) {
     run.out.poison();
     l.engine->forward(run.args);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    EXPECT_TRUE(run.result() == replayed) << "graph replay differs from eager (round " << round
-                                          << ")";
+    EXPECT_TRUE(run.result() == replayed)
+        << "graph replay differs from eager (round " << round << ")";
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
@@ -735,13 +736,13 @@ TEST_F(Sm90EngineTest, WeightOnTheInput) {
     s.routing.weight_placement = RouterWeightPlacement::kInput;
     return s;
   };
-  MoeSpec top2 = on_input(
-      small_spec(32, 2, 256, 128, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU));
+  MoeSpec top2 =
+      on_input(small_spec(32, 2, 256, 128, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU));
   top2.fc1_bias = top2.fc2_bias = true;
   MoeSpec llama_top2 = scaled_preset("llama4-maverick", 16, 512, 512);
   llama_top2.top_k = 2;
-  MoeSpec external = on_input(
-      small_spec(32, 4, 256, 128, RoutingMethod::kExternal, ActivationKind::kGeGLUTanh));
+  MoeSpec external =
+      on_input(small_spec(32, 4, 256, 128, RoutingMethod::kExternal, ActivationKind::kGeGLUTanh));
   external.ep_size = 4;
   external.ep_rank = 1;
   const MoeSpec specs[] = {
@@ -749,8 +750,8 @@ TEST_F(Sm90EngineTest, WeightOnTheInput) {
       scaled_preset("llama4-maverick", 16, 512, 512, DType::kFloat16),
       top2,
       llama_top2,
-      on_input(small_spec(32, 4, 256, 128, RoutingMethod::kDeepSeekV3,
-                          ActivationKind::kSwiGLUClamped)),
+      on_input(
+          small_spec(32, 4, 256, 128, RoutingMethod::kDeepSeekV3, ActivationKind::kSwiGLUClamped)),
       external,
   };
   for (const MoeSpec& s : specs) {
@@ -790,8 +791,7 @@ void expect_close_except(const MoeSpec& s, const std::vector<uint16_t>& out,
 // many tokens' rows, FC1 gathering them or not), both weight placements.
 TEST_F(Sm90EngineTest, NaNAndInfStayInTheirToken) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x900f);
-  MoeSpec external =
-      small_spec(16, 4, 256, 128, RoutingMethod::kExternal, ActivationKind::kSwiGLU);
+  MoeSpec external = small_spec(16, 4, 256, 128, RoutingMethod::kExternal, ActivationKind::kSwiGLU);
   external.fc2_bias = true;
   MoeSpec external_on_input = external;
   external_on_input.routing.weight_placement = RouterWeightPlacement::kInput;
@@ -799,7 +799,8 @@ TEST_F(Sm90EngineTest, NaNAndInfStayInTheirToken) {
                            scaled_preset("llama4-maverick", 16, 512, 512),
                            scaled_preset("gpt-oss-120b", 32, 576, 288),
                            scaled_preset("qwen3-30b-a3b", 32, 512, 256, DType::kFloat16),
-                           external, external_on_input};
+                           external,
+                           external_on_input};
   for (const MoeSpec& s : specs) {
     Layer l = make_layer(s, rng());
     const int64_t H = s.hidden, E = s.num_experts, k = s.top_k;
@@ -824,10 +825,10 @@ TEST_F(Sm90EngineTest, NaNAndInfStayInTheirToken) {
       }
       if (mode == Ids::kRouted && T > 4) {
         std::fill(in.logits.begin() + E, in.logits.begin() + 2 * E, NAN);  // token 1
-        in.logits[2 * E + 1] = NAN;                                         // token 2
+        in.logits[2 * E + 1] = NAN;                                        // token 2
         const float* bias = s.routing.correction_bias ? l.local.routing_bias.data() : nullptr;
-        ASSERT_TRUE(routing::route_host(s.routing, T, E, k, in.logits.data(), bias,
-                                        in.ids.data(), in.weights.data())
+        ASSERT_TRUE(routing::route_host(s.routing, T, E, k, in.logits.data(), bias, in.ids.data(),
+                                        in.weights.data())
                         .ok());
       }
       const std::vector<float> ref = reference_out(l, in);
@@ -957,8 +958,9 @@ __global__ void count_nan_bf16(const uint16_t* x, int64_t n, unsigned long long*
 }
 
 TEST_F(Sm90EngineTest, TokensTimesHiddenPast2To31Elements) {
-  if (sanitizer_run()) GTEST_SKIP() << "4.3 GB per tensor; the sanitizers see the same kernels at "
-                                       "the other tests' sizes";
+  if (sanitizer_run())
+    GTEST_SKIP() << "4.3 GB per tensor; the sanitizers see the same kernels at "
+                    "the other tests' sizes";
   constexpr int64_t T = 300000, H = 7168, E = 8, kTail = 512;
   static_assert(T * H > (int64_t{1} << 31), "the batch must pass 2^31 elements");
   const int64_t first_past = ((int64_t{1} << 31) + H - 1) / H;  // 299594
@@ -998,7 +1000,8 @@ TEST_F(Sm90EngineTest, TokensTimesHiddenPast2To31Elements) {
   for (int64_t j = 0; j < n; ++j) {
     const int64_t t = sampled[j];
     for (int64_t h = 0; h < H; ++h)
-      hidden[j * H + h] = from_bits(s.act_dtype, hashed_bf16(static_cast<uint64_t>(t * H + h), seed));
+      hidden[j * H + h] =
+          from_bits(s.act_dtype, hashed_bf16(static_cast<uint64_t>(t * H + h), seed));
     sampled_ids[j] = ids[t];
     sampled_weights[j] = route_weights[t];
   }
@@ -1026,8 +1029,7 @@ TEST_F(Sm90EngineTest, TokensTimesHiddenPast2To31Elements) {
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     EXPECT_TRUE(engine->poll_errors().ok());
     ASSERT_EQ(cudaMemset(d_count.ptr, 0, d_count.bytes), cudaSuccess);
-    count_nan_bf16<<<4096, 256>>>(d_out.as<uint16_t>(), T * H,
-                                  d_count.as<unsigned long long>());
+    count_nan_bf16<<<4096, 256>>>(d_out.as<uint16_t>(), T * H, d_count.as<unsigned long long>());
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     EXPECT_EQ(to_host<unsigned long long>(d_count.ptr, 1)[0], 0u)
         << "NaN outputs (unwritten or computed) in the " << T << " x " << H << " output";

@@ -36,8 +36,8 @@ TEST(Dequantize, Int4SignedNibbleOrder) {
   // Expert 1, row 1, first byte: low nibble 0xF is element 0 (-1), high 0x9 is element 1 (-7).
   const int64_t row_bytes = 32;
   t.values[(1 * 2 + 1) * row_bytes + 0] = 0x9f;
-  t.values[(1 * 2 + 1) * row_bytes + 1] = 0x78;  // element 2: -8, element 3: +7
-  t.values[(1 * 2 + 1) * row_bytes + 16] = 0x21; // group 1: element 32: 1, element 33: 2
+  t.values[(1 * 2 + 1) * row_bytes + 1] = 0x78;   // element 2: -8, element 3: +7
+  t.values[(1 * 2 + 1) * row_bytes + 16] = 0x21;  // group 1: element 32: 1, element 33: 2
   const auto w = dequant(t, 1);
   EXPECT_EQ(w[64 + 0], -1.0f * 8);
   EXPECT_EQ(w[64 + 1], -7.0f * 8);
@@ -172,7 +172,7 @@ TEST(Dequantize, NVFP4MultipliesTheScalesFirst) {
   auto t = tensor(WeightFormat::kNVFP4, 1, 1, 16, 16);
   t.scale_bytes = {0x33};  // 0.6875
   t.global_scale = {0.1f};
-  t.values[0] = 0x03;  // element 0: 1.5
+  t.values[0] = 0x03;                               // element 0: 1.5
   volatile float s = 0.6875f, gs = 0.1f, e = 1.5f;  // fp32 products, no constant folding
   const float block = s * gs;
   EXPECT_EQ(dequant(t, 0)[0], e * block);
@@ -268,7 +268,7 @@ TEST(PrepareActivations, E4m3SaturatesAndKeepsNaN) {
   EXPECT_TRUE(std::isnan(x[2]));
   EXPECT_EQ(x[3], 448.0f);  // the midpoint to the next (absent) code 480: saturates
   EXPECT_EQ(x[4], 448.0f);
-  EXPECT_EQ(x[5], 16.0f);   // between 16 and 18: the tie goes to the even code, 16
+  EXPECT_EQ(x[5], 16.0f);  // between 16 and 18: the tie goes to the even code, 16
 }
 
 TEST(PrepareActivations, Fp8Block128PerTokenPer128Columns) {
@@ -298,11 +298,11 @@ TEST(PrepareActivations, MXFP8PerTokenPer32ColumnsWithPowerOfTwoScales) {
   auto t = tensor(WeightFormat::kMXFP8, 1, 1, 64, 32);
   t.scale_bytes = {127, 127};
   std::vector<float> x(64, 0.0f);
-  x[0] = 3.0f;    // amax/448 = 0.0067 -> s = 2^-7; 3 / s = 384, exact
-  x[1] = 0.1f;    // 12.8 -> 13 -> 0.1015625
-  x[2] = -0.02f;  // -2.56 -> -2.5 -> -0.01953125
-  x[40] = 448.0f; // group 1: amax/448 = 1 -> s = 1
-  x[41] = 17.0f;  // 17 -> 16 (tie at exponent 4: 16 | 18 -> even 16)
+  x[0] = 3.0f;     // amax/448 = 0.0067 -> s = 2^-7; 3 / s = 384, exact
+  x[1] = 0.1f;     // 12.8 -> 13 -> 0.1015625
+  x[2] = -0.02f;   // -2.56 -> -2.5 -> -0.01953125
+  x[40] = 448.0f;  // group 1: amax/448 = 1 -> s = 1
+  x[41] = 17.0f;   // 17 -> 16 (tie at exponent 4: 16 | 18 -> even 16)
   prepare_activations(t, 0, x.data(), 1, DType::kFloat32);
   EXPECT_EQ(x[0], 3.0f);
   EXPECT_EQ(x[1], 0.1015625f);
@@ -314,7 +314,10 @@ TEST(PrepareActivations, MXFP8PerTokenPer32ColumnsWithPowerOfTwoScales) {
 
 TEST(PrepareActivations, WeightOnlyFormatsAreUnchanged) {
   for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kMXFP4, WeightFormat::kNVFP4}) {
-    auto t = tensor(f, 1, 1, 32, f == WeightFormat::kMXFP4 ? 32 : f == WeightFormat::kNVFP4 ? 16 : 0);
+    auto t = tensor(f, 1, 1, 32,
+                    f == WeightFormat::kMXFP4   ? 32
+                    : f == WeightFormat::kNVFP4 ? 16
+                                                : 0);
     std::vector<float> x(32);
     for (int i = 0; i < 32; ++i) x[i] = 0.37f * static_cast<float>(i) - 3.0f;
     auto y = x;

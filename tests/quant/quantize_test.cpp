@@ -49,7 +49,8 @@ std::vector<float> group_absmax(const std::vector<float>& w, int64_t experts, in
         const int64_t r1 = std::min(rows, r0 + gr), c1 = std::min(cols, c0 + gc);
         float m = 0;
         for (int64_t r = r0; r < r1; ++r)
-          for (int64_t c = c0; c < c1; ++c) m = std::max(m, std::fabs(w[(e * rows + r) * cols + c]));
+          for (int64_t c = c0; c < c1; ++c)
+            m = std::max(m, std::fabs(w[(e * rows + r) * cols + c]));
         for (int64_t r = r0; r < r1; ++r)
           for (int64_t c = c0; c < c1; ++c) out[(e * rows + r) * cols + c] = m;
       }
@@ -67,12 +68,12 @@ TEST(Quantize, ErrorBoundsPerFormat) {
   const int64_t E = 3, R = 130, C = 256;
   const auto w = random_normal(static_cast<std::size_t>(E * R * C), 9, 0.05f);
   const BoundCase cases[] = {
-      {WeightFormat::kFP32, 0, false, 0.0},       {WeightFormat::kBF16, 0, false, 3e-3},
-      {WeightFormat::kFP16, 0, false, 4e-4},      {WeightFormat::kFP8PerTensor, 0, false, 0.04},
+      {WeightFormat::kFP32, 0, false, 0.0},         {WeightFormat::kBF16, 0, false, 3e-3},
+      {WeightFormat::kFP16, 0, false, 4e-4},        {WeightFormat::kFP8PerTensor, 0, false, 0.04},
       {WeightFormat::kFP8Block128, 0, false, 0.04}, {WeightFormat::kMXFP8, 0, false, 0.04},
-      {WeightFormat::kInt8Group, 64, false, 0.01}, {WeightFormat::kInt8Group, 32, true, 0.01},
+      {WeightFormat::kInt8Group, 64, false, 0.01},  {WeightFormat::kInt8Group, 32, true, 0.01},
       {WeightFormat::kInt4Group, 128, false, 0.15}, {WeightFormat::kInt4Group, 64, true, 0.12},
-      {WeightFormat::kMXFP4, 0, false, 0.15},     {WeightFormat::kNVFP4, 0, false, 0.12},
+      {WeightFormat::kMXFP4, 0, false, 0.15},       {WeightFormat::kNVFP4, 0, false, 0.12},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(std::string(to_string(c.f)) + " group " + std::to_string(c.group) +
@@ -90,27 +91,48 @@ TEST(Quantize, ErrorBoundsPerFormat) {
     // Per-element bounds from the format's grid and the absmax of the element's scale group.
     int64_t gr = 1, gc = C;
     switch (c.f) {
-      case WeightFormat::kFP8PerTensor: gr = R; break;
-      case WeightFormat::kFP8Block128: gr = 128; gc = 128; break;
+      case WeightFormat::kFP8PerTensor:
+        gr = R;
+        break;
+      case WeightFormat::kFP8Block128:
+        gr = 128;
+        gc = 128;
+        break;
       case WeightFormat::kMXFP8:
-      case WeightFormat::kMXFP4: gc = 32; break;
-      case WeightFormat::kNVFP4: gc = 16; break;
+      case WeightFormat::kMXFP4:
+        gc = 32;
+        break;
+      case WeightFormat::kNVFP4:
+        gc = 16;
+        break;
       case WeightFormat::kInt8Group:
-      case WeightFormat::kInt4Group: gc = c.group; break;
-      default: break;
+      case WeightFormat::kInt4Group:
+        gc = c.group;
+        break;
+      default:
+        break;
     }
     const auto gmax = group_absmax(w, E, R, C, gr, gc);
     for (std::size_t i = 0; i < w.size(); ++i) {
       const double err = std::fabs(double(d[i]) - w[i]), a = std::fabs(w[i]), m = gmax[i];
       double bound = 0;
       switch (c.f) {
-        case WeightFormat::kFP32: bound = 0; break;
-        case WeightFormat::kBF16: bound = a * 0x1p-8; break;
-        case WeightFormat::kFP16: bound = a * 0x1p-11 + 0x1p-25; break;
+        case WeightFormat::kFP32:
+          bound = 0;
+          break;
+        case WeightFormat::kBF16:
+          bound = a * 0x1p-8;
+          break;
+        case WeightFormat::kFP16:
+          bound = a * 0x1p-11 + 0x1p-25;
+          break;
         case WeightFormat::kFP8PerTensor:  // relative half step, or half a subnormal step
-        case WeightFormat::kFP8Block128: bound = a * 0x1p-4 + m / 448 * 0x1p-10 * 1.01; break;
+        case WeightFormat::kFP8Block128:
+          bound = a * 0x1p-4 + m / 448 * 0x1p-10 * 1.01;
+          break;
         case WeightFormat::kMXFP8:  // the power-of-two scale is below 2 amax / 448
-          bound = a * 0x1p-4 + m / 448 * 0x1p-9 * 1.01; break;
+          bound = a * 0x1p-4 + m / 448 * 0x1p-9 * 1.01;
+          break;
         case WeightFormat::kInt8Group:
         case WeightFormat::kInt4Group: {
           const double levels = c.f == WeightFormat::kInt8Group ? 127 : 7;
@@ -119,10 +141,13 @@ TEST(Quantize, ErrorBoundsPerFormat) {
           break;
         }
         case WeightFormat::kMXFP4:  // scale s < 2 amax / 6; half a step: <= |w| / 4 or s / 4
-          bound = a * 0.25 + m / 3 * 0.25 * 1.01; break;
+          bound = a * 0.25 + m / 3 * 0.25 * 1.01;
+          break;
         case WeightFormat::kNVFP4:  // the e4m3 block scale adds up to 1/16 of amax / 6
-          bound = a * 0.25 + m * 0.2; break;
-        default: break;
+          bound = a * 0.25 + m * 0.2;
+          break;
+        default:
+          break;
       }
       ASSERT_LE(err, bound) << "w " << w[i] << " -> " << d[i] << " at " << i;
     }
@@ -208,7 +233,8 @@ TEST(Quantize, AwqStoresTheSmoothedWeightsAndTheActivationsUndoIt) {
 
 TEST(Quantize, Fp8PerTensorScales) {
   std::vector<float> w(2 * 4 * 32);
-  for (std::size_t i = 0; i < w.size(); ++i) w[i] = (i < 128 ? 0.01f : 1.0f) * float(int(i % 7) - 3);
+  for (std::size_t i = 0; i < w.size(); ++i)
+    w[i] = (i < 128 ? 0.01f : 1.0f) * float(int(i % 7) - 3);
   WeightQuant q;
   q.format = WeightFormat::kFP8PerTensor;
   const auto t = quantize(q, 2, 4, 32, w.data(), 8.96f);
@@ -316,8 +342,8 @@ TEST(RandomWeights, NormalWithTheFanInScale) {
   const double mean = sum / n, var = sq / n - mean * mean;
   for (float v : d) q4 += std::pow((v - mean), 4);
   EXPECT_NEAR(mean, 0.0, 4 * std::sqrt(var / n));
-  EXPECT_NEAR(var * 512, 1.0, 0.01);                    // sd 1 / sqrt(hidden)
-  EXPECT_NEAR(q4 / n / (var * var), 3.0, 0.05);         // normal kurtosis
+  EXPECT_NEAR(var * 512, 1.0, 0.01);             // sd 1 / sqrt(hidden)
+  EXPECT_NEAR(q4 / n / (var * var), 3.0, 0.05);  // normal kurtosis
   // Experts differ.
   EXPECT_NE(std::vector<float>(d.begin(), d.begin() + 100),
             std::vector<float>(d.begin() + 512 * 512, d.begin() + 512 * 512 + 100));

@@ -44,9 +44,9 @@ Inputs make_inputs(const MoeSpec& spec, int64_t tokens, uint32_t seed) {
   for (auto& x : bias) x = 0.2f * nd(rng);
   in.ids.resize(tokens * spec.top_k);
   in.route_weights.resize(tokens * spec.top_k);
-  const Status st = routing::route_host(spec.routing, tokens, spec.num_experts, spec.top_k,
-                                        logits.data(), bias.data(), in.ids.data(),
-                                        in.route_weights.data());
+  const Status st =
+      routing::route_host(spec.routing, tokens, spec.num_experts, spec.top_k, logits.data(),
+                          bias.data(), in.ids.data(), in.route_weights.data());
   EXPECT_TRUE(st.ok()) << st.message();
   return in;
 }
@@ -279,7 +279,9 @@ std::vector<float> sum_over_ranks(MoeSpec sharded, const MoeWeights& full, const
 }
 
 TEST(ReferenceForward, TensorAndExpertParallelSumsEqualUnsharded) {
-  struct Split { int tp, ep; };
+  struct Split {
+    int tp, ep;
+  };
   const Split splits[] = {{2, 1}, {1, 4}, {2, 2}, {4, 8}};
   uint32_t seed = 31;
   for (Case c : cases()) {

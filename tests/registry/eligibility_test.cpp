@@ -93,8 +93,7 @@ TEST(Eligibility, CutlassBf16Matrix) {
       {"format before SM", [](MoeSpec& s) { s.act_dtype = DType::kFloat32; },
        [](Environment& e) { e.gpus.clear(); }, S::kFormat},
       // Everything the Hopper engine declares it runs.
-      {"clamped swiglu, alpha, beta",
-       [](MoeSpec& s) { moekit::test::set_clamped_swiglu(s); },
+      {"clamped swiglu, alpha, beta", [](MoeSpec& s) { moekit::test::set_clamped_swiglu(s); },
        no_env, std::nullopt},
       {"gelu tanh", [](MoeSpec& s) { s.activation.kind = ActivationKind::kGeGLUTanh; }, no_env,
        std::nullopt},

@@ -172,8 +172,7 @@ TEST(MoeLayer, ExternalRoutingTakesCallerWeightsAsFinalAndChecksIds) {
   // routed_scaling_factor is the router's: the caller's weights already carry it.
   std::vector<float> expect(output.size());
   ASSERT_TRUE(
-      reference::forward(s, w, tokens, hidden.data(), ids.data(), rw.data(), expect.data())
-          .ok());
+      reference::forward(s, w, tokens, hidden.data(), ids.data(), rw.data(), expect.data()).ok());
   for (size_t i = 0; i < expect.size(); ++i) ASSERT_EQ(output[i], expect[i]) << i;
 
   ids[4] = 8;  // experts are 0..7
@@ -300,8 +299,12 @@ TEST(MoeLayer, ResolvesBeforeLookingAtTheWeights) {
   const MoeSpec s = layer_spec();
   const uint64_t before = engines_created();
   std::string msg;
-  EXPECT_EQ(code_of([&] { MoeLayer::create(s, MoeWeights{}, cpu_options(Environment::cpu_only(), "cutlass")); },
-                    &msg),
+  EXPECT_EQ(code_of(
+                [&] {
+                  MoeLayer::create(s, MoeWeights{},
+                                   cpu_options(Environment::cpu_only(), "cutlass"));
+                },
+                &msg),
             ErrorCode::kUnsupported);
   EXPECT_NE(msg.find("cutlass"), std::string::npos) << msg;
   EXPECT_EQ(engines_created(), before);

@@ -234,8 +234,9 @@ TEST_F(DegradedFrom, MemberTakingTheWeightFormatNamesTheActivationDtype) {
   Resolution r = run({&a, &b});
   ASSERT_TRUE(r.degraded_from.has_value());
   EXPECT_EQ(r.degraded_from->reason.stage, RejectStage::kFormat);
-  EXPECT_NE(r.degraded_from->reason.reason.find("bf16 weights need fp16 or fp32 activations, not bf16"),
-            std::string::npos)
+  EXPECT_NE(
+      r.degraded_from->reason.reason.find("bf16 weights need fp16 or fp32 activations, not bf16"),
+      std::string::npos)
       << r.degraded_from->reason.reason;
   EXPECT_NE(r.degraded_from->reason.reason.find("f.b.k.bf16"), std::string::npos);
 }

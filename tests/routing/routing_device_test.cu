@@ -60,7 +60,7 @@ std::vector<Case> cases() {
   add(RoutingMethod::kLlama4, 300, 8, 1, 1, false, 1.5f);
   add(RoutingMethod::kDeepSeekV3, 256, 8, 8, 4, true, 2.5f);
   add(RoutingMethod::kDeepSeekV3, 64, 6, 8, 3, false, 1.0f, false);
-  add(RoutingMethod::kDeepSeekV3, 32, 4, 32, 8, true);   // one expert per group
+  add(RoutingMethod::kDeepSeekV3, 32, 4, 32, 8, true);  // one expert per group
   add(RoutingMethod::kDeepSeekV3, 512, 8, 1, 1, true, 1.0f);
   add(RoutingMethod::kDeepSeekV3, 96, 8, 3, 2, true, 1.0f);
   return out;
@@ -162,9 +162,9 @@ TEST_F(RoutingDeviceTest, MatchesHostForEveryMethod) {
         d_ids.poison();
         d_w.poison();
         DeviceRouting r;
-        ASSERT_TRUE(make_device_routing(c.params, E, k, bias.empty() ? nullptr : d_bias.as<float>(),
-                                        &r)
-                        .ok());
+        ASSERT_TRUE(
+            make_device_routing(c.params, E, k, bias.empty() ? nullptr : d_bias.as<float>(), &r)
+                .ok());
         ASSERT_TRUE(prepare_route_device(r).ok());
         ASSERT_TRUE(route_device(r, tokens, d_logits.as<float>(), d_ids.as<int32_t>(),
                                  d_w.as<float>(), nullptr)

@@ -52,7 +52,7 @@ TEST(RoutingHost, SoftmaxTopKTiesGoToLowerIdAndWeightsAreNotRenormalized) {
 }
 
 TEST(RoutingHost, TopKSoftmaxRenormalizesOverTheSelected) {
-  const std::vector<float> l = {1.0f, 2.0f, 0.0f, 3.0f,   // token 0
+  const std::vector<float> l = {1.0f, 2.0f, 0.0f, 3.0f,    // token 0
                                 0.5f, 2.0f, 2.0f, -1.0f};  // token 1: tie
   Routed r = route(params(RoutingMethod::kTopKSoftmax), 4, 2, l);
   ASSERT_TRUE(r.status.ok()) << r.status.message();
@@ -149,7 +149,7 @@ TEST(RoutingHost, DeepSeekV3CorrectionBiasSelectsButDoesNotWeigh) {
   p.correction_bias = true;
   Routed biased = route(p, 4, 2, l, &bias);
   ASSERT_TRUE(biased.status.ok()) << biased.status.message();
-  EXPECT_EQ(biased.ids, (std::vector<int32_t>{2, 0}));  // 0.646 + 0.5 beats 0.731
+  EXPECT_EQ(biased.ids, (std::vector<int32_t>{2, 0}));       // 0.646 + 0.5 beats 0.731
   EXPECT_NEAR(biased.weights[0], 2.0 * sigmoid(0.6), 1e-6);  // the bias is not in the weight
   EXPECT_NEAR(biased.weights[1], 2.0 * sigmoid(1.0), 1e-6);
 

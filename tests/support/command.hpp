@@ -40,8 +40,7 @@ inline std::string test_dir(const std::string& area) {
 
 // Runs the shell command `cmd` with its output in `dir` (out.txt, err.txt).
 inline Ran run(const std::string& dir, const std::string& cmd) {
-  const int status =
-      std::system((cmd + " >" + dir + "/out.txt 2>" + dir + "/err.txt").c_str());
+  const int status = std::system((cmd + " >" + dir + "/out.txt 2>" + dir + "/err.txt").c_str());
   Ran r;
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   r.out = slurp(dir + "/out.txt");

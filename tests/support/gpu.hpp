@@ -80,7 +80,9 @@ struct DeviceBuffer {
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   template <class T>
-  T* as() const { return static_cast<T*>(ptr); }
+  T* as() const {
+    return static_cast<T*>(ptr);
+  }
   // Fills with 0xff bytes: NaN in bf16, fp16 and fp32, -1 in integers. Waits for it: tests
   // run kernels on non-blocking streams, which do not order after the legacy stream.
   void poison() {

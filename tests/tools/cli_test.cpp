@@ -40,7 +40,8 @@ struct RanWithPeak {
 };
 RanWithPeak moekit_with_peak(const std::string& args) {
   const std::string dir = tmp_dir();
-  const std::string cmd = "exec " + testcmd::program("MOEKIT_TEST_CLI", MOEKIT_CLI_PATH) + " " + args;
+  const std::string cmd =
+      "exec " + testcmd::program("MOEKIT_TEST_CLI", MOEKIT_CLI_PATH) + " " + args;
   const std::string out_path = dir + "/out.txt", err_path = dir + "/err.txt";
   const pid_t pid = fork();
   if (pid == 0) {
@@ -72,12 +73,14 @@ nlohmann::json resolved_spec(const std::string& args) {
 }
 
 // A small Qwen3-like layer the reference runs in milliseconds.
-const char* kSmall = "--preset qwen3-30b-a3b --experts 8 --hidden 128 --intermediate 64 --backend reference";
+const char* kSmall =
+    "--preset qwen3-30b-a3b --experts 8 --hidden 128 --intermediate 64 --backend reference";
 
 TEST(Cli, PresetsListsRealModels) {
   Ran r = moekit("presets");
   ASSERT_EQ(r.code, 0) << r.err;
-  for (const char* name : {"mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3", "gpt-oss-120b", "llama4-maverick"})
+  for (const char* name :
+       {"mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3", "gpt-oss-120b", "llama4-maverick"})
     EXPECT_NE(r.out.find(name), std::string::npos) << name;
 }
 
@@ -103,10 +106,12 @@ TEST(Cli, RunPrintsImplementationAndChecksum) {
 }
 
 TEST(Cli, ErrorsAreOneLineAndNonZero) {
-  for (const char* args : {"run --preset no-such-model", "run --preset qwen3-30b-a3b --tp-size 7 --experts 8",
-                           "run --preset qwen3-30b-a3b --weights-format fp9", "resolve --preset qwen3-30b-a3b --backend nonsense",
-                           "run --preset qwen3-30b-a3b --input /nonexistent/file.safetensors",
-                           "bench --preset qwen3-30b-a3b --flush sideways"}) {
+  for (const char* args :
+       {"run --preset no-such-model", "run --preset qwen3-30b-a3b --tp-size 7 --experts 8",
+        "run --preset qwen3-30b-a3b --weights-format fp9",
+        "resolve --preset qwen3-30b-a3b --backend nonsense",
+        "run --preset qwen3-30b-a3b --input /nonexistent/file.safetensors",
+        "bench --preset qwen3-30b-a3b --flush sideways"}) {
     Ran r = moekit(args);
     EXPECT_EQ(r.code, 1) << args << "\n" << r.out << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
@@ -128,8 +133,9 @@ TEST(Cli, ErrorsAreOneLineAndNonZero) {
 TEST(Cli, BenchTraceListsTheForwardsKernels) {
   const std::string reason = moekit::devtest::gpu_skip_reason();
   if (!reason.empty()) GTEST_SKIP() << reason;
-  Ran r = moekit("bench --preset qwen3-30b-a3b --experts 8 --hidden 256 --intermediate 128 "
-                 "--tokens 3 --trace 7");
+  Ran r = moekit(
+      "bench --preset qwen3-30b-a3b --experts 8 --hidden 256 --intermediate 128 "
+      "--tokens 3 --trace 7");
   if (r.code == 1 && r.err.find("built without it") != std::string::npos) GTEST_SKIP() << r.err;
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   const size_t head = r.out.find("# trace of 7 replays (CUPTI)");
@@ -144,8 +150,10 @@ TEST(Cli, BenchReportsTheGraphLaunchFloor) {
   const std::string reason = moekit::devtest::gpu_skip_reason();
   if (!reason.empty()) GTEST_SKIP() << reason;
   const std::string json = tmp_dir() + "/launch.json";
-  Ran r = moekit("bench --preset qwen3-30b-a3b --experts 8 --hidden 256 --intermediate 128 "
-                 "--tokens 2 --json " + json);
+  Ran r = moekit(
+      "bench --preset qwen3-30b-a3b --experts 8 --hidden 256 --intermediate 128 "
+      "--tokens 2 --json " +
+      json);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("graph launch"), std::string::npos) << r.out;
   const nlohmann::json doc = nlohmann::json::parse(slurp(json));
@@ -170,11 +178,15 @@ TEST(Cli, FileRoundTripMatchesTheLibrary) {
   uint32_t s = 12345;
   for (auto& v : h) v = ((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f * 2 - 1;
   for (auto& v : logits) v = ((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f * 4 - 2;
-  write_tensors(d + "/in.safetensors", {named_tensor_from_floats("hidden", DType::kBFloat16, {tokens, hidden}, h.data()),
-                                        named_tensor_from_floats("router_logits", DType::kFloat32, {tokens, experts}, logits.data())});
-  Ran r = moekit(std::string("run ") + kSmall + " --seed 3 --input " + d + "/in.safetensors --output " + d + "/out.safetensors");
+  write_tensors(d + "/in.safetensors",
+                {named_tensor_from_floats("hidden", DType::kBFloat16, {tokens, hidden}, h.data()),
+                 named_tensor_from_floats("router_logits", DType::kFloat32, {tokens, experts},
+                                          logits.data())});
+  Ran r = moekit(std::string("run ") + kSmall + " --seed 3 --input " + d +
+                 "/in.safetensors --output " + d + "/out.safetensors");
   ASSERT_EQ(r.code, 0) << r.err;
-  const std::vector<float> got = named_tensor_to_floats(read_tensor(d + "/out.safetensors", "output"));
+  const std::vector<float> got =
+      named_tensor_to_floats(read_tensor(d + "/out.safetensors", "output"));
 
   // The same forward through the library.
   MoeSpec spec = find_preset("qwen3-30b-a3b").spec;
@@ -193,21 +205,28 @@ TEST(Cli, FileRoundTripMatchesTheLibrary) {
   a.router_logits = host_view(logits.data(), DType::kFloat32, {tokens, experts});
   a.output = host_view(out.data(), DType::kBFloat16, {tokens, hidden});
   layer->forward(a);
-  const std::vector<float> want = named_tensor_to_floats(make_named_tensor("o", DType::kBFloat16, {tokens, hidden}, out.data()));
+  const std::vector<float> want = named_tensor_to_floats(
+      make_named_tensor("o", DType::kBFloat16, {tokens, hidden}, out.data()));
   ASSERT_EQ(got.size(), want.size());
   for (std::size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << i;
 
   // The same weights written as a Qwen3-MoE checkpoint layer and loaded with --weights.
   save_layer_weights(d + "/layer.safetensors", find_model_family("qwen3_moe"), 5, spec, w);
-  Ran r2 = moekit(std::string("run ") + kSmall + " --weights " + d + "/layer.safetensors --layer 5 --input " + d +
-                  "/in.safetensors --output " + d + "/out2.safetensors");
+  Ran r2 = moekit(std::string("run ") + kSmall + " --weights " + d +
+                  "/layer.safetensors --layer 5 --input " + d + "/in.safetensors --output " + d +
+                  "/out2.safetensors");
   ASSERT_EQ(r2.code, 0) << r2.err;
   EXPECT_EQ(named_tensor_to_floats(read_tensor(d + "/out2.safetensors", "output")), want);
   // A layer that is not in the file is one clear error naming the tensor.
-  Ran r3 = moekit(std::string("run ") + kSmall + " --weights " + d + "/layer.safetensors --layer 6");
+  Ran r3 =
+      moekit(std::string("run ") + kSmall + " --weights " + d + "/layer.safetensors --layer 6");
   EXPECT_EQ(r3.code, 1);
   EXPECT_NE(r3.err.find("layers.6"), std::string::npos) << r3.err;
 }
+
+// A refused run's peak resident memory: the CUDA driver's context alone takes ~220 MB on an
+// H100 (2026-12-07), far below the weights (11 GB for DeepSeek-V3's fp8 experts) it must not draw.
+constexpr long kRefusedPeakKib = 512 * 1024;
 
 // A layer no implementation asked for can run is refused with the resolver's reason before any
 // weight is built: DeepSeek-V3's 11 GB of fp8 weights are never drawn.
@@ -215,13 +234,16 @@ TEST(Cli, RefusesBeforeAllocating) {
   const RanWithPeak r = moekit_with_peak("run --preset deepseek-v3 --backend cutlass");
   EXPECT_EQ(r.ran.code, 1) << r.ran.out << r.ran.err;
   EXPECT_NE(r.ran.err.find("cutlass"), std::string::npos) << r.ran.err;
-  EXPECT_NE(r.ran.err.find("fp8_block128"), std::string::npos) << "the reason names the format: " << r.ran.err;
+  EXPECT_NE(r.ran.err.find("fp8_block128"), std::string::npos)
+      << "the reason names the format: " << r.ran.err;
   EXPECT_EQ(std::count(r.ran.err.begin(), r.ran.err.end(), '\n'), 1) << r.ran.err;
   ASSERT_GT(r.peak_kib, 0);
-  EXPECT_LT(r.peak_kib, 200 * 1024) << "peak resident memory of the refused run, KiB";
+  EXPECT_LT(r.peak_kib, kRefusedPeakKib) << "peak resident memory of the refused run, KiB";
 #ifndef MOEKIT_WITH_CUDA
-  // Without CUDA, bench refuses with the resolver's reason, not a CUDA error, and allocates nothing.
-  const RanWithPeak b = moekit_with_peak("bench --preset deepseek-v3,qwen3-30b-a3b --tokens 1,16384");
+  // Without CUDA, bench refuses with the resolver's reason, not a CUDA error, and allocates
+  // nothing.
+  const RanWithPeak b =
+      moekit_with_peak("bench --preset deepseek-v3,qwen3-30b-a3b --tokens 1,16384");
   EXPECT_EQ(b.ran.code, 1) << b.ran.out << b.ran.err;
   EXPECT_NE(b.ran.err.find("cuda.sm90.cutlass"), std::string::npos) << b.ran.err;
   EXPECT_NE(b.ran.err.find("deepseek-v3"), std::string::npos) << b.ran.err;
@@ -234,8 +256,9 @@ TEST(Cli, RefusesBeforeAllocating) {
 }
 
 TEST(Cli, Fp16WeightsWithBf16ActivationsNameTheDtypeNeeded) {
-  Ran r = moekit("run --preset qwen3-30b-a3b --experts 8 --hidden 128 --intermediate 64 --weights-format fp16 "
-                 "--act-dtype bf16 --backend cutlass");
+  Ran r = moekit(
+      "run --preset qwen3-30b-a3b --experts 8 --hidden 128 --intermediate 64 --weights-format fp16 "
+      "--act-dtype bf16 --backend cutlass");
   EXPECT_EQ(r.code, 1) << r.out << r.err;
   EXPECT_NE(r.err.find("fp16 weights need fp16 activations, not bf16"), std::string::npos) << r.err;
 }
@@ -273,8 +296,9 @@ TEST(Cli, RangeErrorsNameTheValue) {
     const RanWithPeak r = moekit_with_peak(c.args);
     EXPECT_EQ(r.ran.code, 1) << c.args << "\n" << r.ran.out << r.ran.err;
     EXPECT_NE(r.ran.err.find(c.names), std::string::npos) << c.args << ": " << r.ran.err;
-    EXPECT_EQ(std::count(r.ran.err.begin(), r.ran.err.end(), '\n'), 1) << c.args << ": " << r.ran.err;
-    EXPECT_LT(r.peak_kib, 200 * 1024) << c.args;
+    EXPECT_EQ(std::count(r.ran.err.begin(), r.ran.err.end(), '\n'), 1)
+        << c.args << ": " << r.ran.err;
+    EXPECT_LT(r.peak_kib, kRefusedPeakKib) << c.args;
   }
 }
 
@@ -298,9 +322,10 @@ TEST(Cli, InputFileAndTokensMustAgree) {
   using namespace moekit;
   const std::string d = tmp_dir();
   std::vector<float> h(3 * 128, 0.5f), logits(3 * 8, 0.25f);
-  write_tensors(d + "/in.safetensors",
-                {named_tensor_from_floats("hidden", DType::kBFloat16, {3, 128}, h.data()),
-                 named_tensor_from_floats("router_logits", DType::kFloat32, {3, 8}, logits.data())});
+  write_tensors(
+      d + "/in.safetensors",
+      {named_tensor_from_floats("hidden", DType::kBFloat16, {3, 128}, h.data()),
+       named_tensor_from_floats("router_logits", DType::kFloat32, {3, 8}, logits.data())});
   Ran bad = moekit(std::string("run ") + kSmall + " --tokens 5 --input " + d + "/in.safetensors");
   EXPECT_EQ(bad.code, 1) << bad.out << bad.err;
   EXPECT_NE(bad.err.find("--tokens 5"), std::string::npos) << bad.err;
@@ -323,8 +348,9 @@ TEST(Cli, OverridesReplaceThePresetsParametersOfThatKind) {
   EXPECT_EQ(s["routing"]["routed_scaling_factor"], 1.0);
   s = resolved_spec("--preset deepseek-v3 --routing deepseek_v3");
   EXPECT_EQ(s["routing"]["n_group"], 8) << "the same method keeps the preset's groups";
-  s = resolved_spec("--preset deepseek-v3 --n-group 4 --topk-group 2 --routed-scaling 1.5 --no-correction-bias "
-                    "--no-renormalize");
+  s = resolved_spec(
+      "--preset deepseek-v3 --n-group 4 --topk-group 2 --routed-scaling 1.5 --no-correction-bias "
+      "--no-renormalize");
   EXPECT_EQ(s["routing"]["n_group"], 4);
   EXPECT_EQ(s["routing"]["topk_group"], 2);
   EXPECT_EQ(s["routing"]["routed_scaling_factor"], 1.5);
@@ -340,12 +366,16 @@ TEST(Cli, OverridesReplaceThePresetsParametersOfThatKind) {
   EXPECT_EQ(s["activation"]["beta"], 0.5);
   EXPECT_NEAR(s["activation"]["alpha"].get<double>(), 1.702, 1e-6) << "the same kind keeps alpha";
 
-  s = resolved_spec("--preset qwen3-30b-a3b --weights-format int4_group --group-size 64 --zero-points "
-                    "--pre-quant-scale");
-  EXPECT_EQ(s["weights"], (nlohmann::json{{"format", "int4_group"}, {"group_size", 64}, {"zero_points", true},
+  s = resolved_spec(
+      "--preset qwen3-30b-a3b --weights-format int4_group --group-size 64 --zero-points "
+      "--pre-quant-scale");
+  EXPECT_EQ(s["weights"], (nlohmann::json{{"format", "int4_group"},
+                                          {"group_size", 64},
+                                          {"zero_points", true},
                                           {"pre_quant_scale", true}}));
-  s = resolved_spec("--preset qwen3-30b-a3b --router-weight-on input --gate-up-layout interleaved --fc1-bias "
-                    "--fc2-bias --tp-size 2 --tp-rank 1 --ep-size 4 --ep-rank 3");
+  s = resolved_spec(
+      "--preset qwen3-30b-a3b --router-weight-on input --gate-up-layout interleaved --fc1-bias "
+      "--fc2-bias --tp-size 2 --tp-rank 1 --ep-size 4 --ep-rank 3");
   EXPECT_EQ(s["routing"]["weight_placement"], "input");
   EXPECT_EQ(s["gate_up_layout"], "interleaved");
   EXPECT_EQ(s["fc1_bias"], true);

@@ -12,9 +12,9 @@
 namespace moekit::registry::impls {
 
 std::vector<WeightFormat> all_weight_formats() {
-  return {WeightFormat::kBF16,        WeightFormat::kFP16,      WeightFormat::kFP32,
+  return {WeightFormat::kBF16,         WeightFormat::kFP16,        WeightFormat::kFP32,
           WeightFormat::kFP8PerTensor, WeightFormat::kFP8Block128, WeightFormat::kInt8Group,
-          WeightFormat::kInt4Group,   WeightFormat::kMXFP4,     WeightFormat::kNVFP4,
+          WeightFormat::kInt4Group,    WeightFormat::kMXFP4,       WeightFormat::kNVFP4,
           WeightFormat::kMXFP8};
 }
 

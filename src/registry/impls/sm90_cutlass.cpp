@@ -26,13 +26,15 @@ Sm90CutlassImpl::Sm90CutlassImpl(std::string id, WeightFormat weights, DType act
 
 Eligibility Sm90CutlassImpl::extra_checks(const MoeSpec& spec, const Environment&) const {
   if (spec.routing.method == RoutingMethod::kDeepSeekV3 && spec.routing.n_group > 32)
-    return Eligibility::rejected(RejectStage::kLimits,
-                                 id_ + " groups experts for DeepSeek-V3 routing in one warp: n_group " +
-                                     std::to_string(spec.routing.n_group) + " is over 32.");
+    return Eligibility::rejected(
+        RejectStage::kLimits, id_ +
+                                  " groups experts for DeepSeek-V3 routing in one warp: n_group " +
+                                  std::to_string(spec.routing.n_group) + " is over 32.");
   return Eligibility::eligible();
 }
 
-std::unique_ptr<Engine> Sm90CutlassImpl::create_engine(const MoeSpec& spec, const MoeWeights& weights,
+std::unique_ptr<Engine> Sm90CutlassImpl::create_engine(const MoeSpec& spec,
+                                                       const MoeWeights& weights,
                                                        int device_index) const {
   return create_sm90_engine(spec, weights, device_index);
 }
