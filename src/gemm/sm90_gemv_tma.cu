@@ -1,5 +1,4 @@
-// Over 800 lines: the TMA ring protocol and the three kernels that share it (standalone, chained,
-// sliced) change together.
+// Over 800 lines: the TMA ring and its three kernels (standalone, chained, sliced) change together.
 // Grouped GEMV for decode with the weights streamed by TMA (`sm90.gemv.tma64`; `.s12`, two
 // blocks per SM, where its grid fills better; other variants with more stages or 128-row boxes
 // are listed for measurement in full builds, see gemv_tma_list):
