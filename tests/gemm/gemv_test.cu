@@ -1,4 +1,4 @@
-// Over 800 lines: one fixture's cases over every GEMV tactic and launch form (PDL, chained, sliced).
+// Over 800 lines: one fixture's cases over every GEMV tactic and launch (PDL, chained, sliced).
 // The GEMV tactics under programmatic dependent launch: launched as the dependent of a slow
 // kernel that writes their offsets and activations (and lets them start at once), they must
 // wait for it, eagerly and inside a graph; outputs poisoned (NaN) before each run, compared

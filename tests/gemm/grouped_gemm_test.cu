@@ -1,4 +1,4 @@
-// Over 800 lines: one fixture's cases over every grouped GEMM tactic, its epilogues and sanitizer runs.
+// Over 800 lines: one fixture's cases over every grouped GEMM tactic, epilogue and sanitizer run.
 // Every grouped GEMM tactic against a CPU fp32 GEMM on fresh random data, outputs poisoned
 // (NaN bits) before each run: uneven groups with empty ones, all rows in one group, last tiles
 // of at most and just over half a tile, decode-like single rows, no rows at all; shapes of real

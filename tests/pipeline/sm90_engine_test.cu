@@ -1,4 +1,4 @@
-// Over 800 lines: the whole engine against the reference, one fixture for every path of its forward.
+// Over 800 lines: the whole engine against the reference, one fixture for every forward path.
 // The sm90 engine against reference::forward on fresh random inputs, outputs poisoned (0xFF
 // bytes, NaN) before every run: the real presets' routing and activation at scaled-down shapes
 // for tokens 1, 7, 64, 513 and 4096; every routing method x activation; skewed routing (every
