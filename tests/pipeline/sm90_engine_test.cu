@@ -394,6 +394,8 @@ TEST_F(Sm90EngineTest, BackToBackDecodeForwardsAreBitwiseEqual) {
   for (const int mode : {0, 1, 2})         // chained, two launches, chained with FC2 in 3 k slices
     for (const int poison : {0, 1, 2, 3})  // none, gathered rows, activations, slots
       for (const char* name : {"qwen3-30b-a3b", "gpt-oss-120b", "llama4-maverick"}) {
+        // Under the sanitizers the kernels are the same whatever the test poisons beforehand.
+        if (devtest::sanitizer_run() && poison != 0) continue;
         SCOPED_TRACE(mode == 2 ? "FC2 in 3 k slices" : "");
         Sm90Options options;
         options.chain_decode = mode != 1;
@@ -462,7 +464,11 @@ TEST_F(Sm90EngineTest, DecodeFc2KSlicedOrNot) {
       options.slice_one_token = false;  // its partials would hide whether these are allocated
       Layer l = make_layer(s, rng(), options);
       workspace[slices] = l.engine->workspace_bytes();
-      for (int64_t T : {1, 2, 5, 8, 16}) check_forward(l, T, ids_for(s), rng);
+      for (int64_t T : {1, 2, 5, 8, 16}) {
+        // Under the sanitizers, one token count per decode kernel shape is enough.
+        if (devtest::sanitizer_run() && (T == 2 || T == 8)) continue;
+        check_forward(l, T, ids_for(s), rng);
+      }
     }
     // The partials are allocated where FC2 is sliced: with the pick only on long k.
     EXPECT_GT(workspace[2], workspace[1]) << describe(s);
