@@ -169,6 +169,11 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
       device_(device),
       elem_(spec.act_dtype) {
   spec.validate_or_throw();
+  if (weight_on_input_) {  // the paths that read the caller's rows are off from here on
+    options_.slice_one_token = false;
+    options_.gather_in_fc1 = false;
+    options_.token_rows = false;
+  }
   const WeightFormat wf = spec.weights.format;
   const bool bf16 = spec.act_dtype == DType::kBFloat16 && wf == WeightFormat::kBF16;
   const bool fp16 = spec.act_dtype == DType::kFloat16 && wf == WeightFormat::kFP16;
@@ -356,7 +361,7 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
   // One token's sliced forward (GroupedGemm::sliced_tactic): its fp32 partials,
   // [min(k, L)][slices][H], in an allocation of their own, so that the workspace stays as it is
   // for layers that never slice.
-  if (gated && options_.slice_one_token && !weight_on_input_) slice_tactic_ = fc1_->sliced_tactic();
+  if (gated && options_.slice_one_token) slice_tactic_ = fc1_->sliced_tactic();
   int64_t partial_rows = 0;  // rows x slices
   if (!slice_tactic_.empty()) partial_rows = std::min(k, L) * fc1_->slices();
   // And chained decode's FC2 k slices, for every pick forward() can make.
@@ -450,7 +455,7 @@ void Sm90Engine::forward(const ForwardArgs& args) {
     in.logits = args.router_logits.as<const float>();
   }
   const double hint = hint_of(T);
-  if (T == 1 && !weight_on_input_ && forward_sliced(args, in, stream)) return;
+  if (T == 1 && forward_sliced(args, in, stream)) return;
   const int64_t rows = T * std::min<int64_t>(k, lp_.num_experts);
   // Decode with the TMA GEMV on both: one kernel, FC2's weights streaming while FC1 ends
   // (its per-expert counters were cleared by the permute). From 8 tokens on it gained 0.5-5 us;
@@ -460,10 +465,9 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   const std::string fc1_picked = fc1_->pick_tactic(hint, chain);
   // Past the single-block permute, FC1 reads the tokens' rows by index where its tactic has a
   // gathering variant: the permute then writes each row's token, not the row.
-  const std::string fc1_gathering =
-      options_.gather_in_fc1 && !weight_on_input_ && !permute::single_block_path(T)
-          ? fc1_->gathering_tactic(fc1_picked)
-          : std::string();
+  const std::string fc1_gathering = options_.gather_in_fc1 && !permute::single_block_path(T)
+                                        ? fc1_->gathering_tactic(fc1_picked)
+                                        : std::string();
   const bool gathering = !fc1_gathering.empty();
   const std::string& fc1_tactic = gathering ? fc1_gathering : fc1_picked;
   // From two tokens up to the GEMV's 8 token columns, the chained FC1 reads the tokens' own rows
@@ -472,7 +476,7 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   // 1-1.6 us before the permute's end lets a waiting kernel go (qwen3 T=8, timestamps whose own
   // L2 loads add up to ~0.5 us), and starting there gained qwen3 T=2 / 4 0.3-0.4 us, even at
   // T=8 and on mixtral (3 rounds; a wait per FC1 chunk instead was slower).
-  const bool token_rows = options_.token_rows && !weight_on_input_ && chain && T >= 2 &&
+  const bool token_rows = options_.token_rows && chain && T >= 2 &&
                           T <= gemm::GroupedGemm::kMaxTokenRows && fc1_->token_rows_pay(fc1_tactic);
   in.gather = !token_rows && !gathering;
   // FC1 may start at the permute's flag (see below) where its kernel reads the offsets itself;
