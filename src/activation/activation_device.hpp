@@ -35,4 +35,19 @@ Status run_device(const DeviceActivation& a, const void* fc1_out, void* out,
                   const int32_t* row_expert, const int32_t* offsets, int64_t max_rows,
                   cudaStream_t stream);
 
+// The FP8 engines' activation: fc1_out bf16 [max_rows, fc1_rows] in the checkpoint's gate/up
+// `layout` (not the blocked order; the bias, DeviceActivation::fc1_bias, likewise), plus the
+// bias, rounded to bf16, through the activation, rounded to bf16, then quantized to e4m3 per 128
+// outputs (pipeline/fp8_quantize.cuh) into `out`; rows [0, offsets[L]) only. elem bf16 and
+// intermediate a multiple of 128, else kUnsupported.
+struct QuantizedActivations {
+  void* values = nullptr;               // e4m3 [max_rows, intermediate]
+  float* scales = nullptr;              // [max_rows, intermediate / 128]
+  const float* static_scale = nullptr;  // [local experts] or null (dynamic)
+};
+Status prepare_device_quantized(const DeviceActivation& a, GateUpLayout layout);
+Status run_device_quantized(const DeviceActivation& a, GateUpLayout layout, const void* fc1_out,
+                            const QuantizedActivations& out, const int32_t* row_expert,
+                            const int32_t* offsets, int64_t max_rows, cudaStream_t stream);
+
 }  // namespace moekit::activation

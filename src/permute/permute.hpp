@@ -136,6 +136,23 @@ Status apply_weights_to_rows(const Config& c, const Buffers& b, int64_t tokens, 
 // Loads its kernel for `elem` (before any graph capture).
 Status prepare_apply_weights_to_rows(DType elem);
 
+// The FP8 engines' gather, after a run() without it (Inputs::gather false): every slot with a
+// row here gets that row, the caller's bf16 hidden row of its token, quantized to e4m3 with one
+// fp32 scale per 128 columns (pipeline/fp8_quantize.cuh: dynamic, or the slot's expert's static
+// scale) at QuantizedRows::values / scales. With weight_on_input the row is first multiplied by
+// the slot's weight and rounded to bf16 (as apply_weights_to_rows does), and the weight set to 1.
+// Launched with programmatic dependent launch like apply_weights_to_rows. Hidden (row_bytes / 2)
+// a multiple of 128, else kUnsupported.
+struct QuantizedRows {
+  void* values = nullptr;               // e4m3 [max_rows, H]
+  float* scales = nullptr;              // [max_rows, H / 128]
+  const float* static_scale = nullptr;  // [local experts] or null (dynamic)
+  bool weight_on_input = false;
+};
+Status gather_quantized(const Config& c, const Buffers& b, int64_t tokens, const void* hidden,
+                        const QuantizedRows& out, cudaStream_t stream);
+// Loads its kernel (before any graph capture).
+Status prepare_gather_quantized();
 // Turns an error word into a status naming token, slot and value (ok for kNoError).
 Status decode_error(unsigned long long word, int experts, int top_k);
 

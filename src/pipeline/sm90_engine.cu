@@ -23,90 +23,12 @@
 #include "finalize/finalize.hpp"
 #include "gemm/grouped_gemm.hpp"
 #include "permute/permute.hpp"
+#include "pipeline/engine_support.hpp"
 #include "pipeline/sm90_engine.hpp"
 #include "routing/routing_device.hpp"
 
 namespace moekit::pipeline {
 namespace {
-
-void check_cuda(cudaError_t e, const std::string& what) {
-  if (e != cudaSuccess) throw Error(ErrorCode::kCuda, what + " failed: " + cudaGetErrorString(e));
-}
-
-// Makes `device` current for a scope and restores the caller's device after it.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) : device_(device) {
-    check_cuda(cudaGetDevice(&previous_), "querying the current CUDA device");
-    if (previous_ != device_)
-      check_cuda(cudaSetDevice(device_), "selecting CUDA device " + std::to_string(device_));
-  }
-  ~DeviceGuard() {
-    if (previous_ != device_) cudaSetDevice(previous_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int device_;
-  int previous_ = 0;
-};
-
-struct CudaFree {
-  void operator()(void* p) const { cudaFree(p); }
-};
-using DeviceMemory = std::unique_ptr<void, CudaFree>;
-
-DeviceMemory device_alloc(std::size_t bytes, const char* what) {
-  void* p = nullptr;
-  check_cuda(cudaMalloc(&p, std::max<std::size_t>(bytes, 1)),
-             "allocating " + std::to_string(bytes) + " bytes of " + what);
-  return DeviceMemory(p);
-}
-
-// Hands out 256-byte aligned pieces of one allocation: first to size it, then to carve it.
-class Carver {
- public:
-  explicit Carver(char* base = nullptr) : base_(base) {}
-  template <class T>
-  T* take(int64_t count) {
-    const std::size_t at = used_;
-    used_ += (static_cast<std::size_t>(count) * sizeof(T) + 255) / 256 * 256;
-    return base_ ? reinterpret_cast<T*>(base_ + at) : nullptr;
-  }
-  std::size_t used() const { return used_; }
-
- private:
-  char* base_;
-  std::size_t used_ = 0;
-};
-
-std::string shape_string(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
-// Throws kInvalidArgument unless `v` is a device tensor of `dtype` and `shape` on `device`.
-void check_view(const TensorView& v, const char* name, DType dtype,
-                const std::vector<int64_t>& shape, int device, bool aligned16) {
-  if (v.data == nullptr) throw Error(ErrorCode::kInvalidArgument, std::string(name) + " is null");
-  if (v.device != Device::kCuda || v.device_index != device)
-    throw Error(ErrorCode::kInvalidArgument,
-                std::string(name) + " must live on CUDA device " + std::to_string(device));
-  if (v.dtype != dtype)
-    throw Error(
-        ErrorCode::kInvalidArgument,
-        std::string(name) + " has dtype " + to_string(v.dtype) + ", expected " + to_string(dtype));
-  if (v.shape != shape)
-    throw Error(ErrorCode::kInvalidArgument, std::string(name) + " has shape " +
-                                                 shape_string(v.shape) + ", expected " +
-                                                 shape_string(shape));
-  if (aligned16 && reinterpret_cast<std::uintptr_t>(v.data) % 16 != 0)
-    throw Error(
-        ErrorCode::kInvalidArgument,
-        std::string(name) + " is not 16-byte aligned (the kernels move 16 bytes at a time)");
-}
 
 class Sm90Engine final : public Engine {
  public:
@@ -205,33 +127,10 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
                 "expert weights hold " + std::to_string(weights.fc1.values.size()) + " / " +
                     std::to_string(weights.fc2.values.size()) + " bytes, expected " +
                     std::to_string(w1_bytes) + " / " + std::to_string(w2_bytes));
-  const bool fc1_bias = spec.fc1_bias;
-  const bool fc2_bias = spec.fc2_bias && lp_.adds_fc2_bias;
-  const bool routing_bias =
-      spec.routing.method == RoutingMethod::kDeepSeekV3 && spec.routing.correction_bias;
-  if (fc1_bias && static_cast<int64_t>(weights.fc1_bias.size()) != L * lp_.fc1_rows)
-    throw Error(ErrorCode::kInvalidArgument,
-                "fc1_bias holds " + std::to_string(weights.fc1_bias.size()) + " values, expected " +
-                    std::to_string(L * lp_.fc1_rows));
-  if (fc2_bias && static_cast<int64_t>(weights.fc2_bias.size()) != L * H)
-    throw Error(ErrorCode::kInvalidArgument, "fc2_bias holds " +
-                                                 std::to_string(weights.fc2_bias.size()) +
-                                                 " values, expected " + std::to_string(L * H));
-  if (routing_bias && static_cast<int64_t>(weights.routing_bias.size()) != E)
-    throw Error(ErrorCode::kInvalidArgument,
-                "routing_bias holds " + std::to_string(weights.routing_bias.size()) +
-                    " values, expected one per expert (" + std::to_string(E) + ")");
+  const LayerBiases biases = check_biases(spec, lp_, weights);
+  const bool fc1_bias = biases.fc1, fc2_bias = biases.fc2, routing_bias = biases.routing;
 
-  {  // The kernels' limits, checked before anything is allocated (the bias comes later).
-    RoutingParams without_bias = spec.routing;
-    without_bias.correction_bias = false;
-    routing::DeviceRouting probe;
-    throw_if_error(routing::make_device_routing(without_bias, E, k, nullptr, &probe));
-    if (L > permute::kMaxLocalExperts)
-      throw Error(ErrorCode::kUnsupported, "local experts " + std::to_string(L) +
-                                               " exceed the sm90 engine's " +
-                                               std::to_string(permute::kMaxLocalExperts));
-  }
+  check_routing_limits(spec, lp_, "sm90 engine");
 
   DeviceGuard guard(device_);
 
@@ -249,11 +148,6 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
   float* b1 = wc.take<float>(fc1_bias ? L * lp_.fc1_rows : 0);
   float* b2 = wc.take<float>(fc2_bias ? L * H : 0);
   float* rb = wc.take<float>(routing_bias ? E : 0);
-  auto upload = [](void* dst, const void* src, std::size_t bytes, const char* what) {
-    if (bytes)
-      check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice),
-                 std::string("uploading ") + what);
-  };
   const bool gated = activation::is_gated(static_cast<activation::Kind>(spec.activation.kind));
   if (gated) {  // one expert at a time into the blocked order, so the host copy stays small
     const std::vector<int64_t> rows = activation::blocked_fc1_source_rows(spec.gate_up_layout, I);
@@ -312,21 +206,8 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
   // Workspace: one allocation. The FC2 output reuses the gathered input (dead after FC1).
   const permute::BufferCounts n = permute::buffer_counts(pcfg_);
   auto carve = [&](Carver& c) {
-    permute::Buffers b;
-    b.error_word = c.take<unsigned long long>(1);
-    b.offsets_flag = c.take<uint32_t>(1);
-    b.expert_done = c.take<int32_t>(L + 2);
-    b.topk_ids = c.take<int32_t>(n.per_slot);
+    permute::Buffers b = carve_permute_buffers(c, n, L);
     slot_count_ = static_cast<std::size_t>(n.per_slot);
-    b.topk_weights = c.take<float>(n.per_slot);
-    b.slot_expert = c.take<int32_t>(n.per_slot);
-    b.slot_rank = c.take<int32_t>(n.per_slot);
-    b.slot_row = c.take<int32_t>(n.per_slot);
-    b.chunk_counts = c.take<int32_t>(n.chunk_counts);
-    b.segment_totals = c.take<int32_t>(n.segment_totals);
-    b.offsets = c.take<int32_t>(n.offsets);
-    b.row_expert = c.take<int32_t>(n.rows);
-    b.row_token = c.take<int32_t>(n.rows);
     permuted_bytes_ = static_cast<std::size_t>(std::max(n.permuted_bytes, P * H * es));
     b.permuted = c.take<char>(static_cast<int64_t>(permuted_bytes_));
     // Gated kinds never store FC1's raw output (every FC1 tactic has a "+act" kernel): that
@@ -409,24 +290,8 @@ bool Sm90Engine::forward_sliced(const ForwardArgs& args, permute::Inputs in, cud
 
 void Sm90Engine::forward(const ForwardArgs& args) {
   const int64_t H = lp_.hidden, k = lp_.top_k;
-  if (args.hidden.shape.size() != 2)
-    throw Error(ErrorCode::kInvalidArgument, "hidden has shape " + shape_string(args.hidden.shape) +
-                                                 ", expected [tokens, " + std::to_string(H) + "]");
-  const int64_t T = args.hidden.shape[0];
-  if (T < 0 || T > spec_.max_tokens)
-    throw Error(ErrorCode::kInvalidArgument, "tokens " + std::to_string(T) +
-                                                 " is outside [0, max_tokens " +
-                                                 std::to_string(spec_.max_tokens) + "]");
-  check_view(args.hidden, "hidden", elem_, {T, H}, device_, true);
-  check_view(args.output, "output", elem_, {T, H}, device_, true);
+  const int64_t T = check_forward_views(args, spec_, lp_, elem_, device_);
   const bool external = spec_.routing.method == RoutingMethod::kExternal;
-  if (external) {
-    check_view(args.topk_ids, "topk_ids", DType::kInt32, {T, k}, device_, false);
-    check_view(args.topk_weights, "topk_weights", DType::kFloat32, {T, k}, device_, false);
-  } else {
-    check_view(args.router_logits, "router_logits", DType::kFloat32, {T, lp_.num_experts_global},
-               device_, false);
-  }
   if (T == 0) return;
 
   DeviceGuard guard(device_);
@@ -565,19 +430,7 @@ void Sm90Engine::forward(const ForwardArgs& args) {
 
 Status Sm90Engine::poll_errors() {
   DeviceGuard guard(device_);
-  cudaError_t e = cudaDeviceSynchronize();
-  if (e != cudaSuccess)
-    return Status(ErrorCode::kCuda,
-                  std::string("waiting for the device failed: ") + cudaGetErrorString(e));
-  unsigned long long word = permute::kNoError;
-  e = cudaMemcpy(&word, pbuf_.error_word, sizeof(word), cudaMemcpyDeviceToHost);
-  if (e == cudaSuccess && word != permute::kNoError)
-    e = cudaMemcpy(pbuf_.error_word, &permute::kNoError, sizeof(word), cudaMemcpyHostToDevice);
-  if (e != cudaSuccess)
-    return Status(ErrorCode::kCuda,
-                  std::string("reading the device error word failed: ") + cudaGetErrorString(e));
-  return permute::decode_error(word, static_cast<int>(lp_.num_experts_global),
-                               static_cast<int>(lp_.top_k));
+  return poll_permute_errors(pbuf_, lp_);
 }
 
 }  // namespace

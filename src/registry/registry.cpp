@@ -14,6 +14,8 @@ const std::vector<const Implementation*>& all_implementations() {
   static const std::vector<const Implementation*> table = {
       &registry::impls::cuda_sm90_cutlass_bf16(),
       &registry::impls::cuda_sm90_cutlass_fp16(),
+      &registry::impls::cuda_sm90_cutlass_fp8_block128(),
+      &registry::impls::cuda_sm90_cutlass_fp8(),
       &registry::impls::cpu_reference(),
   };
   return table;

@@ -88,7 +88,8 @@ TEST(Resolve, FamilyAndIdRequests) {
   Resolution r = resolve(small_spec(WeightFormat::kFP16, DType::kFloat16), gpu, "cutlass");
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r.chosen->id(), "cuda.sm90.cutlass.fp16");
-  ASSERT_EQ(r.candidates.size(), 2u) << "a family request considers its members only";
+  ASSERT_EQ(r.candidates.size(), 4u) << "a family request considers its members only (bf16, fp16, "
+                                        "fp8_block128, fp8)";
   EXPECT_EQ(r.candidates[0].rejection->stage, RejectStage::kFormat);
 
   r = resolve(small_spec(), gpu, "reference");

@@ -17,11 +17,16 @@ std::vector<RoutingMethod> all_routings();
 const Implementation& cpu_reference();
 const Implementation& cuda_sm90_cutlass_bf16();
 const Implementation& cuda_sm90_cutlass_fp16();
+const Implementation& cuda_sm90_cutlass_fp8_block128();
+const Implementation& cuda_sm90_cutlass_fp8();
 
 // pipeline::make_sm90_engine in CUDA builds (sm90_engine_cuda.cpp); a CUDA-less build throws
 // Error(kUnsupported) (sm90_engine_nocuda.cpp). The resolver rejects those implementations in
 // such a build (stage build) long before this is reached.
 std::unique_ptr<Engine> create_sm90_engine(const MoeSpec& spec, const MoeWeights& weights,
                                            int device);
+// The same for pipeline::make_sm90_fp8_engine (the fp8 formats).
+std::unique_ptr<Engine> create_sm90_fp8_engine(const MoeSpec& spec, const MoeWeights& weights,
+                                               int device);
 
 }  // namespace moekit::registry::impls

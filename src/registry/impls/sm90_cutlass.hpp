@@ -1,5 +1,6 @@
-// The family shared by every cuda.sm90.cutlass.<format> implementation: the Hopper engine
-// (routing, permute, CUTLASS ptr-array grouped GEMMs + the decode GEMV, activation, finalize).
+// The family shared by every cuda.sm90.cutlass.<format> implementation: the Hopper engines
+// (routing, permute, CUTLASS ptr-array grouped GEMMs + the decode GEMV, activation, finalize;
+// for the fp8 formats the FP8 engine, pipeline/sm90_fp8_engine.hpp).
 // Each format's file only names its id and formats; what they share is declared once here.
 #pragma once
 #include <string>

@@ -5,10 +5,17 @@
 
 namespace moekit::registry::impls {
 
-std::unique_ptr<Engine> create_sm90_engine(const MoeSpec&, const MoeWeights&, int) {
+namespace {
+[[noreturn]] void no_cuda() {
   throw Error(ErrorCode::kUnsupported,
               "cuda.sm90.cutlass cannot build an engine: this build has no CUDA (configured with "
               "MOEKIT_CUDA=OFF).");
+}
+}  // namespace
+
+std::unique_ptr<Engine> create_sm90_engine(const MoeSpec&, const MoeWeights&, int) { no_cuda(); }
+std::unique_ptr<Engine> create_sm90_fp8_engine(const MoeSpec&, const MoeWeights&, int) {
+  no_cuda();
 }
 
 }  // namespace moekit::registry::impls

@@ -1,0 +1,132 @@
+// The FP8 engines' activation (activation_device.hpp, run_device_quantized): FC1's bf16 output in
+// the checkpoint's gate/up order, plus the bias, through the activation, rounded to bf16, then
+// quantized to e4m3 per 128 outputs for FC2. One warp per (row, group of 128 outputs); each lane
+// computes 4 of them.
+#include <algorithm>
+#include <string>
+
+#include <cuda_bf16.h>
+
+#include "activation/activation_device.hpp"
+#include "common/cuda_status.hpp"
+#include "pipeline/fp8_quantize.cuh"
+#include "pipeline/pdl.cuh"
+
+namespace moekit::activation {
+namespace {
+
+constexpr int kWarps = 8;  // per block
+
+enum Mode : int { kPlain = 0, kHalves = 1, kInterleaved = 2 };
+
+struct QuantizeArgs {
+  Params p;
+  const __nv_bfloat16* in;    // [rows, fc1_rows]
+  const float* bias;          // [L, fc1_rows] or null
+  const float* static_scale;  // [L] or null
+  const int32_t* row_expert;
+  const int32_t* rows_end;  // &offsets[L]
+  uint8_t* values;          // [rows, I]
+  float* scales;            // [rows, I / 128]
+  int64_t intermediate, fc1_rows;
+};
+
+__device__ __forceinline__ float round_bf16(float x) {
+  return __bfloat162float(__float2bfloat16_rn(x));
+}
+
+// FC1's value at column c of `row` plus its bias, rounded to bf16 as the reference rounds FC1's
+// output (the GEMM stored it rounded already; the bias sum is rounded again).
+__device__ __forceinline__ float fc1_value(const __nv_bfloat16* row, const float* bias, int64_t c) {
+  const float y = __bfloat162float(row[c]);
+  return bias ? round_bf16(y + bias[c]) : y;
+}
+
+template <int kMode>
+__global__ void __launch_bounds__(kWarps * 32) activation_quantize_kernel(QuantizeArgs a) {
+  pipeline::pdl_wait();  // FC1's output and the offsets come from earlier kernels
+  pipeline::pdl_launch_dependents();
+  const int lane = threadIdx.x & 31;
+  const int64_t groups = a.intermediate / pipeline::kFp8Group;
+  const int64_t work = static_cast<int64_t>(*a.rows_end) * groups;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
+  for (int64_t w = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5); w < work;
+       w += warps) {
+    const int64_t row = w / groups, g = w - row * groups;
+    const int32_t e = a.row_expert[row];
+    const __nv_bfloat16* in = a.in + row * a.fc1_rows;
+    const float* bias = a.bias ? a.bias + static_cast<int64_t>(e) * a.fc1_rows : nullptr;
+    const int64_t j0 = g * pipeline::kFp8Group + 4 * lane;
+    float x[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t j = j0 + i;
+      float v;
+      if (kMode == kPlain) {
+        v = apply_plain(a.p, fc1_value(in, bias, j));
+      } else if (kMode == kHalves) {  // gate rows [0, I), up rows [I, 2I)
+        v = apply_gated(a.p, fc1_value(in, bias, j), fc1_value(in, bias, a.intermediate + j));
+      } else {  // gate 2j, up 2j + 1 (gpt-oss)
+        v = apply_gated(a.p, fc1_value(in, bias, 2 * j), fc1_value(in, bias, 2 * j + 1));
+      }
+      x[i] = round_bf16(v);
+    }
+    const float fixed = a.static_scale ? a.static_scale[e] : 0.0f;
+    const float scale = pipeline::quantize_group4(x, fixed, a.values + row * a.intermediate + j0);
+    if (lane == 0) a.scales[row * groups + g] = scale;
+  }
+}
+
+using KernelFn = void (*)(QuantizeArgs);
+
+KernelFn pick(const DeviceActivation& a, GateUpLayout layout) {
+  if (!is_gated(a.params.kind)) return activation_quantize_kernel<kPlain>;
+  return layout == GateUpLayout::kInterleaved ? activation_quantize_kernel<kInterleaved>
+                                              : activation_quantize_kernel<kHalves>;
+}
+
+Status check(const DeviceActivation& a) {
+  if (a.elem != DType::kBFloat16)
+    return Status(ErrorCode::kUnsupported,
+                  std::string("the quantizing activation reads bf16, not ") + to_string(a.elem));
+  if (a.intermediate <= 0 || a.intermediate % pipeline::kFp8Group != 0)
+    return Status(ErrorCode::kUnsupported, "intermediate " + std::to_string(a.intermediate) +
+                                               " is not a positive multiple of 128");
+  return {};
+}
+
+}  // namespace
+
+Status prepare_device_quantized(const DeviceActivation& a, GateUpLayout layout) {
+  Status s = check(a);
+  if (!s.ok()) return s;
+  cudaFuncAttributes attr;
+  return cuda_status(cudaFuncGetAttributes(&attr, pick(a, layout)),
+                     "loading the quantizing activation kernel");
+}
+
+Status run_device_quantized(const DeviceActivation& a, GateUpLayout layout, const void* fc1_out,
+                            const QuantizedActivations& out, const int32_t* row_expert,
+                            const int32_t* offsets, int64_t max_rows, cudaStream_t stream) {
+  Status s = check(a);
+  if (!s.ok()) return s;
+  if (max_rows <= 0) return {};
+  QuantizeArgs k{};
+  k.p = a.params;
+  k.in = static_cast<const __nv_bfloat16*>(fc1_out);
+  k.bias = a.fc1_bias;
+  k.static_scale = out.static_scale;
+  k.row_expert = row_expert;
+  k.rows_end = offsets + a.local_experts;
+  k.values = static_cast<uint8_t*>(out.values);
+  k.scales = out.scales;
+  k.intermediate = a.intermediate;
+  k.fc1_rows = a.fc1_rows();
+  const int64_t work = max_rows * (a.intermediate / pipeline::kFp8Group);
+  const int blocks =
+      static_cast<int>(std::clamp<int64_t>((work + kWarps - 1) / kWarps, 1, 132 * 32));
+  return cuda_status(pipeline::launch_pdl(pick(a, layout), blocks, kWarps * 32, 0, stream, k),
+                     "launching the quantizing activation kernel");
+}
+
+}  // namespace moekit::activation

@@ -1,0 +1,108 @@
+// The FP8 engines' gather (permute.hpp, gather_quantized): each slot's hidden row, read from the
+// caller's matrix, quantized to e4m3 with one fp32 scale per 128 columns and written at the
+// slot's permuted row. One warp per slot; each lane holds 4 of a group's 128 columns.
+#include <algorithm>
+
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include "common/cuda_status.hpp"
+#include "permute/permute.hpp"
+#include "pipeline/fp8_quantize.cuh"
+#include "pipeline/pdl.cuh"
+
+namespace moekit::permute {
+namespace {
+
+constexpr int kWarps = 8;  // per block
+
+struct QuantizeArgs {
+  const __nv_bfloat16* hidden;  // [tokens, H]
+  const int32_t* slot_row;
+  const int32_t* slot_expert;
+  float* weights;             // [tokens, k]: multiplied in and set to 1 where on_input
+  const float* static_scale;  // [L] or null
+  uint8_t* values;            // [P, H]
+  float* scales;              // [P, H / 128]
+  int64_t slots;              // tokens x k
+  int top_k;
+  int64_t hidden_size;
+  bool on_input;
+};
+
+__global__ void __launch_bounds__(kWarps * 32) quantize_rows_kernel(QuantizeArgs a) {
+  // The slots come from the permute: nothing is read before its end.
+  pipeline::pdl_wait();
+  pipeline::pdl_launch_dependents();
+  const int lane = threadIdx.x & 31;
+  const int64_t groups = a.hidden_size / pipeline::kFp8Group;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
+  for (int64_t s = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5); s < a.slots;
+       s += warps) {
+    const int32_t r = a.slot_row[s];
+    if (r < 0) continue;  // not this rank's expert, or a dropped caller id (the same in every lane)
+    const __nv_bfloat16* src = a.hidden + (s / a.top_k) * a.hidden_size;
+    const float w = a.on_input ? a.weights[s] : 1.0f;
+    const float fixed = a.static_scale ? a.static_scale[a.slot_expert[s]] : 0.0f;
+    uint8_t* dst = a.values + static_cast<int64_t>(r) * a.hidden_size;
+    float* dst_scales = a.scales + static_cast<int64_t>(r) * groups;
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t c = g * pipeline::kFp8Group + 4 * lane;
+      const uint2 raw = *reinterpret_cast<const uint2*>(src + c);
+      float x[4];
+      pipeline::unpack4_bf16(raw, x);
+      if (a.on_input) {  // Llama-4: the row times its weight, rounded to bf16 as the reference
+#pragma unroll
+        for (int i = 0; i < 4; ++i) x[i] = __bfloat162float(__float2bfloat16_rn(x[i] * w));
+      }
+      const float scale = pipeline::quantize_group4(x, fixed, dst + c);
+      if (lane == 0) dst_scales[g] = scale;
+    }
+    if (a.on_input) {
+      __syncwarp();  // every lane has read the weight
+      if (lane == 0) a.weights[s] = 1.0f;
+    }
+  }
+}
+
+}  // namespace
+
+Status prepare_gather_quantized() {
+  cudaFuncAttributes attr;
+  return cuda_status(cudaFuncGetAttributes(&attr, quantize_rows_kernel),
+                     "loading the quantizing gather kernel");
+}
+
+Status gather_quantized(const Config& c, const Buffers& b, int64_t tokens, const void* hidden,
+                        const QuantizedRows& out, cudaStream_t stream) {
+  if (tokens < 0 || tokens > c.max_tokens)
+    return Status(ErrorCode::kInvalidArgument, "tokens " + std::to_string(tokens) +
+                                                   " is outside [0, max_tokens " +
+                                                   std::to_string(c.max_tokens) + "]");
+  const int64_t H = c.row_bytes / 2;  // bf16 rows
+  if (H % pipeline::kFp8Group != 0)
+    return Status(ErrorCode::kUnsupported, "the quantizing gather needs hidden " +
+                                               std::to_string(H) + " a multiple of " +
+                                               std::to_string(pipeline::kFp8Group));
+  if (hidden == nullptr || out.values == nullptr || out.scales == nullptr)
+    return Status(ErrorCode::kInvalidArgument, "the quantizing gather got a null pointer");
+  if (tokens == 0) return {};
+  QuantizeArgs a{};
+  a.hidden = static_cast<const __nv_bfloat16*>(hidden);
+  a.slot_row = b.slot_row;
+  a.slot_expert = b.slot_expert;
+  a.weights = b.topk_weights;
+  a.static_scale = out.static_scale;
+  a.values = static_cast<uint8_t*>(out.values);
+  a.scales = out.scales;
+  a.slots = tokens * c.top_k();
+  a.top_k = c.top_k();
+  a.hidden_size = H;
+  a.on_input = out.weight_on_input;
+  const int blocks =
+      static_cast<int>(std::clamp<int64_t>((a.slots + kWarps - 1) / kWarps, 1, 132 * 32));
+  return cuda_status(pipeline::launch_pdl(quantize_rows_kernel, blocks, kWarps * 32, 0, stream, a),
+                     "launching the quantizing gather kernel");
+}
+
+}  // namespace moekit::permute

@@ -1,0 +1,209 @@
+// Host-side pieces every device engine of src/pipeline shares: the current-device guard, device
+// allocations, the workspace carver, the checks of the caller's views and of the layer's arrays.
+// C++17.
+#pragma once
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "moekit/registry.hpp"
+#include "permute/permute.hpp"
+#include "routing/routing_device.hpp"
+
+namespace moekit::pipeline {
+
+inline void check_cuda(cudaError_t e, const std::string& what) {
+  if (e != cudaSuccess) throw Error(ErrorCode::kCuda, what + " failed: " + cudaGetErrorString(e));
+}
+
+// Makes `device` current for a scope and restores the caller's device after it.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) : device_(device) {
+    check_cuda(cudaGetDevice(&previous_), "querying the current CUDA device");
+    if (previous_ != device_)
+      check_cuda(cudaSetDevice(device_), "selecting CUDA device " + std::to_string(device_));
+  }
+  ~DeviceGuard() {
+    if (previous_ != device_) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int device_;
+  int previous_ = 0;
+};
+
+struct CudaFree {
+  void operator()(void* p) const { cudaFree(p); }
+};
+using DeviceMemory = std::unique_ptr<void, CudaFree>;
+
+inline DeviceMemory device_alloc(std::size_t bytes, const char* what) {
+  void* p = nullptr;
+  check_cuda(cudaMalloc(&p, std::max<std::size_t>(bytes, 1)),
+             "allocating " + std::to_string(bytes) + " bytes of " + what);
+  return DeviceMemory(p);
+}
+
+// Hands out 256-byte aligned pieces of one allocation: first to size it, then to carve it.
+class Carver {
+ public:
+  explicit Carver(char* base = nullptr) : base_(base) {}
+  template <class T>
+  T* take(int64_t count) {
+    const std::size_t at = used_;
+    used_ += (static_cast<std::size_t>(count) * sizeof(T) + 255) / 256 * 256;
+    return base_ ? reinterpret_cast<T*>(base_ + at) : nullptr;
+  }
+  std::size_t used() const { return used_; }
+
+ private:
+  char* base_;
+  std::size_t used_ = 0;
+};
+
+inline std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// Throws kInvalidArgument unless `v` is a device tensor of `dtype` and `shape` on `device`.
+inline void check_view(const TensorView& v, const char* name, DType dtype,
+                       const std::vector<int64_t>& shape, int device, bool aligned16) {
+  if (v.data == nullptr) throw Error(ErrorCode::kInvalidArgument, std::string(name) + " is null");
+  if (v.device != Device::kCuda || v.device_index != device)
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string(name) + " must live on CUDA device " + std::to_string(device));
+  if (v.dtype != dtype)
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        std::string(name) + " has dtype " + to_string(v.dtype) + ", expected " + to_string(dtype));
+  if (v.shape != shape)
+    throw Error(ErrorCode::kInvalidArgument, std::string(name) + " has shape " +
+                                                 shape_string(v.shape) + ", expected " +
+                                                 shape_string(shape));
+  if (aligned16 && reinterpret_cast<std::uintptr_t>(v.data) % 16 != 0)
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        std::string(name) + " is not 16-byte aligned (the kernels move 16 bytes at a time)");
+}
+
+// The forward's views: hidden and output [T, H] of `elem`, and the routing inputs (the caller's
+// ids and weights for kExternal, else the router logits). Returns T. Throws kInvalidArgument.
+inline int64_t check_forward_views(const ForwardArgs& args, const MoeSpec& spec,
+                                   const LocalProblem& lp, DType elem, int device) {
+  const int64_t H = lp.hidden, k = lp.top_k;
+  if (args.hidden.shape.size() != 2)
+    throw Error(ErrorCode::kInvalidArgument, "hidden has shape " + shape_string(args.hidden.shape) +
+                                                 ", expected [tokens, " + std::to_string(H) + "]");
+  const int64_t T = args.hidden.shape[0];
+  if (T < 0 || T > spec.max_tokens)
+    throw Error(ErrorCode::kInvalidArgument, "tokens " + std::to_string(T) +
+                                                 " is outside [0, max_tokens " +
+                                                 std::to_string(spec.max_tokens) + "]");
+  check_view(args.hidden, "hidden", elem, {T, H}, device, true);
+  check_view(args.output, "output", elem, {T, H}, device, true);
+  if (spec.routing.method == RoutingMethod::kExternal) {
+    check_view(args.topk_ids, "topk_ids", DType::kInt32, {T, k}, device, false);
+    check_view(args.topk_weights, "topk_weights", DType::kFloat32, {T, k}, device, false);
+  } else {
+    check_view(args.router_logits, "router_logits", DType::kFloat32, {T, lp.num_experts_global},
+               device, false);
+  }
+  return T;
+}
+
+// Which bias arrays the layer uploads, after checking their sizes (kInvalidArgument).
+struct LayerBiases {
+  bool fc1 = false, fc2 = false, routing = false;
+};
+inline LayerBiases check_biases(const MoeSpec& spec, const LocalProblem& lp,
+                                const MoeWeights& weights) {
+  LayerBiases b;
+  const int64_t L = lp.num_experts, H = lp.hidden, E = lp.num_experts_global;
+  b.fc1 = spec.fc1_bias;
+  b.fc2 = spec.fc2_bias && lp.adds_fc2_bias;
+  b.routing = spec.routing.method == RoutingMethod::kDeepSeekV3 && spec.routing.correction_bias;
+  if (b.fc1 && static_cast<int64_t>(weights.fc1_bias.size()) != L * lp.fc1_rows)
+    throw Error(ErrorCode::kInvalidArgument,
+                "fc1_bias holds " + std::to_string(weights.fc1_bias.size()) + " values, expected " +
+                    std::to_string(L * lp.fc1_rows));
+  if (b.fc2 && static_cast<int64_t>(weights.fc2_bias.size()) != L * H)
+    throw Error(ErrorCode::kInvalidArgument, "fc2_bias holds " +
+                                                 std::to_string(weights.fc2_bias.size()) +
+                                                 " values, expected " + std::to_string(L * H));
+  if (b.routing && static_cast<int64_t>(weights.routing_bias.size()) != E)
+    throw Error(ErrorCode::kInvalidArgument,
+                "routing_bias holds " + std::to_string(weights.routing_bias.size()) +
+                    " values, expected one per expert (" + std::to_string(E) + ")");
+  return b;
+}
+
+inline void upload(void* dst, const void* src, std::size_t bytes, const char* what) {
+  if (bytes)
+    check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice),
+               std::string("uploading ") + what);
+}
+
+// The device routing's and the permute's limits, checked before anything is allocated (the
+// routing bias is uploaded later). Throws kUnsupported naming the value.
+inline void check_routing_limits(const MoeSpec& spec, const LocalProblem& lp, const char* engine) {
+  RoutingParams without_bias = spec.routing;
+  without_bias.correction_bias = false;
+  routing::DeviceRouting probe;
+  throw_if_error(routing::make_device_routing(without_bias, static_cast<int>(lp.num_experts_global),
+                                              static_cast<int>(lp.top_k), nullptr, &probe));
+  if (lp.num_experts > permute::kMaxLocalExperts)
+    throw Error(ErrorCode::kUnsupported, "local experts " + std::to_string(lp.num_experts) +
+                                             " exceed the " + engine + "'s " +
+                                             std::to_string(permute::kMaxLocalExperts));
+}
+
+// The permute's arrays (all but the gathered rows, Buffers::permuted, which stays null) out of
+// `c`, for `local_experts` experts.
+inline permute::Buffers carve_permute_buffers(Carver& c, const permute::BufferCounts& n,
+                                              int64_t local_experts) {
+  permute::Buffers b;
+  b.error_word = c.take<unsigned long long>(1);
+  b.offsets_flag = c.take<uint32_t>(1);
+  b.expert_done = c.take<int32_t>(local_experts + 2);
+  b.topk_ids = c.take<int32_t>(n.per_slot);
+  b.topk_weights = c.take<float>(n.per_slot);
+  b.slot_expert = c.take<int32_t>(n.per_slot);
+  b.slot_rank = c.take<int32_t>(n.per_slot);
+  b.slot_row = c.take<int32_t>(n.per_slot);
+  b.chunk_counts = c.take<int32_t>(n.chunk_counts);
+  b.segment_totals = c.take<int32_t>(n.segment_totals);
+  b.offsets = c.take<int32_t>(n.offsets);
+  b.row_expert = c.take<int32_t>(n.rows);
+  b.row_token = c.take<int32_t>(n.rows);
+  return b;
+}
+
+// The first bad caller id the permute recorded since the last poll (then cleared), after
+// waiting for the device: poll_errors() of the engines.
+inline Status poll_permute_errors(const permute::Buffers& b, const LocalProblem& lp) {
+  cudaError_t e = cudaDeviceSynchronize();
+  if (e != cudaSuccess)
+    return Status(ErrorCode::kCuda,
+                  std::string("waiting for the device failed: ") + cudaGetErrorString(e));
+  unsigned long long word = permute::kNoError;
+  e = cudaMemcpy(&word, b.error_word, sizeof(word), cudaMemcpyDeviceToHost);
+  if (e == cudaSuccess && word != permute::kNoError)
+    e = cudaMemcpy(b.error_word, &permute::kNoError, sizeof(word), cudaMemcpyHostToDevice);
+  if (e != cudaSuccess)
+    return Status(ErrorCode::kCuda,
+                  std::string("reading the device error word failed: ") + cudaGetErrorString(e));
+  return permute::decode_error(word, static_cast<int>(lp.num_experts_global),
+                               static_cast<int>(lp.top_k));
+}
+
+}  // namespace moekit::pipeline
