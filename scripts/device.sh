@@ -2,7 +2,7 @@
 # Runs on the H200 device machine, from the repository root, with .carry/ (scripts/carry.sh)
 # carried along: builds every tactic, runs the GPU tests, compute-sanitizer's four tools over the
 # GPU tests (step "sanitize", below), and the benchmarks. Logs go to $OUT (at most 8 files come back). Usage:
-#   MOEKIT_COMMIT=<sha> bash scripts/device.sh [variants] [build | prebuilt] [test] [sanitize] [bench] [sweep] [torch] [ab] [clocks] [envab] [ncu] [ncu-gemm] [ncu-source] [ncu-forward] [hang]
+#   MOEKIT_COMMIT=<sha> bash scripts/device.sh [variants] [build | prebuilt] [check] [test] [sanitize] [bench] [sweep] [torch] [ab] [clocks] [envab] [ncu] [ncu-gemm] [ncu-source] [ncu-forward] [hang]
 #   (default: build test sanitize bench sweep torch)
 # Step "prebuilt" instead of "build": the programs from .prebuilt/ (scripts/prebuild.sh, a full
 # build on the CPU machine, carried along), which saves the ~3 minutes of a build here. The
@@ -164,8 +164,25 @@ if want sanitize; then
   rm -f "$OUT"/sanitizer-*.log
 fi
 
+# Step "check": `moekit run --check` (the GPU's forward against the CPU reference, relative error
+# under 1e-2) for each of MOEKIT_CHECK_PRESETS x MOEKIT_CHECK_FORMATS x MOEKIT_CHECK_TOKENS, at the
+# presets' real shapes with random weights.
+if want check; then
+  for preset in ${MOEKIT_CHECK_PRESETS:-qwen3-30b-a3b}; do
+    for fmt in ${MOEKIT_CHECK_FORMATS:-fp8_block128 fp8}; do
+      for t in ${MOEKIT_CHECK_TOKENS:-1 7 64 513}; do
+        echo "== $preset $fmt T=$t"
+        timeout 120 $bin/tools/moekit run --preset "$preset" --weights-format "$fmt" --tokens "$t" --check 2>&1 | tail -4
+      done
+    done
+  done >"$OUT/check.txt" 2>&1
+  cat "$OUT/check.txt" >>"$summary"
+fi
+
+# MOEKIT_BENCH_FORMAT and MOEKIT_BENCH_ROUTING: the bench's --weights-format and --routing.
 if want bench; then
   $bin/tools/moekit bench --preset "${MOEKIT_BENCH_PRESETS:-qwen3-30b-a3b,mixtral-8x7b,deepseek-v3,gpt-oss-120b}" \
+    ${MOEKIT_BENCH_FORMAT:+--weights-format "$MOEKIT_BENCH_FORMAT"} ${MOEKIT_BENCH_ROUTING:+--routing "$MOEKIT_BENCH_ROUTING"} \
     ${MOEKIT_BENCH_TOKENS:+--tokens "$MOEKIT_BENCH_TOKENS"} --flush "${MOEKIT_FLUSH:-read}" --json "$OUT/bench.json" >"$OUT/bench.txt" 2>&1
   echo "bench: rc=$?" >>"$OUT/bench.txt"
   cat "$OUT/bench.txt" >>"$summary"
