@@ -165,9 +165,9 @@ double time_fp8_gemm(int n, TimeMedian&& time_median) {
            "cublasLtMatmulPreferenceSetAttribute");
   cublasLtMatmulHeuristicResult_t best{};
   int found = 0;
-  check_lt(cublasLtMatmulAlgoGetHeuristic(g.handle, g.op, g.a, g.b, g.c, g.c, g.pref, 1, &best,
-                                          &found),
-           "cublasLtMatmulAlgoGetHeuristic (FP8 e4m3 GEMM)");
+  check_lt(
+      cublasLtMatmulAlgoGetHeuristic(g.handle, g.op, g.a, g.b, g.c, g.c, g.pref, 1, &best, &found),
+      "cublasLtMatmulAlgoGetHeuristic (FP8 e4m3 GEMM)");
   if (found == 0)
     throw Error(ErrorCode::kCuda, "cuBLASLt offers no algorithm for the FP8 e4m3 GEMM " +
                                       std::to_string(n) + "^3 on this GPU");

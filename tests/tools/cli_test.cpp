@@ -198,9 +198,10 @@ TEST(Cli, BenchTakesFp8FormatsAndRouting) {
 #ifdef MOEKIT_WITH_CUDA
   if (moekit::devtest::gpu_skip_reason().empty()) GTEST_SKIP() << "a GPU would run these";
 #endif
-  for (const char* args : {"--preset deepseek-v3 --weights-format fp8_block128 --routing softmax_topk",
-                           "--preset qwen3-30b-a3b --weights-format fp8_block128",
-                           "--preset deepseek-v3,qwen3-30b-a3b --weights-format fp8"}) {
+  for (const char* args :
+       {"--preset deepseek-v3 --weights-format fp8_block128 --routing softmax_topk",
+        "--preset qwen3-30b-a3b --weights-format fp8_block128",
+        "--preset deepseek-v3,qwen3-30b-a3b --weights-format fp8"}) {
     const RanWithPeak r = moekit_with_peak(std::string("bench ") + args + " --tokens 1,16384");
     EXPECT_EQ(r.ran.code, 1) << args << "\n" << r.ran.out << r.ran.err;
     EXPECT_EQ(r.ran.err.find("is not a known value"), std::string::npos) << args << r.ran.err;
