@@ -48,13 +48,17 @@ def load_torch(paths):
 
 def draw_preset(ax, preset, rows, torch_rows, floors, title):
     tokens = sorted(rows)
-    copy, gemm = floors["copy_bytes_per_s"], floors["gemm_flops_per_s"]
+    # The bench's bytes floor is the read stream (older files: the copy rate); its FLOP floor the
+    # GEMM rate of the rows' weight format (older files: BF16 only).
+    stream = floors.get("read_bytes_per_s", floors["copy_bytes_per_s"])
+    fp8 = rows[tokens[0]].get("gemm_floor") == "FP8"
+    gemm = floors["fp8_gemm_flops_per_s"] if fp8 else floors["gemm_flops_per_s"]
     moekit = [rows[t]["median_us"] for t in tokens]
     ax.plot(tokens, moekit, "o-", color="C0", lw=2, label="moekit (median)", zorder=5)
-    ax.plot(tokens, [rows[t]["bytes"] / copy * 1e6 for t in tokens], "--", color="C2",
-            label=f"bandwidth floor (bytes / {copy / 1e12:.2f} TB/s)")
+    ax.plot(tokens, [rows[t]["bytes"] / stream * 1e6 for t in tokens], "--", color="C2",
+            label=f"bandwidth floor (bytes / {stream / 1e12:.2f} TB/s)")
     ax.plot(tokens, [rows[t]["flops"] / gemm * 1e6 for t in tokens], "--", color="C3",
-            label=f"compute floor (flops / {gemm / 1e12:.0f} TFLOP/s)")
+            label=f"compute floor (flops / {gemm / 1e12:.0f} {'FP8' if fp8 else 'BF16'} TFLOP/s)")
     lowest = min(moekit)
     if "graph_launch_us" in floors:
         ax.axhline(floors["graph_launch_us"], color="0.6", ls=":", lw=1,
@@ -62,10 +66,13 @@ def draw_preset(ax, preset, rows, torch_rows, floors, title):
         lowest = min(lowest, floors["graph_launch_us"])
     common = [t for t in tokens if torch_rows and t in torch_rows]
     if common:
+        fp8_torch = torch_rows[common[0]].get("weights_format", "bf16") != "bf16"
         ax.plot(common, [torch_rows[t]["grouped_us"] for t in common], "s-", color="C1",
-                label="PyTorch torch._grouped_mm")
-        ax.plot(common, [torch_rows[t]["loop_us"] for t in common], "^:", color="C4",
-                label="PyTorch loop over experts")
+                label="PyTorch torch._scaled_grouped_mm" if fp8_torch else "PyTorch torch._grouped_mm")
+        looped = [t for t in common if torch_rows[t].get("loop_us") is not None]  # FP8: not timed
+        if looped:
+            ax.plot(looped, [torch_rows[t]["loop_us"] for t in looped], "^:", color="C4",
+                    label="PyTorch loop over experts")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xticks(tokens, [str(t) for t in tokens])

@@ -32,6 +32,7 @@
 # every GPU suite), MOEKIT_SANITIZER_TIMEOUT (s, per tool; default 540), MOEKIT_TEST_TIMEOUT (s,
 # for the test step; a hang shows as rc=124), MOEKIT_BENCH_PRESETS, MOEKIT_BENCH_TOKENS,
 # MOEKIT_FLUSH (read|write|none: how bench and torch empty the L2 before each rep; default read),
+# MOEKIT_BENCH_FORMAT and MOEKIT_BENCH_ROUTING (bench and torch: --weights-format, --routing),
 # MOEKIT_SWEEP_TOKENS, MOEKIT_SWEEP_PRESETS, MOEKIT_SWEEP_ROUTING (random | even), MOEKIT_SWEEP_TACTICS,
 # MOEKIT_SWEEP_GEMMS (bench/gemm_sweep.cu).
 set -uo pipefail
@@ -182,8 +183,9 @@ fi
 # MOEKIT_BENCH_FORMAT and MOEKIT_BENCH_ROUTING: the bench's --weights-format and --routing.
 if want bench; then
   $bin/tools/moekit bench --preset "${MOEKIT_BENCH_PRESETS:-qwen3-30b-a3b,mixtral-8x7b,deepseek-v3,gpt-oss-120b}" \
+    ${MOEKIT_BENCH_TOKENS:+--tokens "$MOEKIT_BENCH_TOKENS"} --flush "${MOEKIT_FLUSH:-read}" \
     ${MOEKIT_BENCH_FORMAT:+--weights-format "$MOEKIT_BENCH_FORMAT"} ${MOEKIT_BENCH_ROUTING:+--routing "$MOEKIT_BENCH_ROUTING"} \
-    ${MOEKIT_BENCH_TOKENS:+--tokens "$MOEKIT_BENCH_TOKENS"} --flush "${MOEKIT_FLUSH:-read}" --json "$OUT/bench.json" >"$OUT/bench.txt" 2>&1
+    --json "$OUT/bench.json" >"$OUT/bench.txt" 2>&1
   echo "bench: rc=$?" >>"$OUT/bench.txt"
   cat "$OUT/bench.txt" >>"$summary"
 fi
@@ -197,6 +199,8 @@ fi
 
 if want torch; then
   python3 bench/torch_moe.py --moekit-json "$OUT/bench.json" --json-out "$OUT/torch.json" --flush "${MOEKIT_FLUSH:-read}" ${MOEKIT_BENCH_TOKENS:+--tokens "$MOEKIT_BENCH_TOKENS"} \
+    ${MOEKIT_BENCH_PRESETS:+--presets "$MOEKIT_BENCH_PRESETS"} \
+    ${MOEKIT_BENCH_FORMAT:+--weights-format "$MOEKIT_BENCH_FORMAT"} ${MOEKIT_BENCH_ROUTING:+--routing "$MOEKIT_BENCH_ROUTING"} \
     >"$OUT/torch.txt" 2>&1 || echo "torch: rc=$?" >>"$OUT/torch.txt"
   cat "$OUT/torch.txt" >>"$summary"
 fi

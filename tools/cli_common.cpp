@@ -139,10 +139,14 @@ int64_t forward_host_bytes(const MoeSpec& spec, int64_t tokens) {
 int64_t weight_host_bytes(const MoeSpec& spec) {
   const LocalProblem lp = derive_local(spec);
   // The experts are drawn unsharded along the intermediate, then sliced.
-  const int64_t elements =
-      lp.num_experts * (spec.fc1_rows() * spec.hidden + spec.hidden * spec.intermediate);
-  const int64_t bits = format_value_bits(spec.weights.format);
-  return elements / 8 * bits + elements % 8 * bits / 8;
+  return lp.num_experts * (expert_matrix_bytes(spec.weights, spec.fc1_rows(), spec.hidden) +
+                           expert_matrix_bytes(spec.weights, spec.hidden, spec.intermediate));
+}
+
+int64_t local_expert_bytes(const MoeSpec& spec) {
+  const LocalProblem lp = derive_local(spec);
+  return expert_matrix_bytes(spec.weights, lp.fc1_rows, lp.hidden) +
+         expert_matrix_bytes(spec.weights, lp.hidden, lp.intermediate);
 }
 
 Resolution resolve_or_refuse(const MoeSpec& spec, const std::string& backend) {
@@ -245,11 +249,10 @@ NamedTensor output_tensor(const MoeSpec& spec, const std::vector<float>& output,
   return named_tensor_from_floats("output", spec.act_dtype, {tokens, spec.hidden}, output.data());
 }
 
-MoeWeights fast_random_weights(const MoeSpec& spec, uint64_t seed) {
+MoeWeights bench_random_weights(const MoeSpec& spec, uint64_t seed) {
   const WeightFormat f = spec.weights.format;
   if (f != WeightFormat::kBF16 && f != WeightFormat::kFP16)
-    throw Error(ErrorCode::kInvalidArgument,
-                std::string("fast random weights are bf16/fp16 only, not ") + to_string(f));
+    return quant::make_random_weights(spec, seed);
   const LocalProblem lp = derive_local(spec);
   const DType t = f == WeightFormat::kBF16 ? DType::kBFloat16 : DType::kFloat16;
   auto make = [&](int64_t rows, int64_t cols, uint64_t salt) {
@@ -311,6 +314,12 @@ const char* to_string(L2Flush f) {
       return "none";
   }
   return "?";
+}
+
+double gemm_floor_rate(const Floors& floors, WeightFormat f, const char** name) {
+  const bool fp8 = format_quantizes_activations(f);  // W8A8: both operands e4m3
+  *name = fp8 ? "FP8" : "BF16";
+  return fp8 ? floors.fp8_gemm_flops_per_s : floors.gemm_flops_per_s;
 }
 
 RunResult run_layer(MoeLayer& layer, const HostInputs& in) {

@@ -39,6 +39,9 @@ void check_host_bytes(int64_t bytes, const std::string& what);
 // product overflows).
 int64_t forward_host_bytes(const MoeSpec& spec, int64_t tokens);
 int64_t weight_host_bytes(const MoeSpec& spec);
+// Bytes of one local expert's FC1 and FC2 in the spec's weight format, scales included
+// (expert_matrix_bytes): what a forward must read for each expert it hits.
+int64_t local_expert_bytes(const MoeSpec& spec);
 
 // The resolver's choice for `backend`, or Error(kUnsupported) with its reason in one line: run
 // and bench refuse before building any weight.
@@ -54,9 +57,10 @@ HostInputs inputs_from_tensors(const MoeSpec& spec, const std::vector<NamedTenso
 // The output as tensor 'output' [T, H] in the spec's act dtype.
 NamedTensor output_tensor(const MoeSpec& spec, const std::vector<float>& output, int64_t tokens);
 
-// Random weights for the benchmark: fast (multithreaded), uniform with the variance of
-// N(0, 1/fan_in); only bf16/fp16 weight formats. Values are random, never zeros.
-MoeWeights fast_random_weights(const MoeSpec& spec, uint64_t seed);
+// Random weights for the benchmark, never zeros: bf16/fp16 drawn fast (multithreaded, uniform
+// with the variance of N(0, 1/fan_in)); every other format by quant::make_random_weights
+// (normal, then quantized with scales from the data; parallel over the experts).
+MoeWeights bench_random_weights(const MoeSpec& spec, uint64_t seed);
 
 struct RunResult {
   std::vector<float> output;  // [T, H] as fp32
@@ -80,7 +84,11 @@ struct BenchRow {
 };
 struct Floors {
   double copy_bytes_per_s = 0;  // device-to-device copy, read + write bytes counted
+  double read_bytes_per_s = 0;  // read-only stream of 2 GiB (plain 16-byte loads): bytes floor
   double gemm_flops_per_s = 0;  // dense BF16 GEMM 8192^3 through cuBLAS
+  // Dense FP8 GEMM 8192^3 through cuBLASLt: e4m3 x e4m3 -> bf16, fp32 compute, unit per-tensor
+  // scales, fast accumulation (the machine's FP8 rate, the FLOP floor of the FP8 formats).
+  double fp8_gemm_flops_per_s = 0;
   // A graph of one empty kernel, replayed and timed as the bench's rows (L2 flush before each):
   // the part of every row that launching the graph takes, whatever runs in it.
   double launch_us = 0;
@@ -94,6 +102,10 @@ struct Floors {
 //   kNone  keeps whatever the previous replay left (weights of small layers stay cached).
 enum class L2Flush { kRead, kWrite, kNone };
 Floors measure_floors(L2Flush flush);
+// The GEMM rate that bounds a forward of `f`'s weights from below: the FP8 rate for the FP8
+// formats whose activations are quantized to e4m3 (fp8, fp8_block128, mxfp8), else the BF16 rate
+// (activations stay bf16/fp16). `name` gets "FP8" or "BF16".
+double gemm_floor_rate(const Floors& floors, WeightFormat f, const char** name);
 // "read", "write" or "none"; Error(kInvalidArgument) names any other value.
 L2Flush parse_l2_flush(const std::string& text);
 const char* to_string(L2Flush f);

@@ -1,4 +1,5 @@
 // Device side of the CLI: copies, one timed forward, the benchmark loop and the machine floors.
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -15,7 +16,10 @@
 
 namespace moekit::cli {
 
-cudaError_t launch_empty_kernel(cudaStream_t stream);  // empty_kernel.cu
+// floor_kernels.cu
+cudaError_t launch_empty_kernel(cudaStream_t stream);
+cudaError_t launch_read_stream(const void* data, int64_t bytes, int blocks, uint32_t* sink,
+                               cudaStream_t stream);
 
 namespace {
 
@@ -91,6 +95,89 @@ std::vector<float> to_float(const std::vector<uint8_t>& raw, DType t) {
     }
   }
   return out;
+}
+
+void check_lt(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw Error(ErrorCode::kCuda, std::string(what) + " failed: cuBLAS status " +
+                                      std::to_string(static_cast<int>(s)));
+}
+
+// The cuBLASLt objects of one FP8 GEMM, destroyed on every way out.
+struct LtFp8Gemm {
+  cublasLtHandle_t handle = nullptr;
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~LtFp8Gemm() {
+    if (pref != nullptr) cublasLtMatmulPreferenceDestroy(pref);
+    if (c != nullptr) cublasLtMatrixLayoutDestroy(c);
+    if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
+    if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
+    if (op != nullptr) cublasLtMatmulDescDestroy(op);
+    if (handle != nullptr) cublasLtDestroy(handle);
+  }
+};
+
+// Seconds of one dense FP8 GEMM n^3 (the median of `time_median`'s runs): D [n, n] bf16 =
+// A^T B with A and B e4m3 [n, n] column-major, as cuBLASLt's FP8 GEMMs want them ("TN": A
+// transposed, B not), fp32 compute, per-tensor scales 1.0, fast accumulation. The data are
+// random normal values rounded to e4m3 (zeros run faster and would flatter the floor).
+template <class TimeMedian>
+double time_fp8_gemm(int n, TimeMedian&& time_median) {
+  const std::size_t elems = std::size_t(n) * n;
+  std::vector<uint8_t> host(elems);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.f, 1.f);
+  for (auto& v : host) v = numeric::float_to_e4m3(dist(rng));
+  DeviceBuffer a(elems), b(elems), d(elems * 2), scale(sizeof(float));
+  const std::size_t workspace_bytes = 64u << 20;
+  DeviceBuffer workspace(workspace_bytes);
+  check(cudaMemcpy(a.ptr, host.data(), elems, cudaMemcpyHostToDevice), "copy");
+  std::shuffle(host.begin(), host.end(), rng);
+  check(cudaMemcpy(b.ptr, host.data(), elems, cudaMemcpyHostToDevice), "copy");
+  const float one = 1.f, zero = 0.f;
+  check(cudaMemcpy(scale.ptr, &one, sizeof(one), cudaMemcpyHostToDevice), "copy");
+
+  LtFp8Gemm g;
+  check_lt(cublasLtCreate(&g.handle), "cublasLtCreate");
+  check_lt(cublasLtMatmulDescCreate(&g.op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+           "cublasLtMatmulDescCreate");
+  const cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
+  const int8_t fast_accum = 1;
+  const void* scale_ptr = scale.ptr;
+  auto set = [&](cublasLtMatmulDescAttributes_t attr, const void* value, std::size_t size) {
+    check_lt(cublasLtMatmulDescSetAttribute(g.op, attr, value, size),
+             "cublasLtMatmulDescSetAttribute");
+  };
+  set(CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof(transa));
+  set(CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof(transb));
+  set(CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accum, sizeof(fast_accum));
+  set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale_ptr, sizeof(scale_ptr));
+  set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_ptr, sizeof(scale_ptr));
+  // A is stored [k, m] (ld k) and used transposed; B [k, n] (ld k); C and D [m, n] bf16 (ld m).
+  check_lt(cublasLtMatrixLayoutCreate(&g.a, CUDA_R_8F_E4M3, n, n, n), "cublasLtMatrixLayoutCreate");
+  check_lt(cublasLtMatrixLayoutCreate(&g.b, CUDA_R_8F_E4M3, n, n, n), "cublasLtMatrixLayoutCreate");
+  check_lt(cublasLtMatrixLayoutCreate(&g.c, CUDA_R_16BF, n, n, n), "cublasLtMatrixLayoutCreate");
+  check_lt(cublasLtMatmulPreferenceCreate(&g.pref), "cublasLtMatmulPreferenceCreate");
+  check_lt(cublasLtMatmulPreferenceSetAttribute(g.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                &workspace_bytes, sizeof(workspace_bytes)),
+           "cublasLtMatmulPreferenceSetAttribute");
+  cublasLtMatmulHeuristicResult_t best{};
+  int found = 0;
+  check_lt(
+      cublasLtMatmulAlgoGetHeuristic(g.handle, g.op, g.a, g.b, g.c, g.c, g.pref, 1, &best, &found),
+      "cublasLtMatmulAlgoGetHeuristic (FP8 e4m3 GEMM)");
+  if (found == 0)
+    throw Error(ErrorCode::kCuda, "cuBLASLt offers no algorithm for the FP8 e4m3 GEMM " +
+                                      std::to_string(n) + "^3 on this GPU");
+  return time_median(
+      [&] {
+        check_lt(cublasLtMatmul(g.handle, g.op, &one, a.ptr, g.a, b.ptr, g.b, &zero, d.ptr, g.c,
+                                d.ptr, g.c, &best.algo, workspace.ptr, workspace_bytes, nullptr),
+                 "cublasLtMatmul (FP8 e4m3 GEMM)");
+      },
+      10);
 }
 
 }  // namespace
@@ -260,6 +347,16 @@ Floors measure_floors(L2Flush flush_mode) {
     double s = time_median(
         [&] { check(cudaMemcpyAsync(b.ptr, a.ptr, bytes, cudaMemcpyDeviceToDevice), "copy"); }, 10);
     f.copy_bytes_per_s = 2.0 * bytes / s;
+    // Read-only stream of the same 2 GiB: what a forward's weight reads can reach.
+    DeviceBuffer sink(sizeof(uint32_t));
+    const int blocks = prop.multiProcessorCount * (prop.maxThreadsPerMultiProcessor / 512);
+    s = time_median(
+        [&] {
+          check(launch_read_stream(a.ptr, bytes, blocks, static_cast<uint32_t*>(sink.ptr), nullptr),
+                "the read stream");
+        },
+        10);
+    f.read_bytes_per_s = bytes / s;
   }
   {  // Dense BF16 GEMM 8192^3 on random data (zeros run faster and would flatter the floor).
     const int n = 8192;
@@ -284,6 +381,7 @@ Floors measure_floors(L2Flush flush_mode) {
         10);
     cublasDestroy(h);
     f.gemm_flops_per_s = 2.0 * n * double(n) * n / s;
+    f.fp8_gemm_flops_per_s = 2.0 * n * double(n) * n / time_fp8_gemm(n, time_median);
   }
   {  // Launching a graph: one empty kernel, replayed as the rows are.
     cudaStream_t stream;

@@ -427,30 +427,47 @@ int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& f
   const int64_t workspace = layers.front().second.max_tokens;  // max_t, or the spec file's
   const Floors floors = measure_floors(flush);
   std::printf(
-      "# moekit bench on %s; floors: copy %.2f TB/s (read+write), BF16 GEMM %.0f TFLOP/s (cuBLAS "
-      "8192^3), "
-      "graph launch %.1f us (an empty kernel's replay, timed as the rows)\n",
-      floors.gpu_name.c_str(), floors.copy_bytes_per_s / 1e12, floors.gemm_flops_per_s / 1e12,
-      floors.launch_us);
+      "# moekit bench on %s; floors: read stream %.2f TB/s (2 GiB, 16-byte loads), copy %.2f TB/s "
+      "(read+write), BF16 GEMM %.0f TFLOP/s (cuBLAS 8192^3), FP8 GEMM %.0f TFLOP/s (cuBLASLt "
+      "e4m3 8192^3, fast accumulation), graph launch %.1f us (an empty kernel's replay, timed as "
+      "the rows)\n",
+      floors.gpu_name.c_str(), floors.read_bytes_per_s / 1e12, floors.copy_bytes_per_s / 1e12,
+      floors.gemm_flops_per_s / 1e12, floors.fp8_gemm_flops_per_s / 1e12, floors.launch_us);
   std::printf(
-      "# median of graph replays, L2 flush before each: %s; routing included; random routing; "
-      "workspace for %lld tokens\n",
+      "# median of graph replays, L2 flush before each: %s; routing included; random router "
+      "logits; workspace for %lld tokens\n",
       flush == L2Flush::kRead    ? "256 MiB read (L2 left clean)"
       : flush == L2Flush::kWrite ? "256 MiB written (L2 left dirty)"
                                  : "none",
       static_cast<long long>(workspace));
+  std::printf(
+      "# hit: experts the batch routes to; floor_us: the larger of the bytes (the hit experts' "
+      "weights and scales, the activations in and out, the logits) over the read stream and the "
+      "flops over the GEMM rate of the layer's format\n");
+  for (const auto& [name, spec] : layers) {
+    const char* gemm_name = nullptr;
+    gemm_floor_rate(floors, spec.weights.format, &gemm_name);
+    std::printf(
+        "# %s: %s weights (%.2f MB per expert, scales included), %s activations, %s routing, "
+        "%lld experts, top-%lld; FLOP floor: %s GEMM rate\n",
+        name.c_str(), to_string(spec.weights.format), local_expert_bytes(spec) / 1e6,
+        to_string(spec.act_dtype), to_string(spec.routing.method),
+        static_cast<long long>(spec.num_experts), static_cast<long long>(spec.top_k), gemm_name);
+  }
   std::printf("%-16s %6s %10s %9s %9s %6s %8s %6s %8s %6s %10s  %s\n", "preset", "T", "median_us",
               "p10", "p90", "hit", "GB/s", "%bw", "TFLOP/s", "%gemm", "floor_us", "implementation");
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& [name, spec] : layers) {
-    MoeWeights w = fast_random_weights(spec, lo.seed);
+    MoeWeights w = bench_random_weights(spec, lo.seed);
     auto layer = MoeLayer::create(spec, w, lo.options());
     std::vector<float> bias = w.routing_bias;
     if (bias.empty()) bias.assign(spec.num_experts, 0.0f);
     w = MoeWeights{};  // the engine holds its own copy
     const LocalProblem lp = derive_local(spec);
     const double es = dtype_size(spec.act_dtype);
-    const double expert_bytes = (lp.fc1_rows * lp.hidden + lp.hidden * lp.intermediate) * es;
+    const double expert_bytes = static_cast<double>(local_expert_bytes(spec));
+    const char* gemm_name = nullptr;
+    const double gemm_rate = gemm_floor_rate(floors, spec.weights.format, &gemm_name);
     for (int64_t t : tokens) {
       HostInputs in = random_inputs(spec, t, lo.seed + t);
       BenchRow row;
@@ -470,12 +487,12 @@ int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& f
       bench_layer_on_device(*layer, in, flush, row, trace_replays);
       const double s = row.median_us * 1e-6;
       const double floor_us =
-          std::max(row.bytes / floors.copy_bytes_per_s, row.flops / floors.gemm_flops_per_s) * 1e6;
+          std::max(row.bytes / floors.read_bytes_per_s, row.flops / gemm_rate) * 1e6;
       std::printf("%-16s %6lld %10.1f %9.1f %9.1f %6lld %8.0f %5.0f%% %8.1f %5.0f%% %10.1f  %s\n",
                   name.c_str(), (long long)t, row.median_us, row.p10_us, row.p90_us,
                   (long long)row.experts_hit, row.bytes / s / 1e9,
-                  100.0 * row.bytes / s / floors.copy_bytes_per_s, row.flops / s / 1e12,
-                  100.0 * row.flops / s / floors.gemm_flops_per_s, floor_us,
+                  100.0 * row.bytes / s / floors.read_bytes_per_s, row.flops / s / 1e12,
+                  100.0 * row.flops / s / gemm_rate, floor_us,
                   layer->resolution().chosen->id().c_str());
       if (row.trace.replays > 0) print_trace(row.trace);
       std::fflush(stdout);
@@ -490,8 +507,12 @@ int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& f
                       {"p90_us", row.p90_us},
                       {"reps", row.reps},
                       {"experts_hit", row.experts_hit},
+                      {"weights_format", to_string(spec.weights.format)},
+                      {"routing", to_string(spec.routing.method)},
+                      {"expert_bytes", expert_bytes},
                       {"bytes", row.bytes},
                       {"flops", row.flops},
+                      {"gemm_floor", gemm_name},
                       {"floor_us", floor_us},
                       {"implementation", layer->resolution().chosen->id()},
                       {"l2_flush", to_string(flush)},
@@ -505,7 +526,9 @@ int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& f
                           {"environment", Environment::detected().fingerprint()},
                           {"floors",
                            {{"copy_bytes_per_s", floors.copy_bytes_per_s},
+                            {"read_bytes_per_s", floors.read_bytes_per_s},
                             {"gemm_flops_per_s", floors.gemm_flops_per_s},
+                            {"fp8_gemm_flops_per_s", floors.fp8_gemm_flops_per_s},
                             {"graph_launch_us", floors.launch_us}}},
                           {"rows", rows}};
     std::ofstream f(json_path);

@@ -43,6 +43,13 @@ struct MoeWeights {
       routing_bias;  // [E global] DeepSeek-V3 e_score_correction_bias (selection only)
 };
 
+// Bytes that one expert's [rows, cols] projection occupies in `quant`'s format (layouts:
+// types.hpp), everything a kernel reads to use it: the values, their scales (fp32 or 8-bit),
+// zero points and AWQ pre-quant scale where `quant` has them, and the per-expert fp32 scalars
+// (kFP8PerTensor weight and input scale, kNVFP4 global scale). E.g. kFP8Block128: rows * cols
+// + 4 * ceil(rows/128) * ceil(cols/128). The extents are a valid spec's (no product overflows).
+int64_t expert_matrix_bytes(const WeightQuant& quant, int64_t rows, int64_t cols);
+
 // The local shard of `full` (weights of the unsharded spec) for spec's tp_rank / ep_rank.
 MoeWeights shard_weights(const MoeSpec& spec, const MoeWeights& full);
 

@@ -48,6 +48,30 @@ int64_t QuantizedTensor::expert_value_bytes() const {
   return rows * (cols * format_value_bits(format) / 8);
 }
 
+int64_t expert_matrix_bytes(const WeightQuant& quant, int64_t rows, int64_t cols) {
+  const WeightFormat f = quant.format;
+  const int64_t values = rows * (cols * format_value_bits(f) / 8);
+  const int64_t g = format_scale_group(f, quant.group_size);
+  const int64_t groups = g > 0 ? rows * (cols / g) : 0;  // per-row groups along cols
+  switch (f) {
+    case WeightFormat::kFP8PerTensor:
+      return values + 2 * 4;  // weight_scale and input_scale
+    case WeightFormat::kFP8Block128:
+      return values + 4 * ceil_div(rows, 128) * ceil_div(cols, 128);
+    case WeightFormat::kInt8Group:
+    case WeightFormat::kInt4Group:
+      return values + 4 * groups + (quant.zero_points ? groups : 0) +
+             (quant.pre_quant_scale ? 4 * cols : 0);
+    case WeightFormat::kMXFP4:
+    case WeightFormat::kMXFP8:
+      return values + groups;
+    case WeightFormat::kNVFP4:
+      return values + groups + 4;  // e4m3 block scales and the global scale
+    default:
+      return values;  // bf16, fp16, fp32: no scales
+  }
+}
+
 void QuantizedTensor::check_sizes(const char* what) const {
   const std::string name(what);
   if (!known_format(format))

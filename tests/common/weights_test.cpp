@@ -142,6 +142,43 @@ TEST(CheckSizes, FixedGroupsAndScalarBuffers) {
   expect_error(ErrorCode::kInvalidArgument, {"scales", "1", "0"}, [&] { b.check_sizes("fc1"); });
 }
 
+// Every buffer of one expert of t, in bytes: what the tensor really holds.
+int64_t stored_bytes_per_expert(const QuantizedTensor& t) {
+  const std::size_t fp32 = t.scales.size() + t.weight_scale.size() + t.global_scale.size() +
+                           t.input_scale.size() + t.pre_quant_scale.size();
+  const std::size_t bytes = t.values.size() + t.scale_bytes.size() + t.zeros.size() + 4 * fp32;
+  return static_cast<int64_t>(bytes) / t.experts;
+}
+
+// expert_matrix_bytes counts what quantize() stores, for every format and option (the last
+// 128-row block and 128-column block of kFP8Block128 partial).
+TEST(ExpertMatrixBytes, EqualsTheStoredBuffersOfEveryFormat) {
+  const int64_t rows = 160, cols = 256;
+  std::vector<float> w(2 * rows * cols, 0.25f);
+  for (WeightFormat f : kAllFormats)
+    for (int options = 0; options < (is_int(f) ? 4 : 1); ++options) {
+      WeightQuant q;
+      q.format = f;
+      q.group_size = 64;
+      q.zero_points = (options & 1) != 0;
+      q.pre_quant_scale = (options & 2) != 0;
+      const QuantizedTensor t = quant::quantize(q, 2, rows, cols, w.data());
+      EXPECT_EQ(expert_matrix_bytes(q, rows, cols), stored_bytes_per_expert(t))
+          << to_string(f) << " options " << options;
+    }
+  WeightQuant block;
+  block.format = WeightFormat::kFP8Block128;
+  // 130 x 200: values plus a 2 x 2 table of fp32 block scales.
+  EXPECT_EQ(expert_matrix_bytes(block, 130, 200), 130 * 200 + 4 * 2 * 2);
+  // DeepSeek-V3's FC1 [4096, 7168]: 32 x 56 blocks.
+  EXPECT_EQ(expert_matrix_bytes(block, 4096, 7168), int64_t{4096} * 7168 + 4 * 32 * 56);
+  WeightQuant tensor;
+  tensor.format = WeightFormat::kFP8PerTensor;
+  EXPECT_EQ(expert_matrix_bytes(tensor, 130, 200), 130 * 200 + 8);  // weight and input scale
+  WeightQuant bf16;
+  EXPECT_EQ(expert_matrix_bytes(bf16, 130, 200), 2 * 130 * 200);
+}
+
 TEST(CheckWeights, FormatMismatchNamesBothFormats) {
   const MoeSpec spec = small_spec(WeightFormat::kBF16);
   const MoeWeights w = quant::make_random_weights(spec, 1);

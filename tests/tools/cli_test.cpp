@@ -159,7 +159,73 @@ TEST(Cli, BenchReportsTheGraphLaunchFloor) {
   const nlohmann::json doc = nlohmann::json::parse(slurp(json));
   EXPECT_GT(doc.at("floors").at("graph_launch_us").get<double>(), 0.0) << doc.dump();
 }
+
+// bench with FP8 weights on a small layer: the rows say the format, the routing and the FP8 GEMM
+// floor, and the bytes count each hit expert's FP8 values and fp32 block scales.
+TEST(Cli, BenchFp8RowsCountValuesAndScales) {
+  const std::string reason = moekit::devtest::gpu_skip_reason();
+  if (!reason.empty()) GTEST_SKIP() << reason;
+  const std::string json = tmp_dir() + "/fp8.json";
+  Ran r = moekit(
+      "bench --preset qwen3-30b-a3b --experts 8 --hidden 512 --intermediate 256 "
+      "--weights-format fp8_block128 --routing softmax_topk --tokens 2 --json " +
+      json);
+  if (r.code == 1 && r.err.find("bench times a CUDA implementation") != std::string::npos)
+    GTEST_SKIP() << "no CUDA implementation takes fp8_block128 here: " << r.err;
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("FP8 GEMM"), std::string::npos) << r.out;
+  const nlohmann::json doc = nlohmann::json::parse(slurp(json));
+  EXPECT_GT(doc.at("floors").at("read_bytes_per_s").get<double>(), 0.0) << doc.dump();
+  EXPECT_GT(doc.at("floors").at("fp8_gemm_flops_per_s").get<double>(), 0.0) << doc.dump();
+  const nlohmann::json& row = doc.at("rows").at(0);
+  EXPECT_EQ(row.at("weights_format"), "fp8_block128");
+  EXPECT_EQ(row.at("routing"), "softmax_topk");
+  EXPECT_EQ(row.at("gemm_floor"), "FP8");
+  const int64_t hit = row.at("experts_hit").get<int64_t>();
+  EXPECT_GE(hit, 1);
+  EXPECT_LE(hit, 8);
+  // FC1 [512, 512] and FC2 [512, 256]: one byte per value, 4 x 4 and 4 x 2 fp32 block scales.
+  const double expert = 512 * 512 + 4 * 16 + 512 * 256 + 4 * 8;
+  EXPECT_EQ(row.at("expert_bytes").get<double>(), expert);
+  // Plus the activations in and out (bf16) and the logits (fp32).
+  EXPECT_EQ(row.at("bytes").get<double>(), hit * expert + 2.0 * 2 * 512 * 2 + 4.0 * 2 * 8);
+}
 #endif
+
+// bench takes the FP8 formats and another routing for the presets; without a GPU (or CUDA) the
+// refusal is the resolver's or the device's, after the options were taken, and no weight is drawn.
+TEST(Cli, BenchTakesFp8FormatsAndRouting) {
+#ifdef MOEKIT_WITH_CUDA
+  if (moekit::devtest::gpu_skip_reason().empty()) GTEST_SKIP() << "a GPU would run these";
+#endif
+  for (const char* args :
+       {"--preset deepseek-v3 --weights-format fp8_block128 --routing softmax_topk",
+        "--preset qwen3-30b-a3b --weights-format fp8_block128",
+        "--preset deepseek-v3,qwen3-30b-a3b --weights-format fp8"}) {
+    const RanWithPeak r = moekit_with_peak(std::string("bench ") + args + " --tokens 1,16384");
+    EXPECT_EQ(r.ran.code, 1) << args << "\n" << r.ran.out << r.ran.err;
+    EXPECT_EQ(r.ran.err.find("is not a known value"), std::string::npos) << args << r.ran.err;
+    EXPECT_NE(r.ran.err.find("bench"), std::string::npos) << args << ": " << r.ran.err;
+    EXPECT_EQ(std::count(r.ran.err.begin(), r.ran.err.end(), '\n'), 1) << r.ran.err;
+    EXPECT_LT(r.peak_kib, 200 * 1024) << args;
+  }
+  // The spec bench would time carries both options.
+  const nlohmann::json spec =
+      resolved_spec("--preset deepseek-v3 --weights-format fp8 --routing softmax_topk");
+  EXPECT_EQ(spec.at("weights").at("format"), "fp8");
+  EXPECT_EQ(spec.at("routing").at("method"), "softmax_topk");
+}
+
+TEST(Cli, BenchRefusesUnknownFormatsAndRoutingsNamingThem) {
+  for (const auto& [args, value] : {std::pair{"--weights-format fp9", "'fp9'"},
+                                    std::pair{"--weights-format fp8_block64", "'fp8_block64'"},
+                                    std::pair{"--routing uniform", "'uniform'"}}) {
+    Ran r = moekit(std::string("bench --preset deepseek-v3 ") + args);
+    EXPECT_EQ(r.code, 1) << args << "\n" << r.out << r.err;
+    EXPECT_NE(r.err.find(value), std::string::npos) << args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+}
 
 TEST(Cli, ResolveTableAndJson) {
   Ran t = moekit(std::string("resolve ") + kSmall);
