@@ -1,4 +1,3 @@
-// Over 800 lines: the whole engine against the reference, one fixture for every forward path.
 // The sm90 engine against reference::forward on fresh random inputs, outputs poisoned (0xFF
 // bytes, NaN) before every run: the real presets' routing and activation at scaled-down shapes
 // for tokens 1, 7, 64, 513 and 4096; every routing method x activation; skewed routing (every
@@ -9,272 +8,38 @@
 // that token. Relative error ||out - ref|| / ||ref|| < 1e-2 for bf16 (the reference rounds where
 // the kernels round, but sums in another order). Sm90EngineSanitizer holds one small case for
 // compute-sanitizer (scripts/device.sh runs every GPU test under it, sanitizer_run() set).
+// The layers, inputs and checks are shared with the FP8 engine's test: support/engine_check.hpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
-#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "moekit/presets.hpp"
 #include "moekit/registry.hpp"
 #include "pipeline/sm90_engine.hpp"
 #include "quant/quant.hpp"
 #include "reference/reference.hpp"
 #include "routing/routing.hpp"
+#include "support/engine_check.hpp"
 #include "support/gpu.hpp"
-#include "support/specs.hpp"
 
 namespace moekit::pipeline {
 namespace {
 
 using namespace devtest;  // NOLINT: the shared device-test helpers
 
-// How the token-expert pairs are chosen.
-enum class Ids {
-  kRouted,     // the spec's routing method on random logits (on the device; host for the ref)
-  kRandom,     // kExternal: k distinct random experts per token
-  kSameForAll  // kExternal: every token to experts {x, x+1, .., x+k-1}; the others get nothing
-};
-
-MoeSpec small_spec(int64_t E, int64_t k, int64_t H, int64_t I, RoutingMethod m, ActivationKind a,
-                   DType dt = DType::kBFloat16) {
-  MoeSpec s;
-  s.num_experts = E;
-  s.top_k = k;
-  s.hidden = H;
-  s.intermediate = I;
-  s.act_dtype = dt;
-  s.weights.format = dt == DType::kFloat16 ? WeightFormat::kFP16 : WeightFormat::kBF16;
-  s.activation.kind = a;
-  if (a == ActivationKind::kSwiGLUClamped) test::set_clamped_swiglu(s);
-  s.routing.method = m;
-  if (m == RoutingMethod::kDeepSeekV3) test::set_deepseek_v3_routing(s, 4, 2);
-  s.max_tokens = 4096;
-  return s;
-}
-
-// A preset's routing and activation at a shape the reference computes quickly.
-MoeSpec scaled_preset(const std::string& name, int64_t E, int64_t H, int64_t I,
-                      DType dt = DType::kBFloat16) {
-  MoeSpec s = find_preset(name).spec;
-  s.num_experts = E;
-  s.hidden = H;
-  s.intermediate = I;
-  s.act_dtype = dt;
-  s.weights = WeightQuant{};
-  s.weights.format = dt == DType::kFloat16 ? WeightFormat::kFP16 : WeightFormat::kBF16;
-  s.max_tokens = 4096;
-  s.tp_size = s.ep_size = 1;
-  s.tp_rank = s.ep_rank = 0;
-  return s;
-}
-
-std::string describe(const MoeSpec& s) {
-  return "E" + std::to_string(s.num_experts) + " k" + std::to_string(s.top_k) + " H" +
-         std::to_string(s.hidden) + " I" + std::to_string(s.intermediate) + " " +
-         to_string(s.routing.method) + " " + to_string(s.activation.kind) + " " +
-         to_string(s.gate_up_layout) + (s.fc1_bias ? " b1" : "") + (s.fc2_bias ? " b2" : "") + " " +
-         to_string(s.act_dtype) + " tp" + std::to_string(s.tp_rank) + "/" +
-         std::to_string(s.tp_size) + " ep" + std::to_string(s.ep_rank) + "/" +
-         std::to_string(s.ep_size);
-}
-
-// One layer: the (sharded) spec, its local weights, its engine.
-struct Layer {
-  MoeSpec spec;
-  MoeWeights local;
-  std::unique_ptr<Engine> engine;
-};
-
 // `spec` may be sharded: weights are drawn for the unsharded layer, then cut.
 Layer make_layer(const MoeSpec& spec, uint64_t seed, const Sm90Options& options = {}) {
-  Layer l;
-  l.spec = spec;
-  MoeSpec full = spec;
-  full.tp_size = full.ep_size = 1;
-  full.tp_rank = full.ep_rank = 0;
-  const MoeWeights all = quant::make_random_weights(full, seed);
-  l.local = (spec.tp_size > 1 || spec.ep_size > 1) ? shard_weights(spec, all) : all;
-  l.engine = make_sm90_engine(spec, l.local, 0, options);
-  return l;
-}
-
-// Host inputs of one forward and what the reference sees.
-struct Inputs {
-  int64_t tokens = 0;
-  std::vector<uint16_t> hidden_bits;
-  std::vector<float> hidden;        // the same values as fp32
-  std::vector<float> logits;        // kRouted
-  std::vector<int32_t> device_ids;  // kExternal: what the engine gets
-  std::vector<float> device_weights;
-  std::vector<int32_t> ids;  // what the reference uses
-  std::vector<float> weights;
-};
-
-Inputs make_inputs(const Layer& l, int64_t T, Ids mode, std::mt19937_64& rng) {
-  const MoeSpec& s = l.spec;
-  const int64_t E = s.num_experts, k = s.top_k;
-  Inputs in;
-  in.tokens = T;
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  in.hidden_bits.resize(static_cast<std::size_t>(T * s.hidden));
-  in.hidden.resize(in.hidden_bits.size());
-  fill_bits(in.hidden_bits, s.act_dtype, normal, rng);
-  for (std::size_t i = 0; i < in.hidden.size(); ++i)
-    in.hidden[i] = from_bits(s.act_dtype, in.hidden_bits[i]);
-  in.ids.resize(static_cast<std::size_t>(T * k));
-  in.weights.resize(in.ids.size());
-  if (mode == Ids::kRouted) {
-    in.logits.resize(static_cast<std::size_t>(T * E));
-    for (auto& x : in.logits) x = 2.0f * normal(rng);
-    const float* bias = s.routing.correction_bias ? l.local.routing_bias.data() : nullptr;
-    EXPECT_TRUE(routing::route_host(s.routing, T, E, k, in.logits.data(), bias, in.ids.data(),
-                                    in.weights.data())
-                    .ok());
-    return in;
-  }
-  std::uniform_real_distribution<float> uw(0.1f, 1.0f);
-  std::vector<int32_t> perm(static_cast<std::size_t>(E));
-  std::iota(perm.begin(), perm.end(), 0);
-  const int32_t x = static_cast<int32_t>(rng() % E);
-  for (int64_t t = 0; t < T; ++t) {
-    if (mode == Ids::kRandom) std::shuffle(perm.begin(), perm.end(), rng);
-    for (int64_t j = 0; j < k; ++j) {
-      in.ids[t * k + j] = mode == Ids::kRandom ? perm[j] : static_cast<int32_t>((x + j) % E);
-      in.weights[t * k + j] = uw(rng);
-    }
-  }
-  in.device_ids = in.ids;
-  in.device_weights = in.weights;
-  return in;
-}
-
-std::vector<float> reference_out(const Layer& l, const Inputs& in) {
-  std::vector<float> ref(in.hidden.size());
-  const Status st = reference::forward(l.spec, l.local, in.tokens, in.hidden.data(), in.ids.data(),
-                                       in.weights.data(), ref.data());
-  EXPECT_TRUE(st.ok()) << st.message();
-  return ref;
-}
-
-// Device copies of one forward's inputs and its (poisoned) output.
-struct DeviceRun {
-  DeviceBuffer hidden, logits, ids, weights, out;
-  ForwardArgs args;
-  DeviceRun(const Layer& l, const Inputs& in, cudaStream_t stream)
-      : hidden(to_device(in.hidden_bits)),
-        logits(to_device(in.logits)),
-        ids(to_device(in.device_ids)),
-        weights(to_device(in.device_weights)),
-        out(in.hidden_bits.size() * 2) {
-    const MoeSpec& s = l.spec;
-    const int64_t T = in.tokens;
-    args.hidden = cuda_view(hidden.ptr, s.act_dtype, {T, s.hidden});
-    args.output = cuda_view(out.ptr, s.act_dtype, {T, s.hidden});
-    if (s.routing.method == RoutingMethod::kExternal) {
-      args.topk_ids = cuda_view(ids.ptr, DType::kInt32, {T, s.top_k});
-      args.topk_weights = cuda_view(weights.ptr, DType::kFloat32, {T, s.top_k});
-    } else {
-      args.router_logits = cuda_view(logits.ptr, DType::kFloat32, {T, s.num_experts});
-    }
-    args.stream = stream;
-    out.poison();
-  }
-  // Replaces the inputs' contents in place (same pointers, as a captured graph needs).
-  void refill(const Inputs& in) {
-    upload(hidden, in.hidden_bits);
-    upload(logits, in.logits);
-    upload(ids, in.device_ids);
-    upload(weights, in.device_weights);
-    out.poison();
-  }
-  std::vector<uint16_t> result() { return to_host<uint16_t>(out.ptr, out.bytes / 2); }
-};
-
-double tolerance(DType t) { return t == DType::kFloat16 ? 3e-3 : 1e-2; }
-
-// Compares a device output with the reference: no NaN (every element written), exact zeros
-// where the reference has a zero row (tokens with no local expert), relative error below tol.
-void expect_close(const MoeSpec& s, const std::vector<uint16_t>& out, const std::vector<float>& ref,
-                  double tol) {
-  const int64_t H = s.hidden, T = static_cast<int64_t>(ref.size()) / H;
-  double diff = 0, norm = 0;
-  int64_t nan = 0, nonzero_in_zero_rows = 0, zero_rows = 0;
-  // Where the error is, for a failure: the token with the largest share of it.
-  double worst_diff = 0;
-  int64_t worst_token = -1;
-  for (int64_t t = 0; t < T; ++t) {
-    const double diff_before = diff;
-    bool ref_zero = true;
-    for (int64_t h = 0; h < H; ++h) ref_zero = ref_zero && ref[t * H + h] == 0.0f;
-    zero_rows += ref_zero;
-    for (int64_t h = 0; h < H; ++h) {
-      const float v = from_bits(s.act_dtype, out[t * H + h]);
-      if (std::isnan(v)) {
-        ++nan;
-        continue;
-      }
-      if (ref_zero) nonzero_in_zero_rows += out[t * H + h] != 0;
-      const double d = double(v) - ref[t * H + h];
-      diff += d * d;
-      norm += double(ref[t * H + h]) * ref[t * H + h];
-    }
-    if (diff - diff_before > worst_diff) {
-      worst_diff = diff - diff_before;
-      worst_token = t;
-    }
-  }
-  EXPECT_EQ(nan, 0) << "NaN outputs (unwritten or computed)";
-  EXPECT_EQ(nonzero_in_zero_rows, 0)
-      << "tokens with no local expert must be exact zeros (" << zero_rows << " such tokens)";
-  if (norm > 0 && !(std::sqrt(diff / norm) < tol)) {
-    // The worst token's columns whose error is over 8x the overall rms error.
-    const double rms = std::sqrt(diff / double(ref.size()));
-    int64_t far = 0, lo = -1, hi = -1;
-    for (int64_t h = 0; worst_token >= 0 && h < H; ++h) {
-      const int64_t i = worst_token * H + h;
-      if (std::fabs(double(from_bits(s.act_dtype, out[i])) - ref[i]) > 8 * rms) {
-        ++far;
-        hi = h;
-        if (lo < 0) lo = h;
-      }
-    }
-    ADD_FAILURE() << "relative error " << std::sqrt(diff / norm) << " over " << tol << "; token "
-                  << worst_token << " holds " << (diff > 0 ? worst_diff / diff : 0)
-                  << " of the squared error, " << far << " of its columns over 8x the rms error ("
-                  << lo << ".." << hi << ")";
-  }
-}
-
-// One forward on fresh inputs, checked against the reference.
-void check_forward(Layer& l, int64_t T, Ids mode, std::mt19937_64& rng,
-                   cudaStream_t stream = nullptr) {
-  SCOPED_TRACE(describe(l.spec) + " T" + std::to_string(T) + " ids " +
-               std::to_string(static_cast<int>(mode)));
-  const Inputs in = make_inputs(l, T, mode, rng);
-  const std::vector<float> ref = reference_out(l, in);
-  DeviceRun run(l, in, stream);
-  l.engine->forward(run.args);
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  expect_close(l.spec, run.result(), ref, tolerance(l.spec.act_dtype));
-  EXPECT_TRUE(l.engine->poll_errors().ok());
-}
-
-Ids ids_for(const MoeSpec& s) {
-  return s.routing.method == RoutingMethod::kExternal ? Ids::kRandom : Ids::kRouted;
+  return make_engine_layer(spec, seed, [&](const MoeSpec& s, const MoeWeights& w) {
+    return make_sm90_engine(s, w, 0, options);
+  });
 }
 
 class Sm90EngineTest : public GpuTest {};
-
-// Under compute-sanitizer (sanitizer_run()) the engine tests run token counts up to this: the
-// multi-block permute and the prefill tiles already run from 65 tokens on, so 4096 only adds
-// time under the tools.
-constexpr int64_t kSanitizerMaxTokens = 513;
 
 TEST_F(Sm90EngineTest, PresetShapesAcrossTokenCounts) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x9001);
@@ -413,7 +178,7 @@ TEST_F(Sm90EngineTest, BackToBackDecodeForwardsAreBitwiseEqual) {
 TEST_F(Sm90EngineTest, OneTokenSlicedOrNot) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x900a);
   MoeSpec odd =
-      small_spec(16, 4, 264, 104, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLUClamped);
+      engine_spec(16, 4, 264, 104, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLUClamped);
   odd.fc1_bias = odd.fc2_bias = true;
   MoeSpec external = odd;
   external.routing.method = RoutingMethod::kExternal;
@@ -443,7 +208,7 @@ TEST_F(Sm90EngineTest, OneTokenSlicedOrNot) {
 TEST_F(Sm90EngineTest, DecodeFc2KSlicedOrNot) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x900c);
   MoeSpec odd =
-      small_spec(16, 4, 264, 200, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLUClamped);
+      engine_spec(16, 4, 264, 200, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLUClamped);
   odd.fc1_bias = odd.fc2_bias = true;
   odd.max_tokens = 64;
   MoeSpec external = odd;
@@ -484,7 +249,7 @@ TEST_F(Sm90EngineTest, DecodeFc2KSlicedOrNot) {
 TEST_F(Sm90EngineTest, Fc2KSlicesOutsideTheirRangeAreRefused) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x900d);
   const MoeSpec s =
-      small_spec(16, 4, 264, 200, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLUClamped);
+      engine_spec(16, 4, 264, 200, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLUClamped);
   for (const int slices : {-1, 5, 1000}) {
     Sm90Options options;
     options.fc2_k_slices = slices;
@@ -508,7 +273,7 @@ TEST_F(Sm90EngineTest, Fc2KSlicesOutsideTheirRangeAreRefused) {
 TEST_F(Sm90EngineTest, PrefillFc1GathersItsRowsOrNot) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x900b);
   MoeSpec ragged =
-      small_spec(16, 4, 520, 256, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLUClamped);
+      engine_spec(16, 4, 520, 256, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLUClamped);
   ragged.fc1_bias = ragged.fc2_bias = true;
   for (const MoeSpec& s : {scaled_preset("gpt-oss-120b", 32, 576, 288),
                            scaled_preset("qwen3-30b-a3b", 32, 512, 256, DType::kFloat16), ragged})
@@ -531,7 +296,7 @@ TEST_F(Sm90EngineTest, EveryRoutingMethodTimesActivation) {
     for (int a = 1; a <= 9; ++a, ++n) {
       const ActivationKind act = static_cast<ActivationKind>(a);
       const int64_t k = 2;  // llama4 too: any top_k
-      MoeSpec s = small_spec(8, k, 256, 128, m, act);
+      MoeSpec s = engine_spec(8, k, 256, 128, m, act);
       if (activation_is_gated(act) && n % 2) s.gate_up_layout = GateUpLayout::kInterleaved;
       s.fc1_bias = n % 3 == 1;
       s.fc2_bias = n % 3 == 2;
@@ -545,7 +310,7 @@ TEST_F(Sm90EngineTest, SkewedRouting) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x9003);
   for (int64_t k : {1, 2, 4}) {
     MoeSpec s =
-        small_spec(k == 4 ? 32 : 8, k, 256, 128, RoutingMethod::kExternal, ActivationKind::kSwiGLU);
+        engine_spec(k == 4 ? 32 : 8, k, 256, 128, RoutingMethod::kExternal, ActivationKind::kSwiGLU);
     s.fc1_bias = s.fc2_bias = true;
     Layer l = make_layer(s, rng());
     for (int64_t T : {1, 8, 64, 4096})
@@ -558,37 +323,16 @@ TEST_F(Sm90EngineTest, TensorParallelRanks) {
   MoeSpec s = scaled_preset("gpt-oss-120b", 16, 256, 256);  // biases: only rank 0 adds FC2's
   s.tp_size = 2;
   const uint64_t seed = rng();
-  for (int64_t T : {1, 7, 513}) {
-    // Same inputs on both ranks; the sum of the ranks is the unsharded layer.
-    MoeSpec full = s;
-    full.tp_size = 1;
-    full.tp_rank = 0;
-    Layer whole = make_layer(full, seed);
-    const Inputs in = make_inputs(whole, T, Ids::kRouted, rng);
-    const std::vector<float> ref = reference_out(whole, in);
-    std::vector<float> sum(ref.size(), 0.0f);
-    for (int rank = 0; rank < 2; ++rank) {
-      s.tp_rank = rank;
-      Layer l = make_layer(s, seed);
-      SCOPED_TRACE(describe(s) + " T" + std::to_string(T));
-      const std::vector<float> rank_ref = reference_out(l, in);
-      DeviceRun run(l, in, nullptr);
-      l.engine->forward(run.args);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      const auto out = run.result();
-      expect_close(s, out, rank_ref, 1e-2);
-      for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += from_bits(s.act_dtype, out[i]);
-    }
-    std::vector<uint16_t> sum_bits(sum.size());
-    for (std::size_t i = 0; i < sum.size(); ++i) sum_bits[i] = to_bits(s.act_dtype, sum[i]);
-    expect_close(full, sum_bits, ref, 1e-2);
-  }
+  for (int64_t T : {1, 7, 513})
+    check_tensor_parallel_ranks(s, seed, T, rng, [](const MoeSpec& rank, const MoeWeights& w) {
+      return make_sm90_engine(rank, w, 0);
+    });
 }
 
 TEST_F(Sm90EngineTest, ExpertParallelRanks) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x9005);
   for (RoutingMethod m : {RoutingMethod::kDeepSeekV3, RoutingMethod::kExternal}) {
-    MoeSpec s = small_spec(32, 4, 256, 128, m, ActivationKind::kSwiGLU);
+    MoeSpec s = engine_spec(32, 4, 256, 128, m, ActivationKind::kSwiGLU);
     if (m == RoutingMethod::kDeepSeekV3) s.routing.n_group = 8;  // 4 experts per group
     s.fc2_bias = true;
     s.ep_size = 4;
@@ -600,39 +344,10 @@ TEST_F(Sm90EngineTest, ExpertParallelRanks) {
   }
 }
 
-// Captures the very first forward of a fresh engine, replays it, and compares with eager runs,
-// then replays on new input contents.
+// Captures the very first forward of a fresh engine (support/engine_check.hpp).
 void check_graph(const MoeSpec& s, int64_t T, std::mt19937_64& rng) {
-  SCOPED_TRACE(describe(s) + " T" + std::to_string(T));
   Layer l = make_layer(s, rng());
-  cudaStream_t stream;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  Inputs in = make_inputs(l, T, ids_for(s), rng);
-  DeviceRun run(l, in, stream);
-  cudaGraph_t graph;
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-  l.engine->forward(run.args);  // the first call this engine ever sees
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-  cudaGraphExec_t exec;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  for (int round = 0; round < 2; ++round) {
-    if (round == 1) {
-      in = make_inputs(l, T, ids_for(s), rng);
-      run.refill(in);
-    }
-    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    const auto replayed = run.result();
-    expect_close(s, replayed, reference_out(l, in), tolerance(s.act_dtype));
-    run.out.poison();
-    l.engine->forward(run.args);
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    EXPECT_TRUE(run.result() == replayed)
-        << "graph replay differs from eager (round " << round << ")";
-  }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
+  devtest::check_graph(l, T, rng);
 }
 
 TEST_F(Sm90EngineTest, GraphCaptureOfFirstCallEqualsEager) {
@@ -643,7 +358,7 @@ TEST_F(Sm90EngineTest, GraphCaptureOfFirstCallEqualsEager) {
   MoeSpec d = scaled_preset("deepseek-v3", 64, 512, 128);
   d.max_tokens = 600;
   check_graph(d, 5, rng);
-  MoeSpec e = small_spec(16, 2, 256, 128, RoutingMethod::kExternal, ActivationKind::kGeGLUTanh);
+  MoeSpec e = engine_spec(16, 2, 256, 128, RoutingMethod::kExternal, ActivationKind::kGeGLUTanh);
   e.max_tokens = 600;
   check_graph(e, 300, rng);
   // The routing weight on the experts' input: one kernel more between the permute and FC1.
@@ -652,80 +367,25 @@ TEST_F(Sm90EngineTest, GraphCaptureOfFirstCallEqualsEager) {
   for (int64_t T : {1, 8, 600}) check_graph(l4, T, rng);
 }
 
-// Bad ids: out of range, negative, repeated within a token. They are dropped (the reference
-// sees them as a weight-0 slot on an unused expert) and the first one is reported.
+// Bad caller ids dropped and the first one reported (support/engine_check.hpp).
 void check_bad_ids(const MoeSpec& s, int64_t T, std::mt19937_64& rng) {
-  SCOPED_TRACE(describe(s) + " T" + std::to_string(T));
   Layer l = make_layer(s, rng());
-  Inputs in = make_inputs(l, T, Ids::kRandom, rng);
-  const int64_t k = s.top_k, E = s.num_experts;
-  ASSERT_GE(k, 2);
-  ASSERT_GE(T, 6);
-  in.device_ids[2 * k + 1] = static_cast<int32_t>(E);  // first bad: token 2, slot 1
-  in.device_ids[3 * k + 0] = -1;
-  in.device_ids[4 * k + 1] = in.device_ids[4 * k + 0];
-  in.device_ids[5 * k + 0] = 1 << 30;
-  for (int64_t t : {2, 3, 4, 5}) {
-    const int64_t slot = (t == 2 || t == 4) ? 1 : 0;
-    // An expert this token does not use, with weight 0: contributes nothing to the reference.
-    int32_t unused = 0;
-    while (std::find(in.ids.begin() + t * k, in.ids.begin() + (t + 1) * k, unused) !=
-           in.ids.begin() + (t + 1) * k)
-      ++unused;
-    in.ids[t * k + slot] = unused;
-    in.weights[t * k + slot] = 0.0f;
-  }
-  const std::vector<float> ref = reference_out(l, in);
-  DeviceRun run(l, in, nullptr);
-  l.engine->forward(run.args);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  expect_close(s, run.result(), ref, tolerance(s.act_dtype));
-  const Status st = l.engine->poll_errors();
-  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
-  EXPECT_NE(st.message().find("[2, 1]"), std::string::npos) << st.message();
-  EXPECT_NE(st.message().find(std::to_string(E)), std::string::npos) << st.message();
-  EXPECT_TRUE(l.engine->poll_errors().ok()) << "polling clears the error";
+  devtest::check_bad_ids(l, T, rng);
 }
 
 TEST_F(Sm90EngineTest, BadCallerIdsAreDroppedAndReported) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x9007);
-  MoeSpec s = small_spec(8, 2, 256, 128, RoutingMethod::kExternal, ActivationKind::kSwiGLU);
+  MoeSpec s = engine_spec(8, 2, 256, 128, RoutingMethod::kExternal, ActivationKind::kSwiGLU);
   s.max_tokens = 1000;
   for (int64_t T : {6, 64, 1000}) check_bad_ids(s, T, rng);
 }
 
 TEST_F(Sm90EngineTest, ForwardRejectsBadViews) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x9008);
-  MoeSpec s = small_spec(8, 2, 256, 128, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU);
+  MoeSpec s = engine_spec(8, 2, 256, 128, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU);
   s.max_tokens = 16;
   Layer l = make_layer(s, rng());
-  const Inputs in = make_inputs(l, 16, Ids::kRouted, rng);
-  DeviceRun run(l, in, nullptr);
-  auto code_of = [&](ForwardArgs a) {
-    try {
-      l.engine->forward(a);
-    } catch (const Error& e) {
-      return e.code();
-    }
-    return ErrorCode::kOk;
-  };
-  ForwardArgs a = run.args;
-  a.hidden.dtype = DType::kFloat16;
-  EXPECT_EQ(code_of(a), ErrorCode::kInvalidArgument);
-  a = run.args;
-  a.router_logits.shape = {16, 9};
-  EXPECT_EQ(code_of(a), ErrorCode::kInvalidArgument);
-  a = run.args;
-  a.output.shape = {15, 256};
-  EXPECT_EQ(code_of(a), ErrorCode::kInvalidArgument);
-  a = run.args;
-  a.hidden.device = Device::kHost;
-  EXPECT_EQ(code_of(a), ErrorCode::kInvalidArgument);
-  a = run.args;
-  a.hidden.data = static_cast<char*>(a.hidden.data) + 2;
-  EXPECT_EQ(code_of(a), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code_of(run.args), ErrorCode::kOk);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  expect_bad_views_refused(l, rng);
 }
 
 // The routing weight on the experts' input (RouterWeightPlacement::kInput, Llama-4): the
@@ -743,12 +403,12 @@ TEST_F(Sm90EngineTest, WeightOnTheInput) {
     return s;
   };
   MoeSpec top2 =
-      on_input(small_spec(32, 2, 256, 128, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU));
+      on_input(engine_spec(32, 2, 256, 128, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU));
   top2.fc1_bias = top2.fc2_bias = true;
   MoeSpec llama_top2 = scaled_preset("llama4-maverick", 16, 512, 512);
   llama_top2.top_k = 2;
   MoeSpec external =
-      on_input(small_spec(32, 4, 256, 128, RoutingMethod::kExternal, ActivationKind::kGeGLUTanh));
+      on_input(engine_spec(32, 4, 256, 128, RoutingMethod::kExternal, ActivationKind::kGeGLUTanh));
   external.ep_size = 4;
   external.ep_rank = 1;
   const MoeSpec specs[] = {
@@ -757,7 +417,7 @@ TEST_F(Sm90EngineTest, WeightOnTheInput) {
       top2,
       llama_top2,
       on_input(
-          small_spec(32, 4, 256, 128, RoutingMethod::kDeepSeekV3, ActivationKind::kSwiGLUClamped)),
+          engine_spec(32, 4, 256, 128, RoutingMethod::kDeepSeekV3, ActivationKind::kSwiGLUClamped)),
       external,
   };
   for (const MoeSpec& s : specs) {
@@ -797,7 +457,7 @@ void expect_close_except(const MoeSpec& s, const std::vector<uint16_t>& out,
 // many tokens' rows, FC1 gathering them or not), both weight placements.
 TEST_F(Sm90EngineTest, NaNAndInfStayInTheirToken) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x900f);
-  MoeSpec external = small_spec(16, 4, 256, 128, RoutingMethod::kExternal, ActivationKind::kSwiGLU);
+  MoeSpec external = engine_spec(16, 4, 256, 128, RoutingMethod::kExternal, ActivationKind::kSwiGLU);
   external.fc2_bias = true;
   MoeSpec external_on_input = external;
   external_on_input.routing.weight_placement = RouterWeightPlacement::kInput;
@@ -814,16 +474,12 @@ TEST_F(Sm90EngineTest, NaNAndInfStayInTheirToken) {
       SCOPED_TRACE(describe(s) + " T" + std::to_string(T));
       const Ids mode = ids_for(s);
       Inputs in = make_inputs(l, T, mode, rng);
-      auto set_hidden = [&](int64_t t, int64_t h, float v) {
-        in.hidden_bits[t * H + h] = to_bits(s.act_dtype, v);
-        in.hidden[t * H + h] = from_bits(s.act_dtype, in.hidden_bits[t * H + h]);
-      };
       std::vector<int64_t> poisoned = {T / 2};
-      set_hidden(T / 2, 3, NAN);
+      in.set_hidden(s, T / 2, 3, NAN);
       if (T > 2) {
         poisoned.push_back(T - 1);
-        set_hidden(T - 1, H - 1, INFINITY);
-        set_hidden(T - 1, 0, -INFINITY);
+        in.set_hidden(s, T - 1, H - 1, INFINITY);
+        in.set_hidden(s, T - 1, 0, -INFINITY);
       }
       if (mode == Ids::kRandom && T > 2) {
         poisoned.push_back(0);
@@ -849,7 +505,7 @@ TEST_F(Sm90EngineTest, NaNAndInfStayInTheirToken) {
 
 // Host-side refusals: no GPU needed (checked before any CUDA call).
 TEST(Sm90EngineLimits, RefusesFormatsOtherThanBf16AndFp16) {
-  MoeSpec s = small_spec(8, 2, 256, 128, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU);
+  MoeSpec s = engine_spec(8, 2, 256, 128, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU);
   s.weights.format = WeightFormat::kFP8PerTensor;
   const MoeWeights w = quant::make_random_weights(s, 1);
   try {
@@ -858,7 +514,7 @@ TEST(Sm90EngineLimits, RefusesFormatsOtherThanBf16AndFp16) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
   }
-  MoeSpec f = small_spec(8, 2, 256, 128, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU);
+  MoeSpec f = engine_spec(8, 2, 256, 128, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU);
   f.act_dtype = DType::kFloat32;
   f.weights.format = WeightFormat::kFP32;
   try {
@@ -869,9 +525,9 @@ TEST(Sm90EngineLimits, RefusesFormatsOtherThanBf16AndFp16) {
   }
   // Past the kernels' limits: 1024 experts, top-40, hidden not a multiple of 8.
   const MoeSpec too_big[] = {
-      small_spec(1024, 2, 16, 8, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU),
-      small_spec(64, 40, 16, 8, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU),
-      small_spec(8, 2, 20, 8, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU)};
+      engine_spec(1024, 2, 16, 8, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU),
+      engine_spec(64, 40, 16, 8, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU),
+      engine_spec(8, 2, 20, 8, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU)};
   for (const MoeSpec& b : too_big) {
     try {
       make_sm90_engine(b, quant::make_random_weights(b, 1), 0);
@@ -888,7 +544,7 @@ class Sm90EngineSanitizer : public GpuTest {};
 
 TEST_F(Sm90EngineSanitizer, SmallCase) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x9009);
-  MoeSpec s = small_spec(8, 2, 256, 128, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU);
+  MoeSpec s = engine_spec(8, 2, 256, 128, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU);
   s.max_tokens = 64;
   s.fc1_bias = s.fc2_bias = true;
   Layer l = make_layer(s, rng());
@@ -898,7 +554,7 @@ TEST_F(Sm90EngineSanitizer, SmallCase) {
   e.routing.method = RoutingMethod::kExternal;
   check_bad_ids(e, 64, rng);
   // Decode on many experts: both GEMMs take the GEMV.
-  MoeSpec d = small_spec(64, 2, 256, 128, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU);
+  MoeSpec d = engine_spec(64, 2, 256, 128, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU);
   d.max_tokens = 4;
   d.fc1_bias = d.fc2_bias = true;  // at one token: the sliced kernel and its finalize
   Layer dl = make_layer(d, rng());
@@ -981,7 +637,7 @@ TEST_F(Sm90EngineTest, TokensTimesHiddenPast2To31Elements) {
                  << (free_bytes >> 30) << " GiB free";
 
   std::mt19937_64 rng(devtest::base_seed() ^ 0x900e);
-  MoeSpec s = small_spec(E, 1, H, 256, RoutingMethod::kExternal, ActivationKind::kSwiGLU);
+  MoeSpec s = engine_spec(E, 1, H, 256, RoutingMethod::kExternal, ActivationKind::kSwiGLU);
   s.max_tokens = T;
   const MoeWeights weights = quant::make_random_weights(s, rng());
   std::vector<int32_t> ids(static_cast<std::size_t>(T));

@@ -1,0 +1,490 @@
+// The sm90 FP8 engine (pipeline/sm90_fp8_engine.hpp: bf16 activations, kFP8Block128 or
+// kFP8PerTensor weights) against reference::forward on fresh random inputs, outputs poisoned
+// (0xFF bytes, NaN) before every run, the engine's own buffers poisoned too
+// (Sm90Fp8Options::poison) unless a case says otherwise. Two references:
+//  - the layer as stored: reference::forward quantizes the activations to e4m3 as the engine
+//    does (quant::prepare_activations: per token per 128 columns, or the static input scale),
+//    so ||out - ref|| / ||ref|| < 1e-2 (the sums run in another order);
+//  - bf16 activations with the weights dequantized to fp32 (the layer without its activations'
+//    FP8 rounding): < 6e-2, the worst figure of each test printed and recorded as a property
+//    (bf16_activation_rel_error_<format>).
+// Cases: the presets' routing (the real DeepSeek-V3 grouped routing with its correction bias and
+// 2.5 scaling, Mixtral's softmax-topk) at scaled-down shapes for 1..4096 tokens, and
+// DeepSeek-V3's real H and I for a few tokens; every routing method x activation; all tokens to
+// the same experts (the others empty); codes at the e4m3 limits (+-448, subnormals) in the
+// weights and the activations; all-zero hidden rows; TP and EP ranks; the routing weight on the
+// experts' input (Llama-4); CUDA graph capture of the first call equal to eager; bad caller ids
+// and bad views; the specs the engine refuses. Sm90Fp8EngineSanitizer holds the small case for
+// compute-sanitizer; under sanitizer_run() the largest token counts and the real shape are left
+// out. The layers, inputs and checks are shared with the BF16 engine's test:
+// support/engine_check.hpp.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "moekit/registry.hpp"
+#include "pipeline/sm90_fp8_engine.hpp"
+#include "quant/quant.hpp"
+#include "support/engine_check.hpp"
+#include "support/gpu.hpp"
+
+namespace moekit::pipeline {
+namespace {
+
+using namespace devtest;  // NOLINT: the shared device-test helpers
+
+constexpr WeightFormat kFormats[] = {WeightFormat::kFP8Block128, WeightFormat::kFP8PerTensor};
+
+// `s` with bf16 activations and FP8 weights of `format` (kFP8PerTensor input scales: 4/448).
+MoeSpec fp8(MoeSpec s, WeightFormat format) {
+  s.act_dtype = DType::kBFloat16;
+  s.weights = WeightQuant{};
+  s.weights.format = format;
+  return s;
+}
+
+EngineFactory fp8_factory(bool poison) {
+  return [poison](const MoeSpec& s, const MoeWeights& w) {
+    Sm90Fp8Options options;
+    options.poison = poison;
+    return make_sm90_fp8_engine(s, w, 0, options);
+  };
+}
+
+// `spec` may be sharded: weights are drawn for the unsharded layer, then cut.
+Layer make_layer(const MoeSpec& spec, uint64_t seed, bool poison = true) {
+  return make_engine_layer(spec, seed, fp8_factory(poison));
+}
+
+// The layer's weights dequantized to fp32 (bit-exactly, quant::dequantize_expert) under a copy
+// of its spec: reference::forward on it keeps the activations in bf16.
+struct DequantizedLayer {
+  MoeSpec spec;
+  MoeWeights weights;
+};
+
+QuantizedTensor dequantized(const QuantizedTensor& t) {
+  QuantizedTensor d;
+  d.format = WeightFormat::kFP32;
+  d.experts = t.experts;
+  d.rows = t.rows;
+  d.cols = t.cols;
+  const std::size_t per_expert = static_cast<std::size_t>(t.rows * t.cols);
+  d.values.resize(per_expert * static_cast<std::size_t>(t.experts) * sizeof(float));
+  std::vector<float> expert(per_expert);
+  for (int64_t e = 0; e < t.experts; ++e) {
+    quant::dequantize_expert(t, e, expert.data());
+    std::memcpy(d.values.data() + e * per_expert * sizeof(float), expert.data(),
+                per_expert * sizeof(float));
+  }
+  return d;
+}
+
+DequantizedLayer dequantize_layer(const Layer& l) {
+  DequantizedLayer d;
+  d.spec = l.spec;
+  d.spec.weights = WeightQuant{};
+  d.spec.weights.format = WeightFormat::kFP32;
+  d.weights = l.local;
+  d.weights.fc1 = dequantized(l.local.fc1);
+  d.weights.fc2 = dequantized(l.local.fc2);
+  return d;
+}
+
+class Sm90Fp8EngineTest : public GpuTest {
+ protected:
+  // One forward of `in` against both references (the second one only with `dq`). Returns the
+  // output.
+  std::vector<uint16_t> check_inputs(Layer& l, const DequantizedLayer* dq, const Inputs& in) {
+    const std::vector<float> ref = reference_out(l, in);
+    const std::vector<uint16_t> out = run_forward(l, in);
+    expect_close(l.spec, out, ref, 1e-2);
+    if (dq != nullptr) {
+      SCOPED_TRACE("against bf16 activations and the dequantized weights");
+      const double rel = expect_close(l.spec, out, reference_out(dq->spec, dq->weights, in), 6e-2);
+      double& worst = worst_[l.spec.weights.format == WeightFormat::kFP8Block128 ? 0 : 1];
+      worst = std::max(worst, rel);
+    }
+    return out;
+  }
+
+  // Each token count on fresh inputs, against both references.
+  void check_tokens(Layer& l, const std::vector<int64_t>& tokens, Ids mode, std::mt19937_64& rng) {
+    const DequantizedLayer dq = dequantize_layer(l);
+    for (const int64_t T : tokens) {
+      if (T > kSanitizerMaxTokens && sanitizer_run()) continue;
+      SCOPED_TRACE(describe(l.spec) + " T" + std::to_string(T) + " ids " +
+                   std::to_string(static_cast<int>(mode)));
+      check_inputs(l, &dq, make_inputs(l, T, mode, rng));
+    }
+  }
+
+  // The worst relative error against bf16 activations of this test, per format.
+  void TearDown() override {
+    const char* names[] = {"fp8_block128", "fp8"};
+    for (int f = 0; f < 2; ++f) {
+      if (worst_[f] == 0) continue;
+      std::printf("[ moekit ] %s: worst ||out - ref|| / ||ref|| against bf16 activations and "
+                  "dequantized %s weights: %.4g\n",
+                  ::testing::UnitTest::GetInstance()->current_test_info()->name(), names[f],
+                  worst_[f]);
+      RecordProperty(std::string("bf16_activation_rel_error_") + names[f],
+                     std::to_string(worst_[f]));
+    }
+  }
+
+  double worst_[2] = {0, 0};  // [kFP8Block128, kFP8PerTensor]
+};
+
+TEST_F(Sm90Fp8EngineTest, PresetRoutingAcrossTokenCounts) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0xf801);
+  for (const WeightFormat f : kFormats) {
+    const MoeSpec specs[] = {
+        fp8(scaled_preset("deepseek-v3", 64, 512, 256), f),  // grouped, bias, scaling 2.5
+        fp8(scaled_preset("mixtral-8x7b", 8, 512, 384), f),  // softmax then top-k
+        fp8(scaled_preset("qwen3-30b-a3b", 32, 256, 256), f),
+        fp8(scaled_preset("gpt-oss-120b", 32, 384, 256), f),  // both biases, clamped SwiGLU
+    };
+    for (const MoeSpec& s : specs) {
+      Layer l = make_layer(s, rng());
+      EXPECT_GT(l.engine->workspace_bytes(), 0u);
+      check_tokens(l, {1, 7, 64, 513, 4096}, Ids::kRouted, rng);
+    }
+  }
+}
+
+// DeepSeek-V3's own hidden and intermediate (7168, 2048; 32 of its 256 experts so that the
+// weights stay small) with its routing, a few tokens. Against the stored layer only: the
+// dequantized weights would take 5.6 GB of host memory.
+TEST_F(Sm90Fp8EngineTest, DeepSeekV3ShapeFewTokens) {
+  if (sanitizer_run()) GTEST_SKIP() << "the same kernels run at the other tests' sizes";
+  std::mt19937_64 rng(devtest::base_seed() ^ 0xf802);
+  MoeSpec s = find_preset("deepseek-v3").spec;
+  s.num_experts = 32;
+  s.max_tokens = 16;
+  s.tp_size = s.ep_size = 1;
+  s.tp_rank = s.ep_rank = 0;
+  ASSERT_EQ(s.hidden, 7168);
+  ASSERT_EQ(s.intermediate, 2048);
+  for (const WeightFormat f : kFormats) {
+    Layer l = make_layer(fp8(s, f), rng());
+    for (const int64_t T : {1, 5, 16}) {
+      SCOPED_TRACE(describe(l.spec) + " T" + std::to_string(T));
+      check_inputs(l, nullptr, make_inputs(l, T, Ids::kRouted, rng));
+    }
+  }
+}
+
+TEST_F(Sm90Fp8EngineTest, EveryRoutingMethodTimesActivation) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0xf803);
+  const RoutingMethod methods[] = {RoutingMethod::kSoftmaxTopK, RoutingMethod::kTopKSoftmax,
+                                   RoutingMethod::kDeepSeekV3, RoutingMethod::kLlama4,
+                                   RoutingMethod::kExternal};
+  int n = 0;
+  for (const RoutingMethod m : methods)
+    for (int a = 1; a <= 9; ++a, ++n) {
+      const ActivationKind act = static_cast<ActivationKind>(a);
+      MoeSpec s = fp8(engine_spec(8, 2, 256, 128, m, act), kFormats[n % 2]);
+      if (activation_is_gated(act) && n % 3 == 0) s.gate_up_layout = GateUpLayout::kInterleaved;
+      s.fc1_bias = n % 4 == 1;
+      s.fc2_bias = n % 4 == 2;
+      s.max_tokens = 513;
+      Layer l = make_layer(s, rng());
+      check_tokens(l, {1, 7, 64, 513}, ids_for(s), rng);
+    }
+}
+
+// Every token to the same k experts; the other experts receive nothing.
+TEST_F(Sm90Fp8EngineTest, AllTokensToTheSameExperts) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0xf804);
+  for (const WeightFormat f : kFormats)
+    for (const int64_t k : {1, 4}) {
+      MoeSpec s =
+          fp8(engine_spec(32, k, 256, 256, RoutingMethod::kExternal, ActivationKind::kSwiGLU), f);
+      s.fc1_bias = s.fc2_bias = true;
+      Layer l = make_layer(s, rng());
+      check_tokens(l, {1, 8, 64, 4096}, Ids::kSameForAll, rng);
+    }
+}
+
+// fp32 weights [experts, rows, cols] whose FP8 codes reach the format's limits: in every
+// 128 x 128 block one entry of magnitude 1 (its code +-448: it sets the block's, or for
+// kFP8PerTensor the expert's, scale) and the others 2^-8..2^-20 of it (small normal codes,
+// subnormal codes down to 2^-9 and codes that flush to 0).
+std::vector<float> limit_weights(int64_t experts, int64_t rows, int64_t cols,
+                                 std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> exponent(-20.0f, -8.0f);
+  std::vector<float> w(static_cast<std::size_t>(experts * rows * cols));
+  for (float& x : w) x = std::ldexp(1.0f, static_cast<int>(exponent(rng))) * (rng() % 2 ? 1 : -1);
+  for (int64_t e = 0; e < experts; ++e)
+    for (int64_t r0 = 0; r0 < rows; r0 += 128)
+      for (int64_t c0 = 0; c0 < cols; c0 += 128) {
+        const int64_t r = r0 + static_cast<int64_t>(rng() % std::min<uint64_t>(rows - r0, 128));
+        const int64_t c = c0 + static_cast<int64_t>(rng() % std::min<uint64_t>(cols - c0, 128));
+        w[(e * rows + r) * cols + c] = rng() % 2 ? 1.0f : -1.0f;
+      }
+  return w;
+}
+
+// Hidden rows whose e4m3 codes reach the limits: per group of 128 columns one entry whose code
+// is +-448 (kFP8Block128: the group's amax, 8; kFP8PerTensor: 4 to 2048, at or past the static
+// scale's 448, saturating) and the others 4 * 2^-8..2^-20 (small normal codes, subnormals,
+// zeros). hidden is a multiple of 128.
+void set_limit_hidden(const MoeSpec& s, Inputs& in, std::mt19937_64& rng) {
+  const bool per_tensor = s.weights.format == WeightFormat::kFP8PerTensor;
+  std::uniform_real_distribution<float> exponent(-20.0f, -8.0f);
+  for (int64_t t = 0; t < in.tokens; ++t)
+    for (int64_t c0 = 0; c0 < s.hidden; c0 += 128) {
+      const float big = per_tensor ? std::ldexp(4.0f, static_cast<int>(rng() % 10)) : 8.0f;
+      for (int64_t c = c0; c < c0 + 128; ++c)
+        in.set_hidden(s, t, c, std::ldexp(4.0f, static_cast<int>(exponent(rng))) *
+                                   (rng() % 2 ? 1 : -1));
+      in.set_hidden(s, t, c0 + static_cast<int64_t>(rng() % 128), rng() % 2 ? big : -big);
+    }
+}
+
+TEST_F(Sm90Fp8EngineTest, CodesAtTheE4m3Limits) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0xf805);
+  for (const WeightFormat f : kFormats)
+    for (const RoutingMethod m : {RoutingMethod::kTopKSoftmax, RoutingMethod::kExternal}) {
+      MoeSpec s = fp8(engine_spec(16, 4, 256, 256, m, ActivationKind::kSwiGLU), f);
+      s.fc2_bias = m == RoutingMethod::kExternal;
+      Layer l = make_layer(s, rng());  // its biases and routing bias; the weights replaced:
+      const int64_t E = s.num_experts, H = s.hidden, R = s.fc1_rows();
+      const std::vector<float> w1 = limit_weights(E, R, H, rng);
+      const std::vector<float> w2 = limit_weights(E, H, s.intermediate, rng);
+      l.local.fc1 = quant::quantize(s.weights, E, R, H, w1.data());
+      l.local.fc2 = quant::quantize(s.weights, E, H, s.intermediate, w2.data());
+      l.engine = fp8_factory(true)(s, l.local);
+      for (const int64_t T : {7, 64, 513}) {
+        SCOPED_TRACE(describe(s) + " T" + std::to_string(T));
+        // Random activations on the limit weights, then limit activations.
+        Inputs in = make_inputs(l, T, ids_for(s), rng);
+        check_inputs(l, nullptr, in);
+        set_limit_hidden(s, in, rng);
+        check_inputs(l, nullptr, in);
+      }
+    }
+}
+
+// All-zero hidden rows (the first, one inside, the last): with no bias exact zeros, with FC2's
+// bias only that bias (times the routing weights), with FC1's too what the reference makes of
+// it; never NaN (kFP8Block128's eps keeps the all-zero groups' scale finite). Each such token is
+// also compared alone, so that its exact zeros are checked.
+TEST_F(Sm90Fp8EngineTest, AllZeroHiddenRows) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0xf806);
+  for (const WeightFormat f : kFormats)
+    for (const int biases : {0, 1, 2}) {  // none, FC2's, both
+      MoeSpec s = fp8(scaled_preset("qwen3-30b-a3b", 32, 256, 256), f);
+      s.fc2_bias = biases >= 1;
+      s.fc1_bias = biases == 2;
+      Layer l = make_layer(s, rng());
+      const DequantizedLayer dq = dequantize_layer(l);
+      for (const int64_t T : {1, 7, 513}) {
+        SCOPED_TRACE(describe(s) + " T" + std::to_string(T));
+        Inputs in = make_inputs(l, T, Ids::kRouted, rng);
+        const std::vector<int64_t> zero_rows = {0, T / 2, T - 1};
+        for (const int64_t t : zero_rows)
+          for (int64_t h = 0; h < s.hidden; ++h) in.set_hidden(s, t, h, 0.0f);
+        const std::vector<float> ref = reference_out(l, in);
+        const std::vector<uint16_t> out = check_inputs(l, &dq, in);
+        const int64_t H = s.hidden;
+        for (const int64_t t : zero_rows) {
+          SCOPED_TRACE("zero row " + std::to_string(t));
+          expect_close(s, std::vector<uint16_t>(out.begin() + t * H, out.begin() + (t + 1) * H),
+                       std::vector<float>(ref.begin() + t * H, ref.begin() + (t + 1) * H), 1e-2);
+        }
+      }
+    }
+}
+
+TEST_F(Sm90Fp8EngineTest, TensorParallelRanks) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0xf807);
+  for (const WeightFormat f : kFormats) {
+    // Local intermediate 256: whole 128-row blocks on each rank. Biases: only rank 0 adds FC2's.
+    MoeSpec s = fp8(scaled_preset("gpt-oss-120b", 16, 256, 512), f);
+    s.tp_size = 2;
+    const uint64_t seed = rng();
+    for (const int64_t T : {1, 7, 513})
+      check_tensor_parallel_ranks(s, seed, T, rng, fp8_factory(true));
+  }
+}
+
+// EP ranks: tokens whose experts all live on other ranks get exact zeros.
+TEST_F(Sm90Fp8EngineTest, ExpertParallelRanks) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0xf808);
+  for (const WeightFormat f : kFormats)
+    for (const RoutingMethod m : {RoutingMethod::kDeepSeekV3, RoutingMethod::kExternal}) {
+      MoeSpec s = fp8(engine_spec(32, 4, 256, 128, m, ActivationKind::kSwiGLU), f);
+      if (m == RoutingMethod::kDeepSeekV3) s.routing.n_group = 8;  // 4 experts per group
+      s.fc2_bias = true;
+      s.ep_size = 4;
+      const uint64_t seed = rng();
+      for (s.ep_rank = 0; s.ep_rank < s.ep_size; ++s.ep_rank) {
+        Layer l = make_layer(s, seed);
+        check_tokens(l, {1, 64, 513}, ids_for(s), rng);
+      }
+    }
+}
+
+// The routing weight on the experts' input (RouterWeightPlacement::kInput, Llama-4): the rows
+// are scaled by their slots' weights (rounded to bf16) before they are quantized. The preset's
+// top-1 sigmoid routing; top-2 top-k softmax with both biases; caller ids on an EP rank.
+// Engine buffers poisoned and not.
+TEST_F(Sm90Fp8EngineTest, WeightOnTheInput) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0xf809);
+  for (const WeightFormat f : kFormats) {
+    MoeSpec top2 =
+        fp8(engine_spec(32, 2, 256, 128, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU), f);
+    top2.fc1_bias = top2.fc2_bias = true;
+    MoeSpec external = fp8(
+        engine_spec(32, 4, 256, 128, RoutingMethod::kExternal, ActivationKind::kGeGLUTanh), f);
+    external.ep_size = 4;
+    external.ep_rank = 1;
+    for (MoeSpec s : {fp8(scaled_preset("llama4-maverick", 16, 512, 512), f), top2, external}) {
+      s.routing.weight_placement = RouterWeightPlacement::kInput;
+      for (const bool poison : {false, true}) {
+        SCOPED_TRACE(poison ? "engine buffers poisoned" : "");
+        Layer l = make_layer(s, rng(), poison);
+        check_tokens(l, {1, 7, 64, 513}, ids_for(s), rng);
+      }
+    }
+  }
+}
+
+// The very first forward of a fresh engine captured in a CUDA graph, replayed on old and new
+// inputs, equal to eager runs (support/engine_check.hpp, check_graph); the engine's poisoning
+// memsets captured too.
+TEST_F(Sm90Fp8EngineTest, GraphCaptureOfFirstCallEqualsEager) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0xf80a);
+  for (const WeightFormat f : kFormats)
+    for (const bool poison : {false, true}) {
+      SCOPED_TRACE(poison ? "engine buffers poisoned" : "");
+      MoeSpec q = fp8(scaled_preset("qwen3-30b-a3b", 32, 256, 256), f);
+      MoeSpec d = fp8(scaled_preset("deepseek-v3", 64, 512, 256), f);
+      MoeSpec e = fp8(
+          engine_spec(16, 2, 256, 128, RoutingMethod::kExternal, ActivationKind::kGeGLUTanh), f);
+      MoeSpec l4 = fp8(scaled_preset("llama4-maverick", 16, 512, 512), f);
+      const std::pair<MoeSpec*, int64_t> cases[] = {{&q, 1}, {&q, 64}, {&q, 600}, {&d, 5},
+                                                    {&e, 300}, {&l4, 1}, {&l4, 600}};
+      for (MoeSpec* s : {&q, &d, &e, &l4}) s->max_tokens = 600;
+      for (const auto& [s, T] : cases) {
+        Layer l = make_layer(*s, rng(), poison);
+        check_graph(l, T, rng);
+      }
+    }
+}
+
+TEST_F(Sm90Fp8EngineTest, BadCallerIdsAreDroppedAndReported) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0xf80b);
+  for (const WeightFormat f : kFormats) {
+    MoeSpec s =
+        fp8(engine_spec(8, 2, 256, 128, RoutingMethod::kExternal, ActivationKind::kSwiGLU), f);
+    s.max_tokens = 1000;
+    for (const int64_t T : {6, 64, 1000}) {
+      Layer l = make_layer(s, rng());
+      check_bad_ids(l, T, rng);
+    }
+  }
+}
+
+TEST_F(Sm90Fp8EngineTest, ForwardRejectsBadViews) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0xf80c);
+  for (const WeightFormat f : kFormats) {
+    MoeSpec s =
+        fp8(engine_spec(8, 2, 256, 128, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU), f);
+    s.max_tokens = 16;
+    Layer l = make_layer(s, rng());
+    expect_bad_views_refused(l, rng);
+  }
+}
+
+// Host-side refusals: no GPU needed (checked before any CUDA call). Each is kUnsupported and
+// its message names the value.
+TEST(Sm90Fp8EngineLimits, RefusesWhatItDoesNotRun) {
+  struct Refused {
+    MoeSpec spec;
+    std::string value;  // what the message must name
+  };
+  const auto base = [](WeightFormat f) {
+    MoeSpec s = engine_spec(8, 2, 256, 256, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU);
+    return fp8(s, f);
+  };
+  std::vector<Refused> cases;
+  for (const WeightFormat f : kFormats) {
+    MoeSpec h = base(f);
+    h.hidden = 1000;  // a valid spec for both formats (kFP8Block128 stores a partial block)
+    cases.push_back({h, "1000"});
+    MoeSpec fp16 = base(f);
+    fp16.act_dtype = DType::kFloat16;
+    cases.push_back({fp16, to_string(DType::kFloat16)});
+    MoeSpec fp32 = base(f);
+    fp32.act_dtype = DType::kFloat32;
+    cases.push_back({fp32, to_string(DType::kFloat32)});
+  }
+  MoeSpec i = base(WeightFormat::kFP8PerTensor);
+  i.intermediate = 200;  // valid for per-tensor weights (no 128-row blocks)
+  cases.push_back({i, "200"});
+  for (const WeightFormat other : {WeightFormat::kBF16, WeightFormat::kMXFP8,
+                                   WeightFormat::kInt4Group, WeightFormat::kNVFP4}) {
+    cases.push_back({base(other), to_string(other)});
+  }
+  MoeSpec experts = base(WeightFormat::kFP8Block128);  // past the kernels' limits
+  experts.num_experts = 1024;
+  experts.hidden = experts.intermediate = 128;
+  cases.push_back({experts, "1024"});
+  MoeSpec top_k = base(WeightFormat::kFP8Block128);
+  top_k.num_experts = 64;
+  top_k.top_k = 40;
+  cases.push_back({top_k, "40"});
+  for (const Refused& c : cases) {
+    if (!c.spec.validate().empty()) {
+      ADD_FAILURE() << describe(c.spec) << ": the spec must be valid";
+      continue;
+    }
+    try {
+      make_sm90_fp8_engine(c.spec, quant::make_random_weights(c.spec, 1), 0);
+      ADD_FAILURE() << describe(c.spec) << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << describe(c.spec) << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find(c.value), std::string::npos)
+          << describe(c.spec) << ": the message names " << c.value << ": " << e.what();
+    }
+  }
+}
+
+// The small cases compute-sanitizer runs (memcheck, racecheck): both formats, routed ids at 64
+// and 3 tokens, a bad caller id, the weight on the input, and prefill (~128 rows per expert).
+class Sm90Fp8EngineSanitizer : public GpuTest {};
+
+TEST_F(Sm90Fp8EngineSanitizer, SmallCase) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0xf80d);
+  for (const WeightFormat f : kFormats) {
+    MoeSpec s =
+        fp8(engine_spec(8, 2, 256, 128, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU), f);
+    s.max_tokens = 512;
+    s.fc1_bias = s.fc2_bias = true;
+    Layer l = make_layer(s, rng());
+    for (const int64_t T : {64, 3, 512}) check_forward(l, T, Ids::kRouted, rng);
+    MoeSpec e = s;
+    e.routing.method = RoutingMethod::kExternal;
+    Layer el = make_layer(e, rng());
+    check_bad_ids(el, 64, rng);
+    MoeSpec w = s;
+    w.routing.weight_placement = RouterWeightPlacement::kInput;
+    Layer wl = make_layer(w, rng());
+    check_forward(wl, 64, Ids::kRouted, rng);
+    check_forward(wl, 3, Ids::kRouted, rng);
+  }
+}
+
+}  // namespace
+}  // namespace moekit::pipeline

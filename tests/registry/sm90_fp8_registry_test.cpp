@@ -1,0 +1,116 @@
+// The Hopper FP8 implementations in the registry (cuda.sm90.cutlass.fp8_block128 for
+// kFP8Block128 weights, cuda.sm90.cutlass.fp8 for kFP8PerTensor, both with bf16 activations):
+// on an sm_90 environment written by hand, auto and the cutlass family resolve such a layer to
+// them; a hidden size or local intermediate that is not a multiple of 128 is rejected at the
+// alignment stage with a sentence that names the implementation and the value, and auto then
+// says so when it falls back to the CPU; other activation dtypes are rejected at the format
+// stage.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "moekit/registry.hpp"
+#include "registry/registry_fixtures.hpp"
+
+namespace moekit::registry::test {
+namespace {
+
+constexpr std::pair<WeightFormat, const char*> kFp8Impls[] = {
+    {WeightFormat::kFP8Block128, "cuda.sm90.cutlass.fp8_block128"},
+    {WeightFormat::kFP8PerTensor, "cuda.sm90.cutlass.fp8"},
+};
+
+TEST(Sm90Fp8Registry, Bf16ActivationsWithFp8WeightsResolveToTheirImplementation) {
+  for (const auto& [format, id] : kFp8Impls) {
+    SCOPED_TRACE(id);
+    const MoeSpec s = small_spec(format, DType::kBFloat16);
+    ASSERT_TRUE(s.validate().empty());
+    for (const char* request : {"auto", "cutlass", id}) {
+      const Resolution r = resolve(s, h200_env(), request);
+      ASSERT_TRUE(r.ok()) << request << ": " << r.table();
+      EXPECT_EQ(r.chosen->id(), id) << request;
+      EXPECT_FALSE(r.degraded_from.has_value()) << request;
+    }
+    const Implementation* impl = find_implementation(id);
+    ASSERT_NE(impl, nullptr);
+    EXPECT_EQ(impl->family(), "cutlass");
+    EXPECT_EQ(impl->device(), Device::kCuda);
+    // Everything the reference runs at these shapes: biases, the weight on the input, TP and EP.
+    MoeSpec all = s;
+    all.fc1_bias = all.fc2_bias = true;
+    all.routing.method = RoutingMethod::kLlama4;
+    all.routing.weight_placement = RouterWeightPlacement::kInput;
+    all.intermediate = 512;
+    all.tp_size = all.ep_size = 2;
+    all.tp_rank = all.ep_rank = 1;
+    ASSERT_TRUE(all.validate().empty());
+    const Eligibility e = impl->can_implement(all, h200_env());
+    EXPECT_TRUE(e.ok()) << e.rejection().reason;
+  }
+}
+
+// Shapes the FP8 kernels do not tile: 128-column k blocks and 128-row scale blocks.
+TEST(Sm90Fp8Registry, ShapesNotMultiplesOf128AreRejectedAtAlignment) {
+  for (const auto& [format, id] : kFp8Impls) {
+    SCOPED_TRACE(id);
+    const Implementation* impl = find_implementation(id);
+    ASSERT_NE(impl, nullptr);
+    struct Case {
+      MoeSpec spec;
+      std::string value;  // what the reason must name
+    };
+    MoeSpec hidden = small_spec(format, DType::kBFloat16);
+    hidden.hidden = 7000;  // valid for both formats: kFP8Block128 stores a partial last block
+    std::vector<Case> cases = {{hidden, "7000"}};
+    if (format == WeightFormat::kFP8PerTensor) {
+      // (For kFP8Block128 these are invalid specs: the 128-row blocks must not be cut.)
+      MoeSpec inter = small_spec(format, DType::kBFloat16);
+      inter.intermediate = 200;
+      cases.push_back({inter, "200"});
+      MoeSpec shard = small_spec(format, DType::kBFloat16);
+      shard.intermediate = 384;
+      shard.tp_size = 2;  // 192 local rows
+      cases.push_back({shard, "192"});
+    }
+    for (const Case& c : cases) {
+      SCOPED_TRACE(c.value);
+      ASSERT_TRUE(c.spec.validate().empty());
+      const Eligibility e = impl->can_implement(c.spec, h200_env());
+      ASSERT_FALSE(e.ok());
+      EXPECT_EQ(e.rejection().stage, RejectStage::kAlignment) << e.rejection().reason;
+      EXPECT_NE(e.rejection().reason.find(id), std::string::npos) << e.rejection().reason;
+      EXPECT_NE(e.rejection().reason.find(c.value), std::string::npos) << e.rejection().reason;
+      // Auto falls back to the reference and names this rejection, the one the user can act on.
+      const Resolution r = resolve(c.spec, h200_env(), "auto");
+      ASSERT_TRUE(r.ok());
+      EXPECT_EQ(r.chosen->id(), "cpu.reference");
+      ASSERT_TRUE(r.degraded_from.has_value());
+      EXPECT_EQ(r.degraded_from->reason.stage, RejectStage::kAlignment);
+      EXPECT_NE(r.degraded_from->reason.reason.find(id), std::string::npos)
+          << r.degraded_from->reason.reason;
+    }
+  }
+}
+
+TEST(Sm90Fp8Registry, OnlyBf16Activations) {
+  for (const auto& [format, id] : kFp8Impls) {
+    const Implementation* impl = find_implementation(id);
+    ASSERT_NE(impl, nullptr) << id;
+    for (const DType act : {DType::kFloat16, DType::kFloat32}) {
+      const Eligibility e = impl->can_implement(small_spec(format, act), h200_env());
+      ASSERT_FALSE(e.ok()) << id << " " << to_string(act);
+      EXPECT_EQ(e.rejection().stage, RejectStage::kFormat) << e.rejection().reason;
+    }
+    // And the other FP8 format's weights.
+    const WeightFormat other = format == WeightFormat::kFP8Block128 ? WeightFormat::kFP8PerTensor
+                                                                    : WeightFormat::kFP8Block128;
+    const Eligibility e = impl->can_implement(small_spec(other, DType::kBFloat16), h200_env());
+    ASSERT_FALSE(e.ok()) << id;
+    EXPECT_EQ(e.rejection().stage, RejectStage::kFormat) << e.rejection().reason;
+  }
+}
+
+}  // namespace
+}  // namespace moekit::registry::test
