@@ -6,8 +6,10 @@
 //    does (quant::prepare_activations: per token per 128 columns, or the static input scale),
 //    so ||out - ref|| / ||ref|| < 1e-2 (the sums run in another order);
 //  - bf16 activations with the weights dequantized to fp32 (the layer without its activations'
-//    FP8 rounding): < 6e-2, the worst figure of each test printed and recorded as a property
-//    (bf16_activation_rel_error_<format>).
+//    FP8 rounding): < 6e-2 over all the outputs of a test (one forward < 0.15: see
+//    kBf16ActivationsPooled), the figure printed and recorded as a property
+//    (bf16_activation_rel_error_<format>). kFP8PerTensor layers get static input scales that
+//    cover their activations (set_static_input_scales).
 // Cases: the presets' routing (the real DeepSeek-V3 grouped routing with its correction bias and
 // 2.5 scaling, Mixtral's softmax-topk) at scaled-down shapes for 1..4096 tokens, and
 // DeepSeek-V3's real H and I for a few tokens; every routing method x activation; all tokens to
@@ -51,6 +53,13 @@ MoeSpec fp8(MoeSpec s, WeightFormat format) {
   return s;
 }
 
+// 8 experts, top-2, H 256, I 128, SwiGLU: the small layer of the error and sanitizer cases.
+MoeSpec small_fp8(RoutingMethod m, WeightFormat format, int64_t max_tokens) {
+  MoeSpec s = fp8(engine_spec(8, 2, 256, 128, m, ActivationKind::kSwiGLU), format);
+  s.max_tokens = max_tokens;
+  return s;
+}
+
 EngineFactory fp8_factory(bool poison) {
   return [poison](const MoeSpec& s, const MoeWeights& w) {
     Sm90Fp8Options options;
@@ -59,9 +68,22 @@ EngineFactory fp8_factory(bool poison) {
   };
 }
 
+// kFP8PerTensor static input scales that cover the activations, as a checkpoint's calibrated
+// amax / 448 would, one per expert and matrix (different ones, so that an expert's rows taking
+// another's scale shows): FC1's input (normal hidden) 4 or 5, FC2's (the activation's output;
+// gpt-oss's clamped SwiGLU reaches 56) 48 to 80. make_random_weights' 4/448 on FC2's input
+// saturates the largest outputs of the activation: ~10% off the bf16 activations.
+void set_static_input_scales(MoeWeights& w) {
+  if (w.fc1.format != WeightFormat::kFP8PerTensor) return;
+  for (std::size_t e = 0; e < w.fc1.input_scale.size(); ++e) {
+    w.fc1.input_scale[e] = (4.0f + static_cast<float>(e % 2)) / 448.0f;
+    w.fc2.input_scale[e] = (48.0f + 16.0f * static_cast<float>(e % 3)) / 448.0f;
+  }
+}
+
 // `spec` may be sharded: weights are drawn for the unsharded layer, then cut.
 Layer make_layer(const MoeSpec& spec, uint64_t seed, bool poison = true) {
-  return make_engine_layer(spec, seed, fp8_factory(poison));
+  return make_engine_layer(spec, seed, fp8_factory(poison), set_static_input_scales);
 }
 
 // The layer's weights dequantized to fp32 (bit-exactly, quant::dequantize_expert) under a copy
@@ -99,6 +121,12 @@ DequantizedLayer dequantize_layer(const Layer& l) {
   return d;
 }
 
+// Against bf16 activations the error is the activations' FP8 rounding: ~4.5% of the output's
+// norm over many tokens, but one token's 256 or 512 outputs scatter around that (up to ~6.5% at
+// one token in 30 draws of the references alone). So each forward is held to a loose bound and
+// the test's outputs pooled, ||out - ref|| / ||ref|| over all of them, to 6e-2.
+constexpr double kBf16ActivationsPerForward = 0.15, kBf16ActivationsPooled = 6e-2;
+
 class Sm90Fp8EngineTest : public GpuTest {
  protected:
   // One forward of `in` against both references (the second one only with `dq`). Returns the
@@ -109,9 +137,14 @@ class Sm90Fp8EngineTest : public GpuTest {
     expect_close(l.spec, out, ref, 1e-2);
     if (dq != nullptr) {
       SCOPED_TRACE("against bf16 activations and the dequantized weights");
-      const double rel = expect_close(l.spec, out, reference_out(dq->spec, dq->weights, in), 6e-2);
-      double& worst = worst_[l.spec.weights.format == WeightFormat::kFP8Block128 ? 0 : 1];
-      worst = std::max(worst, rel);
+      const std::vector<float> bf16_ref = reference_out(dq->spec, dq->weights, in);
+      const double rel = expect_close(l.spec, out, bf16_ref, kBf16ActivationsPerForward);
+      double norm = 0;
+      for (const float v : bf16_ref) norm += double(v) * v;
+      Pooled& p = pooled_[l.spec.weights.format == WeightFormat::kFP8Block128 ? 0 : 1];
+      p.squared_error += rel * rel * norm;
+      p.squared_norm += norm;
+      p.worst_forward = std::max(p.worst_forward, rel);
     }
     return out;
   }
@@ -127,21 +160,27 @@ class Sm90Fp8EngineTest : public GpuTest {
     }
   }
 
-  // The worst relative error against bf16 activations of this test, per format.
+  // The pooled relative error against bf16 activations of this test, per format: checked,
+  // printed and recorded (bf16_activation_rel_error_<format>).
   void TearDown() override {
     const char* names[] = {"fp8_block128", "fp8"};
     for (int f = 0; f < 2; ++f) {
-      if (worst_[f] == 0) continue;
-      std::printf("[ moekit ] %s: worst ||out - ref|| / ||ref|| against bf16 activations and "
-                  "dequantized %s weights: %.4g\n",
-                  ::testing::UnitTest::GetInstance()->current_test_info()->name(), names[f],
-                  worst_[f]);
-      RecordProperty(std::string("bf16_activation_rel_error_") + names[f],
-                     std::to_string(worst_[f]));
+      const Pooled& p = pooled_[f];
+      if (p.squared_norm == 0) continue;
+      const double rel = std::sqrt(p.squared_error / p.squared_norm);
+      EXPECT_LT(rel, kBf16ActivationsPooled) << names[f] << ": all outputs against bf16 activations";
+      std::printf("[ moekit ] %s, %s weights: ||out - ref|| / ||ref|| against bf16 activations "
+                  "and the dequantized weights %.4f over all forwards, %.4f at worst in one\n",
+                  ::testing::UnitTest::GetInstance()->current_test_info()->name(), names[f], rel,
+                  p.worst_forward);
+      RecordProperty(std::string("bf16_activation_rel_error_") + names[f], std::to_string(rel));
     }
   }
 
-  double worst_[2] = {0, 0};  // [kFP8Block128, kFP8PerTensor]
+  struct Pooled {
+    double squared_error = 0, squared_norm = 0, worst_forward = 0;
+  };
+  Pooled pooled_[2];  // [kFP8Block128, kFP8PerTensor]
 };
 
 TEST_F(Sm90Fp8EngineTest, PresetRoutingAcrossTokenCounts) {
@@ -314,7 +353,7 @@ TEST_F(Sm90Fp8EngineTest, TensorParallelRanks) {
     s.tp_size = 2;
     const uint64_t seed = rng();
     for (const int64_t T : {1, 7, 513})
-      check_tensor_parallel_ranks(s, seed, T, rng, fp8_factory(true));
+      check_tensor_parallel_ranks(s, seed, T, rng, fp8_factory(true), set_static_input_scales);
   }
 }
 
@@ -383,27 +422,20 @@ TEST_F(Sm90Fp8EngineTest, GraphCaptureOfFirstCallEqualsEager) {
     }
 }
 
-TEST_F(Sm90Fp8EngineTest, BadCallerIdsAreDroppedAndReported) {
+// Bad caller ids (out of range, negative, repeated) dropped and the first one reported; views
+// of the wrong dtype, shape, device or alignment refused with kInvalidArgument.
+TEST_F(Sm90Fp8EngineTest, BadCallerIdsAndBadViews) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0xf80b);
   for (const WeightFormat f : kFormats) {
-    MoeSpec s =
-        fp8(engine_spec(8, 2, 256, 128, RoutingMethod::kExternal, ActivationKind::kSwiGLU), f);
-    s.max_tokens = 1000;
+    MoeSpec s = small_fp8(RoutingMethod::kExternal, f, 1000);
     for (const int64_t T : {6, 64, 1000}) {
       Layer l = make_layer(s, rng());
       check_bad_ids(l, T, rng);
     }
-  }
-}
-
-TEST_F(Sm90Fp8EngineTest, ForwardRejectsBadViews) {
-  std::mt19937_64 rng(devtest::base_seed() ^ 0xf80c);
-  for (const WeightFormat f : kFormats) {
-    MoeSpec s =
-        fp8(engine_spec(8, 2, 256, 128, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU), f);
+    s.routing.method = RoutingMethod::kTopKSoftmax;
     s.max_tokens = 16;
-    Layer l = make_layer(s, rng());
-    expect_bad_views_refused(l, rng);
+    Layer routed = make_layer(s, rng());
+    expect_bad_views_refused(routed, rng);
   }
 }
 
@@ -468,9 +500,7 @@ class Sm90Fp8EngineSanitizer : public GpuTest {};
 TEST_F(Sm90Fp8EngineSanitizer, SmallCase) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0xf80d);
   for (const WeightFormat f : kFormats) {
-    MoeSpec s =
-        fp8(engine_spec(8, 2, 256, 128, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU), f);
-    s.max_tokens = 512;
+    MoeSpec s = small_fp8(RoutingMethod::kTopKSoftmax, f, 512);
     s.fc1_bias = s.fc2_bias = true;
     Layer l = make_layer(s, rng());
     for (const int64_t T : {64, 3, 512}) check_forward(l, T, Ids::kRouted, rng);

@@ -25,6 +25,8 @@ constexpr std::pair<WeightFormat, const char*> kFp8Impls[] = {
 TEST(Sm90Fp8Registry, Bf16ActivationsWithFp8WeightsResolveToTheirImplementation) {
   for (const auto& [format, id] : kFp8Impls) {
     SCOPED_TRACE(id);
+    const Implementation* impl = find_implementation(id);
+    ASSERT_NE(impl, nullptr);
     const MoeSpec s = small_spec(format, DType::kBFloat16);
     ASSERT_TRUE(s.validate().empty());
     for (const char* request : {"auto", "cutlass", id}) {
@@ -33,8 +35,6 @@ TEST(Sm90Fp8Registry, Bf16ActivationsWithFp8WeightsResolveToTheirImplementation)
       EXPECT_EQ(r.chosen->id(), id) << request;
       EXPECT_FALSE(r.degraded_from.has_value()) << request;
     }
-    const Implementation* impl = find_implementation(id);
-    ASSERT_NE(impl, nullptr);
     EXPECT_EQ(impl->family(), "cutlass");
     EXPECT_EQ(impl->device(), Device::kCuda);
     // Everything the reference runs at these shapes: biases, the weight on the input, TP and EP.

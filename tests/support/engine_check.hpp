@@ -93,14 +93,17 @@ struct Layer {
 
 using EngineFactory = std::function<std::unique_ptr<Engine>(const MoeSpec&, const MoeWeights&)>;
 
-// `spec` may be sharded: weights are drawn for the unsharded layer, then cut.
-inline Layer make_engine_layer(const MoeSpec& spec, uint64_t seed, const EngineFactory& make) {
+// `spec` may be sharded: weights are drawn for the unsharded layer, changed by `edit` (when
+// given), then cut.
+inline Layer make_engine_layer(const MoeSpec& spec, uint64_t seed, const EngineFactory& make,
+                               const std::function<void(MoeWeights&)>& edit = nullptr) {
   Layer l;
   l.spec = spec;
   MoeSpec full = spec;
   full.tp_size = full.ep_size = 1;
   full.tp_rank = full.ep_rank = 0;
-  const MoeWeights all = quant::make_random_weights(full, seed);
+  MoeWeights all = quant::make_random_weights(full, seed);
+  if (edit) edit(all);
   l.local = (spec.tp_size > 1 || spec.ep_size > 1) ? shard_weights(spec, all) : all;
   l.engine = make(spec, l.local);
   return l;
@@ -294,19 +297,20 @@ inline void check_forward(Layer& l, int64_t T, Ids mode, std::mt19937_64& rng,
 
 // Every TP rank of `s` (tp_size > 1) on the same inputs: each against its own reference, and
 // the sum of the ranks' outputs against the unsharded layer (FC2's bias only on rank 0). The
-// weights of all ranks are cut from the unsharded layer's (`seed`).
+// weights of all ranks are cut from the unsharded layer's (`seed`, `edit`: make_engine_layer).
 inline void check_tensor_parallel_ranks(MoeSpec s, uint64_t seed, int64_t T, std::mt19937_64& rng,
-                                        const EngineFactory& make) {
+                                        const EngineFactory& make,
+                                        const std::function<void(MoeWeights&)>& edit = nullptr) {
   MoeSpec full = s;
   full.tp_size = 1;
   full.tp_rank = 0;
-  Layer whole = make_engine_layer(full, seed, make);
+  Layer whole = make_engine_layer(full, seed, make, edit);
   const Inputs in = make_inputs(whole, T, ids_for(s), rng);
   const std::vector<float> ref = reference_out(whole, in);
   std::vector<float> sum(ref.size(), 0.0f);
   for (int rank = 0; rank < s.tp_size; ++rank) {
     s.tp_rank = rank;
-    Layer l = make_engine_layer(s, seed, make);
+    Layer l = make_engine_layer(s, seed, make, edit);
     SCOPED_TRACE(describe(s) + " T" + std::to_string(T));
     const std::vector<uint16_t> out = run_forward(l, in);
     expect_close(s, out, reference_out(l, in), tolerance(s.act_dtype));
