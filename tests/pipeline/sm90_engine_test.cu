@@ -309,8 +309,8 @@ TEST_F(Sm90EngineTest, EveryRoutingMethodTimesActivation) {
 TEST_F(Sm90EngineTest, SkewedRouting) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x9003);
   for (int64_t k : {1, 2, 4}) {
-    MoeSpec s =
-        engine_spec(k == 4 ? 32 : 8, k, 256, 128, RoutingMethod::kExternal, ActivationKind::kSwiGLU);
+    MoeSpec s = engine_spec(k == 4 ? 32 : 8, k, 256, 128, RoutingMethod::kExternal,
+                            ActivationKind::kSwiGLU);
     s.fc1_bias = s.fc2_bias = true;
     Layer l = make_layer(s, rng());
     for (int64_t T : {1, 8, 64, 4096})
@@ -457,7 +457,8 @@ void expect_close_except(const MoeSpec& s, const std::vector<uint16_t>& out,
 // many tokens' rows, FC1 gathering them or not), both weight placements.
 TEST_F(Sm90EngineTest, NaNAndInfStayInTheirToken) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x900f);
-  MoeSpec external = engine_spec(16, 4, 256, 128, RoutingMethod::kExternal, ActivationKind::kSwiGLU);
+  MoeSpec external =
+      engine_spec(16, 4, 256, 128, RoutingMethod::kExternal, ActivationKind::kSwiGLU);
   external.fc2_bias = true;
   MoeSpec external_on_input = external;
   external_on_input.routing.weight_placement = RouterWeightPlacement::kInput;

@@ -1,9 +1,9 @@
 // Whole-layer device engines (the sm90 BF16/FP16 engine, the sm90 FP8 engine) against
 // reference::forward: layers with random weights, fresh random inputs (routed on the device or
-// caller ids), device runs into poisoned outputs (0xFF bytes, NaN), the comparison, CUDA graph
-// capture of an engine's first call, bad caller ids and bad views. Every check takes a Layer, so
-// that each engine's test builds it with its own factory and options. C++17: the *_test.cu files
-// include it.
+// caller ids), device runs into poisoned outputs (0xFF bytes, NaN), the comparison, TP ranks
+// summed against the unsharded layer, CUDA graph capture of an engine's first call, bad caller
+// ids and bad views. Every check takes a Layer (or an EngineFactory), so that each engine's test
+// builds it with its own factory and options. C++17: the *_test.cu files include it.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -247,9 +247,8 @@ inline double expect_close(const MoeSpec& s, const std::vector<uint16_t>& out,
     }
   }
   EXPECT_EQ(nan, 0) << "NaN outputs (unwritten or computed)";
-  EXPECT_EQ(nonzero_in_zero_rows, 0)
-      << "tokens whose reference is a zero row must be exact zeros (" << zero_rows
-      << " such tokens)";
+  EXPECT_EQ(nonzero_in_zero_rows, 0) << "tokens whose reference is a zero row must be exact zeros ("
+                                     << zero_rows << " such tokens)";
   const double rel = norm > 0 ? std::sqrt(diff / norm) : 0.0;
   if (norm > 0 && !(rel < tol)) {
     // The worst token's columns whose error is over 8x the overall rms error.
@@ -264,9 +263,8 @@ inline double expect_close(const MoeSpec& s, const std::vector<uint16_t>& out,
       }
     }
     ADD_FAILURE() << "relative error " << rel << " over " << tol << "; token " << worst_token
-                  << " holds " << (diff > 0 ? worst_diff / diff : 0)
-                  << " of the squared error, " << far << " of its columns over 8x the rms error ("
-                  << lo << ".." << hi << ")";
+                  << " holds " << (diff > 0 ? worst_diff / diff : 0) << " of the squared error, "
+                  << far << " of its columns over 8x the rms error (" << lo << ".." << hi << ")";
   }
   return rel;
 }
