@@ -3,6 +3,7 @@
 // C++17.
 #pragma once
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -11,6 +12,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "activation/activation_math.hpp"
 #include "moekit/registry.hpp"
 #include "permute/permute.hpp"
 #include "routing/routing_device.hpp"
@@ -145,6 +147,26 @@ inline LayerBiases check_biases(const MoeSpec& spec, const LocalProblem& lp,
                 "routing_bias holds " + std::to_string(weights.routing_bias.size()) +
                     " values, expected one per expert (" + std::to_string(E) + ")");
   return b;
+}
+
+// The expert weights' byte counts (values) against what the engine computed from the spec.
+inline void check_expert_bytes(const MoeWeights& w, int64_t fc1_bytes, int64_t fc2_bytes) {
+  if (static_cast<int64_t>(w.fc1.values.size()) != fc1_bytes ||
+      static_cast<int64_t>(w.fc2.values.size()) != fc2_bytes)
+    throw Error(ErrorCode::kInvalidArgument,
+                "expert weights hold " + std::to_string(w.fc1.values.size()) + " / " +
+                    std::to_string(w.fc2.values.size()) + " bytes, expected " +
+                    std::to_string(fc1_bytes) + " / " + std::to_string(fc2_bytes));
+}
+
+// The spec's activation as the device kernels take it.
+inline activation::Params activation_params(const ActivationParams& ap) {
+  activation::Params p;
+  p.kind = static_cast<activation::Kind>(static_cast<int>(ap.kind));
+  p.limit = ap.limit.value_or(INFINITY);
+  p.alpha = ap.alpha_or_default();
+  p.beta = ap.beta_or_default();
+  return p;
 }
 
 inline void upload(void* dst, const void* src, std::size_t bytes, const char* what) {

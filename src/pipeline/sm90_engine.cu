@@ -121,12 +121,7 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
                     ")");
   const int64_t es = 2;  // bf16 / fp16
   const int64_t w1_bytes = L * lp_.fc1_rows * H * es, w2_bytes = L * H * I * es;
-  if (static_cast<int64_t>(weights.fc1.values.size()) != w1_bytes ||
-      static_cast<int64_t>(weights.fc2.values.size()) != w2_bytes)
-    throw Error(ErrorCode::kInvalidArgument,
-                "expert weights hold " + std::to_string(weights.fc1.values.size()) + " / " +
-                    std::to_string(weights.fc2.values.size()) + " bytes, expected " +
-                    std::to_string(w1_bytes) + " / " + std::to_string(w2_bytes));
+  check_expert_bytes(weights, w1_bytes, w2_bytes);
   const LayerBiases biases = check_biases(spec, lp_, weights);
   const bool fc1_bias = biases.fc1, fc2_bias = biases.fc2, routing_bias = biases.routing;
 
@@ -185,11 +180,7 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
   const int64_t P = pcfg_.max_rows();
 
   act_.elem = elem_;
-  const ActivationParams& ap = spec.activation;
-  act_.params.kind = static_cast<activation::Kind>(static_cast<int>(ap.kind));
-  act_.params.limit = ap.limit.value_or(INFINITY);
-  act_.params.alpha = ap.alpha_or_default();
-  act_.params.beta = ap.beta_or_default();
+  act_.params = activation_params(spec.activation);
   act_.intermediate = I;
   act_.fc1_bias = fc1_bias ? b1 : nullptr;
   act_.local_experts = static_cast<int>(L);

@@ -92,12 +92,7 @@ Sm90Fp8Engine::Sm90Fp8Engine(const MoeSpec& spec, const MoeWeights& weights, int
                 "hidden " + std::to_string(H) + " and local intermediate " + std::to_string(I) +
                     " must be multiples of 128 for the sm90 fp8 engine (its scale blocks)");
   const int64_t w1_bytes = L * R1 * H, w2_bytes = L * H * I;
-  if (static_cast<int64_t>(weights.fc1.values.size()) != w1_bytes ||
-      static_cast<int64_t>(weights.fc2.values.size()) != w2_bytes)
-    throw Error(ErrorCode::kInvalidArgument,
-                "expert weights hold " + std::to_string(weights.fc1.values.size()) + " / " +
-                    std::to_string(weights.fc2.values.size()) + " bytes, expected " +
-                    std::to_string(w1_bytes) + " / " + std::to_string(w2_bytes));
+  check_expert_bytes(weights, w1_bytes, w2_bytes);
   const std::vector<float> s1 = block_scales(weights.fc1, L), s2 = block_scales(weights.fc2, L);
   if (static_cast<int64_t>(s1.size()) != L * (R1 / kBlock) * (H / kBlock) ||
       static_cast<int64_t>(s2.size()) != L * (H / kBlock) * (I / kBlock))
@@ -158,11 +153,7 @@ Sm90Fp8Engine::Sm90Fp8Engine(const MoeSpec& spec, const MoeWeights& weights, int
   const int64_t P = pcfg_.max_rows();
 
   act_.elem = DType::kBFloat16;
-  const ActivationParams& ap = spec.activation;
-  act_.params.kind = static_cast<activation::Kind>(static_cast<int>(ap.kind));
-  act_.params.limit = ap.limit.value_or(INFINITY);
-  act_.params.alpha = ap.alpha_or_default();
-  act_.params.beta = ap.beta_or_default();
+  act_.params = activation_params(spec.activation);
   act_.intermediate = I;
   act_.fc1_bias = biases.fc1 ? wp.b1 : nullptr;  // the checkpoint's order, like the rows
   act_.local_experts = static_cast<int>(L);
