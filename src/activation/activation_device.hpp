@@ -35,9 +35,10 @@ Status run_device(const DeviceActivation& a, const void* fc1_out, void* out,
                   const int32_t* row_expert, const int32_t* offsets, int64_t max_rows,
                   cudaStream_t stream);
 
-// The FP8 engines' activation: fc1_out bf16 [max_rows, fc1_rows] in the checkpoint's gate/up
-// `layout` (not the blocked order; the bias, DeviceActivation::fc1_bias, likewise), plus the
-// bias, rounded to bf16, through the activation, rounded to bf16, then quantized to e4m3 per 128
+// The FP8 engines' activation: fc1_out [max_rows, fc1_rows] of `fc1_dtype` (bf16, or fp32
+// accumulators) in the checkpoint's gate/up `layout` (not the blocked order; the bias,
+// DeviceActivation::fc1_bias, likewise), plus the bias, rounded once to bf16, through the
+// activation, rounded to bf16, then quantized to e4m3 per 128
 // outputs (pipeline/fp8_quantize.cuh) into `out`; rows [0, offsets[L]) only. elem bf16 and
 // intermediate a multiple of 128, else kUnsupported.
 struct QuantizedActivations {
@@ -45,9 +46,10 @@ struct QuantizedActivations {
   float* scales = nullptr;              // [max_rows, intermediate / 128]
   const float* static_scale = nullptr;  // [local experts] or null (dynamic)
 };
-Status prepare_device_quantized(const DeviceActivation& a, GateUpLayout layout);
-Status run_device_quantized(const DeviceActivation& a, GateUpLayout layout, const void* fc1_out,
-                            const QuantizedActivations& out, const int32_t* row_expert,
-                            const int32_t* offsets, int64_t max_rows, cudaStream_t stream);
+Status prepare_device_quantized(const DeviceActivation& a, GateUpLayout layout, DType fc1_dtype);
+Status run_device_quantized(const DeviceActivation& a, GateUpLayout layout, DType fc1_dtype,
+                            const void* fc1_out, const QuantizedActivations& out,
+                            const int32_t* row_expert, const int32_t* offsets, int64_t max_rows,
+                            cudaStream_t stream);
 
 }  // namespace moekit::activation

@@ -1,7 +1,7 @@
-// The FP8 engines' activation (activation_device.hpp, run_device_quantized): FC1's bf16 output in
-// the checkpoint's gate/up order, plus the bias, through the activation, rounded to bf16, then
-// quantized to e4m3 per 128 outputs for FC2. One warp per (row, group of 128 outputs); each lane
-// computes 4 of them.
+// The FP8 engines' activation (activation_device.hpp, run_device_quantized): FC1's output (bf16,
+// or fp32 where a bias is added) in the checkpoint's gate/up order, plus the bias, through the
+// activation, rounded to bf16, then quantized to e4m3 per 128 outputs for FC2. One warp per (row,
+// group of 128 outputs); each lane computes 4 of them.
 #include <algorithm>
 #include <string>
 
@@ -21,7 +21,7 @@ enum Mode : int { kPlain = 0, kHalves = 1, kInterleaved = 2 };
 
 struct QuantizeArgs {
   Params p;
-  const __nv_bfloat16* in;    // [rows, fc1_rows]
+  const void* in;             // [rows, fc1_rows], bf16 or fp32
   const float* bias;          // [L, fc1_rows] or null
   const float* static_scale;  // [L] or null
   const int32_t* row_expert;
@@ -35,14 +35,19 @@ __device__ __forceinline__ float round_bf16(float x) {
   return __bfloat162float(__float2bfloat16_rn(x));
 }
 
-// FC1's value at column c of `row` plus its bias, rounded to bf16 as the reference rounds FC1's
-// output (the GEMM stored it rounded already; the bias sum is rounded again).
-__device__ __forceinline__ float fc1_value(const __nv_bfloat16* row, const float* bias, int64_t c) {
-  const float y = __bfloat162float(row[c]);
-  return bias ? round_bf16(y + bias[c]) : y;
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_float(float x) { return x; }
+
+// FC1's value at column c of `row` plus its bias, rounded once to bf16 as the reference rounds
+// FC1's output: an fp32 row holds the accumulators (the engine's choice where there is a bias), a
+// bf16 one is rounded already.
+template <class In>
+__device__ __forceinline__ float fc1_value(const In* row, const float* bias, int64_t c) {
+  const float y = to_float(row[c]);
+  return bias ? round_bf16(y + bias[c]) : round_bf16(y);
 }
 
-template <int kMode>
+template <class In, int kMode>
 __global__ void __launch_bounds__(kWarps * 32) activation_quantize_kernel(QuantizeArgs a) {
   pipeline::pdl_wait();  // FC1's output and the offsets come from earlier kernels
   pipeline::pdl_launch_dependents();
@@ -54,7 +59,7 @@ __global__ void __launch_bounds__(kWarps * 32) activation_quantize_kernel(Quanti
        w += warps) {
     const int64_t row = w / groups, g = w - row * groups;
     const int32_t e = a.row_expert[row];
-    const __nv_bfloat16* in = a.in + row * a.fc1_rows;
+    const In* in = static_cast<const In*>(a.in) + row * a.fc1_rows;
     const float* bias = a.bias ? a.bias + static_cast<int64_t>(e) * a.fc1_rows : nullptr;
     const int64_t j0 = g * pipeline::kFp8Group + 4 * lane;
     float x[4];
@@ -79,13 +84,24 @@ __global__ void __launch_bounds__(kWarps * 32) activation_quantize_kernel(Quanti
 
 using KernelFn = void (*)(QuantizeArgs);
 
-KernelFn pick(const DeviceActivation& a, GateUpLayout layout) {
-  if (!is_gated(a.params.kind)) return activation_quantize_kernel<kPlain>;
-  return layout == GateUpLayout::kInterleaved ? activation_quantize_kernel<kInterleaved>
-                                              : activation_quantize_kernel<kHalves>;
+template <class In>
+KernelFn pick_for(const DeviceActivation& a, GateUpLayout layout) {
+  if (!is_gated(a.params.kind)) return activation_quantize_kernel<In, kPlain>;
+  return layout == GateUpLayout::kInterleaved ? activation_quantize_kernel<In, kInterleaved>
+                                              : activation_quantize_kernel<In, kHalves>;
 }
 
-Status check(const DeviceActivation& a) {
+KernelFn pick(const DeviceActivation& a, GateUpLayout layout, DType fc1_dtype) {
+  return fc1_dtype == DType::kFloat32 ? pick_for<float>(a, layout)
+                                      : pick_for<__nv_bfloat16>(a, layout);
+}
+
+Status check(const DeviceActivation& a, DType fc1_dtype) {
+  if (fc1_dtype != DType::kBFloat16 && fc1_dtype != DType::kFloat32)
+    return Status(
+        ErrorCode::kUnsupported,
+        std::string("the quantizing activation reads FC1's output as bf16 or fp32, not ") +
+            to_string(fc1_dtype));
   if (a.elem != DType::kBFloat16)
     return Status(ErrorCode::kUnsupported,
                   std::string("the quantizing activation reads bf16, not ") + to_string(a.elem));
@@ -97,23 +113,24 @@ Status check(const DeviceActivation& a) {
 
 }  // namespace
 
-Status prepare_device_quantized(const DeviceActivation& a, GateUpLayout layout) {
-  Status s = check(a);
+Status prepare_device_quantized(const DeviceActivation& a, GateUpLayout layout, DType fc1_dtype) {
+  Status s = check(a, fc1_dtype);
   if (!s.ok()) return s;
   cudaFuncAttributes attr;
-  return cuda_status(cudaFuncGetAttributes(&attr, pick(a, layout)),
+  return cuda_status(cudaFuncGetAttributes(&attr, pick(a, layout, fc1_dtype)),
                      "loading the quantizing activation kernel");
 }
 
-Status run_device_quantized(const DeviceActivation& a, GateUpLayout layout, const void* fc1_out,
-                            const QuantizedActivations& out, const int32_t* row_expert,
-                            const int32_t* offsets, int64_t max_rows, cudaStream_t stream) {
-  Status s = check(a);
+Status run_device_quantized(const DeviceActivation& a, GateUpLayout layout, DType fc1_dtype,
+                            const void* fc1_out, const QuantizedActivations& out,
+                            const int32_t* row_expert, const int32_t* offsets, int64_t max_rows,
+                            cudaStream_t stream) {
+  Status s = check(a, fc1_dtype);
   if (!s.ok()) return s;
   if (max_rows <= 0) return {};
   QuantizeArgs k{};
   k.p = a.params;
-  k.in = static_cast<const __nv_bfloat16*>(fc1_out);
+  k.in = fc1_out;
   k.bias = a.fc1_bias;
   k.static_scale = out.static_scale;
   k.row_expert = row_expert;
@@ -125,8 +142,9 @@ Status run_device_quantized(const DeviceActivation& a, GateUpLayout layout, cons
   const int64_t work = max_rows * (a.intermediate / pipeline::kFp8Group);
   const int blocks =
       static_cast<int>(std::clamp<int64_t>((work + kWarps - 1) / kWarps, 1, 132 * 32));
-  return cuda_status(pipeline::launch_pdl(pick(a, layout), blocks, kWarps * 32, 0, stream, k),
-                     "launching the quantizing activation kernel");
+  return cuda_status(
+      pipeline::launch_pdl(pick(a, layout, fc1_dtype), blocks, kWarps * 32, 0, stream, k),
+      "launching the quantizing activation kernel");
 }
 
 }  // namespace moekit::activation

@@ -3,7 +3,8 @@
 //                 (A_g[:, kb] * W_g[:, kb]^T) * sa_g[:, kb] * sw_g[n / 128, kb]
 // A e4m3 [rows, k] row-major, its scales fp32 [rows, k / 128] (one per row and 128 columns);
 // W e4m3 [groups, n, k] (nn.Linear layout), its scales fp32 [groups, n / 128, k / 128] (one per
-// 128x128 block: DeepSeek-V3's weight_scale_inv as the checkpoint stores it); D bf16 [rows, n].
+// 128x128 block: DeepSeek-V3's weight_scale_inv as the checkpoint stores it); D bf16 [rows, n],
+// or fp32 (Fp8GroupedShape::fp32_out).
 // Each k block's products are summed in fp32 by the tensor cores and then added, scaled, into
 // fp32 accumulators (CUTLASS's sm90 blockwise-scaled ptr-array kernels), so no error grows with
 // k beyond fp32 sums. Row counts live only in device memory (no host sync), so a forward can be
@@ -25,6 +26,10 @@ struct Fp8GroupedShape {
   int groups = 0;
   int64_t n = 0, k = 0;  // multiples of 128 (the scale blocks)
   int64_t max_rows = 0;  // upper bound of row_offsets[groups]
+  // D as fp32 instead of bf16: FC1 with a bias, which the activation adds to the accumulators
+  // before their one rounding to bf16, as the reference rounds (a bf16 D rounded twice, and the
+  // e4m3 quantization after it turned those 1-ulp differences into 1-2% errors).
+  bool fp32_out = false;
 };
 
 class Fp8GroupedGemm {
@@ -41,8 +46,8 @@ class Fp8GroupedGemm {
   Fp8GroupedGemm(const Fp8GroupedGemm&) = delete;
   Fp8GroupedGemm& operator=(const Fp8GroupedGemm&) = delete;
 
-  // Named tactics ("sm90.fp8.coop.128x128x128.c1x1", "sm90.fp8.swapab.128x32x128.c1x1"), never
-  // numbered.
+  // Named tactics ("sm90.fp8.coop.128x128x128.c1x1", "sm90.fp8.swapab.128x32x128.c1x1"; with
+  // ".f32" where D is fp32), never numbered.
   std::vector<std::string> tactics() const;
   // The tactic for `rows_per_group_hint` rows per group on average (host-known).
   std::string pick_tactic(double rows_per_group_hint) const;
@@ -52,7 +57,7 @@ class Fp8GroupedGemm {
     const float* a_scales = nullptr;  // [max_rows, k / 128]
     const void* w = nullptr;          // e4m3 [groups, n, k]
     const float* w_scales = nullptr;  // [groups, n / 128, k / 128]
-    void* d = nullptr;                // bf16 [max_rows, n]
+    void* d = nullptr;                // bf16 (or fp32) [max_rows, n]
     std::string tactic;               // empty: pick_tactic(rows_per_group_hint)
     double rows_per_group_hint = 1.0;
   };

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -45,27 +46,29 @@ using namespace cute;
 constexpr int kBlock = static_cast<int>(Fp8GroupedGemm::kBlock);
 
 // One kernel configuration: tile, cluster, swap-AB. Its name is its identity.
-template <int M, int N, bool SwapAB>
+template <int M, int N, bool SwapAB, class OutElement = cutlass::bfloat16_t>
 struct Fp8Cfg {
   static constexpr bool kSwapAB = SwapAB;
+  using ElementD = OutElement;
+  static constexpr bool kFp32Out = std::is_same_v<OutElement, float>;
   using Tile = Shape<Int<M>, Int<N>, Int<kBlock>>;
   using Cluster = Shape<_1, _1, _1>;
   static std::string name() {
     return std::string("sm90.fp8.") + (SwapAB ? "swapab." : "coop.") + std::to_string(M) + "x" +
-           std::to_string(N) + "x" + std::to_string(kBlock) + ".c1x1";
+           std::to_string(N) + "x" + std::to_string(kBlock) + ".c1x1" + (kFp32Out ? ".f32" : "");
   }
 };
 
 template <class Cfg>
 struct Fp8Kernel {
   using Element = cutlass::float_e4m3_t;
-  using ElementD = cutlass::bfloat16_t;
+  using ElementD = typename Cfg::ElementD;
   using LayoutA = cutlass::layout::RowMajor;     // K-major
   using LayoutB = cutlass::layout::ColumnMajor;  // [n, k] read as [k, n]: K-major
   using LayoutD =
       std::conditional_t<Cfg::kSwapAB, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
   static constexpr int kAlign = 16;  // e4m3 elements in a 16-byte TMA row
-  static constexpr int kAlignD = 8;  // bf16
+  static constexpr int kAlignD = 16 / static_cast<int>(sizeof(ElementD));  // 16-byte rows
   // Granularity (M, N, K): the weights' 128 x 128 blocks and the activations' 1 x 128 groups.
   using ScaleConfig =
       std::conditional_t<Cfg::kSwapAB,
@@ -120,7 +123,7 @@ struct ProblemArgs {
   const float* a_scales;
   const uint8_t* w;
   const float* w_scales;
-  __nv_bfloat16* d;
+  char* d;
 };
 
 // One thread per group: its problem shape, operand, scale and output pointers, scale layouts.
@@ -152,7 +155,7 @@ __global__ void write_fp8_problems(ProblemArgs p, GroupArrays<K> arr) {
     arr.layout_sfa[g] = K::ScaleConfig::tile_atom_to_shape_SFA(make_shape(m, p.n, p.k, 1));
     arr.layout_sfb[g] = K::ScaleConfig::tile_atom_to_shape_SFB(make_shape(m, p.n, p.k, 1));
   }
-  arr.ptr_d[g] = reinterpret_cast<typename K::ElementD*>(p.d + row0 * p.n);
+  arr.ptr_d[g] = reinterpret_cast<typename K::ElementD*>(p.d) + row0 * p.n;
 }
 
 class Fp8Tactic {
@@ -304,20 +307,22 @@ class Fp8CutlassTactic final : public Fp8Tactic {
 struct Fp8Entry {
   std::string name;
   bool swap_ab;
+  bool fp32_out;
   std::unique_ptr<Fp8Tactic> (*make)();
 };
 
 template <class Cfg>
 Fp8Entry entry() {
-  return Fp8Entry{Cfg::name(), Cfg::kSwapAB, []() -> std::unique_ptr<Fp8Tactic> {
+  return Fp8Entry{Cfg::name(), Cfg::kSwapAB, Cfg::kFp32Out, []() -> std::unique_ptr<Fp8Tactic> {
                     return std::make_unique<Fp8CutlassTactic<Cfg>>();
                   }};
 }
 
 // The tactic list: a swap-AB tile for the few rows per expert of decode, the 128 x 128 tile for
-// prefill.
+// prefill; each with a bf16 and an fp32 D.
 std::vector<Fp8Entry> fp8_tactics() {
-  return {entry<Fp8Cfg<128, 128, false>>(), entry<Fp8Cfg<128, 32, true>>()};
+  return {entry<Fp8Cfg<128, 128, false>>(), entry<Fp8Cfg<128, 32, true>>(),
+          entry<Fp8Cfg<128, 128, false, float>>(), entry<Fp8Cfg<128, 32, true, float>>()};
 }
 
 void check_cuda(cudaError_t e, const std::string& what) {
@@ -372,6 +377,7 @@ Fp8GroupedGemm::Fp8GroupedGemm(const Fp8GroupedShape& shape, int device)
                                              std::to_string(device) + " is sm_" +
                                              std::to_string(prop.major * 10 + prop.minor));
   for (auto& e : fp8_tactics()) {
+    if (e.fp32_out != shape.fp32_out) continue;
     std::unique_ptr<Fp8Tactic> t = e.make();
     throw_if_error(t->init(shape, device, prop.multiProcessorCount));
     state_->names.push_back(e.name);
@@ -420,7 +426,7 @@ Status Fp8GroupedGemm::run(const Call& c, const int32_t* row_offsets, cudaStream
   p.a_scales = c.a_scales;
   p.w = static_cast<const uint8_t*>(c.w);
   p.w_scales = c.w_scales;
-  p.d = static_cast<__nv_bfloat16*>(c.d);
+  p.d = static_cast<char*>(c.d);
   return state_->tactics[static_cast<std::size_t>(it - state_->names.begin())]->run(p, stream);
 }
 

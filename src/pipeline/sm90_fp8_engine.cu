@@ -2,8 +2,8 @@
 // (e4m3 values, fp32 block scales; per-tensor scales spread over the blocks), one workspace sized
 // from max_tokens, and a forward that only enqueues kernels on the caller's stream:
 //   permute (route + count + scan + permute, no gather) -> quantizing gather (e4m3 rows and their
-//   scales in expert order) -> FC1 (fp8 grouped GEMM, bf16 out) -> activation + quantization ->
-//   FC2 (fp8 grouped GEMM, bf16 out) -> finalize.
+//   scales in expert order) -> FC1 (fp8 grouped GEMM, bf16 out; fp32 with a bias) -> activation +
+//   quantization -> FC2 (fp8 grouped GEMM, bf16 out) -> finalize.
 // The routing, permute and finalize are the BF16 engine's; only the experts stage is FP8's own.
 #include <algorithm>
 #include <cstdint>
@@ -64,7 +64,10 @@ class Sm90Fp8Engine final : public Engine {
   activation::DeviceActivation act_;
   activation::QuantizedActivations acts_;  // FC2's input
   finalize::DeviceFinalize fin_;
-  void* fc1_out_ = nullptr;  // bf16 [P, fc1_rows]
+  // FC1's output [P, fc1_rows]: bf16, or fp32 where the activation adds FC1's bias to it (so
+  // that it rounds once, as the reference does).
+  DType fc1_dtype_ = DType::kBFloat16;
+  void* fc1_out_ = nullptr;
   void* fc2_out_ = nullptr;  // bf16 [P, H]
   // The spans the poison hook fills: the quantized rows and scales up to FC2's output.
   void* poison_begin_ = nullptr;
@@ -176,7 +179,7 @@ Sm90Fp8Engine::Sm90Fp8Engine(const MoeSpec& spec, const MoeWeights& weights, int
     const std::size_t poison_at = c.used();
     rows_.values = c.take<uint8_t>(P * H);
     rows_.scales = c.take<float>(P * (H / kBlock));
-    fc1_out_ = c.take<char>(P * R1 * 2);
+    fc1_out_ = c.take<char>(P * R1 * (biases.fc1 ? 4 : 2));
     acts_.values = c.take<uint8_t>(P * I);
     acts_.scales = c.take<float>(P * (I / kBlock));
     fc2_out_ = c.take<char>(P * H * 2);
@@ -200,15 +203,16 @@ Sm90Fp8Engine::Sm90Fp8Engine(const MoeSpec& spec, const MoeWeights& weights, int
   rows_.weight_on_input = spec.routing.weight_placement == RouterWeightPlacement::kInput;
   acts_.static_scale = per_tensor ? wp.in2 : nullptr;
 
+  fc1_dtype_ = biases.fc1 ? DType::kFloat32 : DType::kBFloat16;
   fc1_ = std::make_unique<gemm::Fp8GroupedGemm>(
-      gemm::Fp8GroupedShape{static_cast<int>(L), R1, H, P}, device_);
+      gemm::Fp8GroupedShape{static_cast<int>(L), R1, H, P, biases.fc1}, device_);
   fc2_ = std::make_unique<gemm::Fp8GroupedGemm>(gemm::Fp8GroupedShape{static_cast<int>(L), H, I, P},
                                                 device_);
 
   // Load every kernel forward() may launch, so its first call can be captured in a graph.
   throw_if_error(permute::prepare(pcfg_));
   throw_if_error(permute::prepare_gather_quantized());
-  throw_if_error(activation::prepare_device_quantized(act_, spec.gate_up_layout));
+  throw_if_error(activation::prepare_device_quantized(act_, spec.gate_up_layout, fc1_dtype_));
   throw_if_error(finalize::prepare(fin_));
   check_cuda(cudaDeviceSynchronize(), "finishing the engine's set-up");
 }
@@ -238,8 +242,9 @@ void Sm90Fp8Engine::forward(const ForwardArgs& args) {
   throw_if_error(fc1_->run({rows_.values, rows_.scales, w1_, w1_scales_, fc1_out_, {}, hint},
                            pbuf_.offsets, stream));
   const int64_t rows = T * std::min<int64_t>(lp_.top_k, lp_.num_experts);
-  throw_if_error(activation::run_device_quantized(act_, spec_.gate_up_layout, fc1_out_, acts_,
-                                                  pbuf_.row_expert, pbuf_.offsets, rows, stream));
+  throw_if_error(activation::run_device_quantized(act_, spec_.gate_up_layout, fc1_dtype_, fc1_out_,
+                                                  acts_, pbuf_.row_expert, pbuf_.offsets, rows,
+                                                  stream));
   throw_if_error(fc2_->run({acts_.values, acts_.scales, w2_, w2_scales_, fc2_out_, {}, hint},
                            pbuf_.offsets, stream));
   // The slots were final (weights included) before FC2 started.

@@ -291,16 +291,17 @@ TEST(Cli, FileRoundTripMatchesTheLibrary) {
 }
 
 // A refused run's peak resident memory: the CUDA driver's context alone takes ~220 MB on an
-// H100 (2026-12-07), far below the weights (11 GB for DeepSeek-V3's fp8 experts) it must not draw.
+// H100 (2026-12-07), far below the weights (1.7 GB for gpt-oss-120b's mxfp4 experts, 11 GB for
+// DeepSeek-V3's fp8 ones) it must not draw.
 constexpr long kRefusedPeakKib = 512 * 1024;
 
 // A layer no implementation asked for can run is refused with the resolver's reason before any
-// weight is built: DeepSeek-V3's 11 GB of fp8 weights are never drawn.
+// weight is built: gpt-oss-120b's mxfp4 weights (no cutlass engine runs mxfp4) are never drawn.
 TEST(Cli, RefusesBeforeAllocating) {
-  const RanWithPeak r = moekit_with_peak("run --preset deepseek-v3 --backend cutlass");
+  const RanWithPeak r = moekit_with_peak("run --preset gpt-oss-120b --backend cutlass");
   EXPECT_EQ(r.ran.code, 1) << r.ran.out << r.ran.err;
   EXPECT_NE(r.ran.err.find("cutlass"), std::string::npos) << r.ran.err;
-  EXPECT_NE(r.ran.err.find("fp8_block128"), std::string::npos)
+  EXPECT_NE(r.ran.err.find("mxfp4"), std::string::npos)
       << "the reason names the format: " << r.ran.err;
   EXPECT_EQ(std::count(r.ran.err.begin(), r.ran.err.end(), '\n'), 1) << r.ran.err;
   ASSERT_GT(r.peak_kib, 0);
