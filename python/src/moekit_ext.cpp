@@ -47,7 +47,8 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-// ---- DLPack dtypes -------------------------------------------------------------------------------
+// ---- DLPack dtypes
+// -------------------------------------------------------------------------------
 
 using Code = nb::dlpack::dtype_code;
 
@@ -147,15 +148,19 @@ std::vector<int64_t> shape_of(const Array& a) {
   return s;
 }
 
-// Row-major and dense (a dimension of extent 1 may have any stride), as TensorView requires.
+// Row-major and dense (a dimension of extent 1 may have any stride, and so may any dimension of
+// an empty tensor), as TensorView requires.
 template <class Array>
 void require_contiguous(const Array& a, const std::string& name) {
+  for (std::size_t i = 0; i < a.ndim(); ++i)
+    if (a.shape(i) == 0) return;
   int64_t expected = 1;
   for (std::size_t i = a.ndim(); i-- > 0;) {
     if (a.shape(i) != 1 && a.stride(i) != expected)
       invalid(name + " is not contiguous (shape " + shape_text(shape_of(a)) + ", stride " +
               std::to_string(a.stride(i)) + " in dimension " + std::to_string(i) + ", expected " +
-              std::to_string(expected) + "); pass a contiguous tensor (.contiguous(), "
+              std::to_string(expected) +
+              "); pass a contiguous tensor (.contiguous(), "
               "numpy.ascontiguousarray).");
     expected *= a.shape(i);
   }
@@ -256,8 +261,11 @@ std::vector<Expected> expected_tensors(const MoeSpec& spec, MoeWeights& w) {
     return d;
   };
   auto projection = [&](const std::string& p, QuantizedTensor& t, int64_t rows, int64_t cols) {
-    want.push_back({p + ".values", one_byte({io::value_dtype(spec.weights)}),
-                    {E, rows, pk.value_cols(cols)}, t.values.data(), bytes_of(t.values)});
+    want.push_back({p + ".values",
+                    one_byte({io::value_dtype(spec.weights)}),
+                    {E, rows, pk.value_cols(cols)},
+                    t.values.data(),
+                    bytes_of(t.values)});
     const std::vector<int64_t> ss = {E, pk.scale_rows(rows), pk.scale_cols(cols)};
     if (pk.scale_size == 4)
       want.push_back({p + ".scales", {StDtype::kF32}, ss, t.scales.data(), bytes_of(t.scales)});
@@ -265,8 +273,11 @@ std::vector<Expected> expected_tensors(const MoeSpec& spec, MoeWeights& w) {
       want.push_back({p + ".scales", one_byte(io::scale_dtypes_read(t.format)), ss,
                       t.scale_bytes.data(), bytes_of(t.scale_bytes)});
     if (pk.zeros)
-      want.push_back({p + ".zeros", {StDtype::kU8}, {E, rows, pk.scale_cols(cols)},
-                      t.zeros.data(), bytes_of(t.zeros)});
+      want.push_back({p + ".zeros",
+                      {StDtype::kU8},
+                      {E, rows, pk.scale_cols(cols)},
+                      t.zeros.data(),
+                      bytes_of(t.zeros)});
     auto scalars = [&](const char* suffix, std::vector<float>& v) {
       want.push_back({p + suffix, {StDtype::kF32}, {E}, v.data(), bytes_of(v)});
     };
@@ -274,7 +285,10 @@ std::vector<Expected> expected_tensors(const MoeSpec& spec, MoeWeights& w) {
     if (pk.global_scale) scalars(".global_scale", t.global_scale);
     if (pk.input_scale) scalars(".input_scale", t.input_scale);
     if (pk.pre_quant)
-      want.push_back({p + ".pre_quant_scale", {StDtype::kF32}, {E, cols}, t.pre_quant_scale.data(),
+      want.push_back({p + ".pre_quant_scale",
+                      {StDtype::kF32},
+                      {E, cols},
+                      t.pre_quant_scale.data(),
                       bytes_of(t.pre_quant_scale)});
   };
   projection("fc1", w.fc1, R, H);
@@ -337,8 +351,8 @@ Weights weights_from_tensors(const Spec& spec, const nb::dict& tensors) {
     if (!dtype_ok)
       invalid(name + " has dtype " + dlpack_dtype_text(a.dtype()) + ", expected " + accepted + ".");
     if (shape_of(a) != e.shape)
-      invalid(name + " has shape " + shape_text(shape_of(a)) + ", expected " +
-              shape_text(e.shape) + ".");
+      invalid(name + " has shape " + shape_text(shape_of(a)) + ", expected " + shape_text(e.shape) +
+              ".");
     require_contiguous(a, name);
     if (a.nbytes() != e.bytes)
       throw Error(ErrorCode::kInternal, name + " holds " + std::to_string(a.nbytes()) +
@@ -348,9 +362,9 @@ Weights weights_from_tensors(const Spec& spec, const nb::dict& tensors) {
   }
   check_weights(full, w);
   const bool sharded = spec.spec.tp_size > 1 || spec.spec.ep_size > 1;
-  return Weights{std::make_shared<const MoeWeights>(sharded ? shard_weights(spec.spec, w)
-                                                            : std::move(w)),
-                 spec.spec};
+  return Weights{
+      std::make_shared<const MoeWeights>(sharded ? shard_weights(spec.spec, w) : std::move(w)),
+      spec.spec};
 }
 
 // ---- Tensors out -------------------------------------------------------------------------------
@@ -469,8 +483,9 @@ NB_MODULE(_moekit, m) {
       .def_static("from_json", &spec_from_text, nb::arg("text"),
                   "spec_from_json: every field, enums by name; unknown keys are refused.")
       .def("to_json", [](const Spec& s) { return spec_to_json(s.spec); })
-      .def("violations", [](const Spec& s) { return s.spec.validate(); },
-           "Every violation, one sentence each (empty: valid).")
+      .def(
+          "violations", [](const Spec& s) { return s.spec.validate(); },
+          "Every violation, one sentence each (empty: valid).")
       .def("validate", [](const Spec& s) { s.spec.validate_or_throw(); })
       .def("fc1_rows", [](const Spec& s) { return s.spec.fc1_rows(); })
       .def("local_problem", [](const Spec& s) {
@@ -521,9 +536,9 @@ NB_MODULE(_moekit, m) {
           [](const Spec& spec, uint64_t seed) {
             spec.spec.validate_or_throw();
             nb::gil_scoped_release unlocked;
-            return Weights{std::make_shared<const MoeWeights>(
-                               quant::make_random_weights(spec.spec, seed)),
-                           spec.spec};
+            return Weights{
+                std::make_shared<const MoeWeights>(quant::make_random_weights(spec.spec, seed)),
+                spec.spec};
           },
           nb::arg("spec"), nb::arg("seed"))
       .def_static(
@@ -535,9 +550,9 @@ NB_MODULE(_moekit, m) {
               for (std::string& f : checkpoint_files(p)) files.push_back(std::move(f));
             const ModelFamily& fam = find_model_family(family);
             nb::gil_scoped_release unlocked;
-            return Weights{
-                std::make_shared<const MoeWeights>(load_layer_weights(files, fam, layer, spec.spec)),
-                spec.spec};
+            return Weights{std::make_shared<const MoeWeights>(
+                               load_layer_weights(files, fam, layer, spec.spec)),
+                           spec.spec};
           },
           nb::arg("paths"), nb::arg("family"), nb::arg("layer"), nb::arg("spec"))
       .def("spec", [](const Weights& w) { return Spec{w.spec}; })
@@ -548,8 +563,9 @@ NB_MODULE(_moekit, m) {
           },
           nb::arg("path"), nb::arg("family"), nb::arg("layer"))
       .def("tensors", [](const Weights& w) {
-        return tensors_dict(layer_weight_tensors(find_model_family("moekit"), 0, w.spec, *w.weights),
-                            {"layers.0.experts.", "layers.0."});
+        return tensors_dict(
+            layer_weight_tensors(find_model_family("moekit"), 0, w.spec, *w.weights),
+            {"layers.0.experts.", "layers.0."});
       });
 
   m.def(
@@ -580,7 +596,8 @@ NB_MODULE(_moekit, m) {
         }
         write_tensors(path, out, metadata);
       },
-      nb::arg("path"), nb::arg("tensors"), nb::arg("metadata") = std::map<std::string, std::string>{});
+      nb::arg("path"), nb::arg("tensors"),
+      nb::arg("metadata") = std::map<std::string, std::string>{});
 
   nb::class_<Layer>(m, "NativeLayer", "A resolved layer with its prepared weights.")
       .def(nb::init<const Spec&, const Weights&, const std::string&, int>(), nb::arg("spec"),
