@@ -136,8 +136,8 @@ class Spec:
         """A built-in layer shape (presets()), with fields changed; nested dicts merge."""
         preset = _native.preset(name)
         base = json.loads(preset[3])
-        spec = cls._wrap(_native.NativeSpec.from_json(json.dumps(_floats_in(_merged(base, _floats_in(overrides))))), preset[2])
-        return spec
+        fields = _merged(base, _floats_in(overrides))
+        return cls._wrap(_native.NativeSpec.from_json(json.dumps(fields)), preset[2])
 
     def replace(self, **overrides: Any) -> "Spec":
         """A copy with fields changed (nested dicts merge key by key)."""
@@ -290,9 +290,22 @@ def resolve(spec: Union[Spec, str], backend: str = "auto") -> Resolution:
 # ---- Weights -------------------------------------------------------------------------------------
 
 
+# moekit.torch_op once torch is imported (never imported by moekit itself): plain module globals,
+# so that torch.compile traces MoeLayer.__call__ down to the custom op.
+_torch_op: Any = None
+
+
+def _torch_module() -> Any:
+    global _torch_op
+    if _torch_op is None and "torch" in sys.modules:
+        from . import torch_op
+        _torch_op = torch_op
+    return _torch_op
+
+
 def _is_torch(x: Any) -> bool:
-    return type(x).__module__.startswith("torch") and "torch" in sys.modules and \
-        isinstance(x, sys.modules["torch"].Tensor)
+    op = _torch_op if _torch_op is not None else _torch_module()
+    return op is not None and isinstance(x, op.torch.Tensor)
 
 
 def _host_array(x: Any) -> Any:
@@ -433,7 +446,7 @@ class MoeLayer:
             raise UnsupportedError(f"device '{device}' was asked for, but backend '{backend}' "
                                    f"chose {impl}, which runs on the host{why}")
         self._op_id: Optional[int] = None
-        if "torch" in sys.modules:  # registered now, not inside a first call being captured
+        if _torch_module() is not None:  # registered now, not inside a first call being captured
             self._torch_op_id()
 
     @property
@@ -462,9 +475,9 @@ class MoeLayer:
         self._native.poll_errors()
 
     def _torch_op_id(self) -> int:
+        """This layer's number in torch.ops.moekit.* (registered on first need)."""
         if self._op_id is None:
-            from . import torch_op
-            self._op_id = torch_op.register(self)
+            self._op_id = _torch_module().register(self)
         return self._op_id
 
     def __call__(self, hidden: Any, router_logits: Any = None, *, topk_ids: Any = None,
@@ -479,8 +492,7 @@ class MoeLayer:
         returned when given; else the output is allocated in the input's framework.
         """
         if _is_torch(hidden):
-            from . import torch_op
-            return torch_op.call(self, hidden, router_logits, topk_ids, topk_weights, out, stream)
+            return _torch_op.call(self, hidden, router_logits, topk_ids, topk_weights, out, stream)
         if out is None:
             out = _empty_like(hidden)
         if self._on_device:
