@@ -227,6 +227,18 @@ def test_nothing_fits():
         moekit.MoeLayer(small_spec(top_k=0), w)
     with pytest.raises(moekit.InvalidArgumentError):
         moekit.MoeLayer(spec, w, device="tpu")
+    with pytest.raises(moekit.InvalidArgumentError):
+        moekit.MoeLayer(42, w)
+
+
+def test_hidden_that_is_not_a_tensor():
+    spec = small_spec()
+    layer = moekit.MoeLayer(spec, moekit.Weights.random(spec, 1))
+    args = inputs(spec, tokens=2)
+    with pytest.raises(moekit.InvalidArgumentError):
+        layer(args["hidden"].tolist(), args["router_logits"])
+    with pytest.raises(moekit.InvalidArgumentError):
+        layer(args["hidden"].tolist(), args["router_logits"], out=np.empty_like(args["hidden"]))
 
 
 def test_tensor_files_round_trip(tmp_path):

@@ -88,6 +88,14 @@ def test_torch_compile_traces_the_op():
     compiled = torch.compile(block, backend="aot_eager", fullgraph=True)
     assert torch.equal(compiled(h, lg), block(h, lg))
 
+    def into(hidden, router_logits, out):
+        block.layer(hidden, router_logits, out=out)
+        return out * 2
+
+    out = torch.empty_like(h)
+    assert torch.equal(torch.compile(into, backend="aot_eager", fullgraph=True)(h, lg, out),
+                       2 * block.layer(h, lg))
+
 
 def test_torch_errors():
     spec = small_spec()
