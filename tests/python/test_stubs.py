@@ -5,6 +5,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 import moekit
 
 
@@ -12,6 +14,9 @@ def test_stubs_parse_and_name_the_module_api():
     folder = pathlib.Path(moekit.__file__).parent
     assert (folder / "py.typed").exists()
     stub = folder / "_moekit.pyi"
+    if not stub.exists() and "site-packages" not in str(folder):
+        pytest.skip("moekit comes from a CMake build tree, where the _moekit_stub target (which "
+                    "pip install . builds) writes the stubs")
     tree = ast.parse(stub.read_text())
     names = {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
     assert {"NativeSpec", "NativeWeights", "NativeLayer", "presets", "resolve"} <= names
