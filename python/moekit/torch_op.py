@@ -47,14 +47,20 @@ def _stream(t: torch.Tensor) -> int:
 
 def _plain(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
     # DLPack refuses tensors that require grad; the op has no backward, so detach (no copy).
-    return None if t is None else t.detach()
+    return t.detach() if t is not None and t.requires_grad else t
+
+
+def _forward(layer: Any, hidden: torch.Tensor, router_logits: Optional[torch.Tensor],
+             topk_ids: Optional[torch.Tensor], topk_weights: Optional[torch.Tensor],
+             out: torch.Tensor) -> None:
+    layer._forward_native(_plain(hidden), _plain(router_logits), _plain(topk_ids),
+                          _plain(topk_weights), _plain(out), _stream(hidden))
 
 
 def _run(layer_id: int, hidden: torch.Tensor, router_logits: Optional[torch.Tensor],
          topk_ids: Optional[torch.Tensor], topk_weights: Optional[torch.Tensor],
          out: torch.Tensor) -> None:
-    _layer(layer_id)._forward_native(_plain(hidden), _plain(router_logits), _plain(topk_ids),
-                                     _plain(topk_weights), out.detach(), _stream(hidden))
+    _forward(_layer(layer_id), hidden, router_logits, topk_ids, topk_weights, out)
 
 
 @torch.library.custom_op("moekit::moe_forward", mutates_args=())
@@ -96,8 +102,8 @@ def call(layer: Any, hidden: torch.Tensor, router_logits: Optional[torch.Tensor]
     if stream is not None:
         raise InvalidArgumentError("stream= is for non-torch tensors; torch tensors run on torch's "
                                    "current stream (use `with torch.cuda.stream(s):`)")
-    layer_id = layer._torch_op_id()
     if torch.compiler.is_compiling():
+        layer_id = layer._torch_op_id()
         if out is None:
             return torch.ops.moekit.moe_forward(layer_id, hidden, router_logits, topk_ids,
                                                 topk_weights)
@@ -106,5 +112,5 @@ def call(layer: Any, hidden: torch.Tensor, router_logits: Optional[torch.Tensor]
         return out
     if out is None:
         out = torch.empty(hidden.shape, dtype=hidden.dtype, device=hidden.device)
-    _run(layer_id, hidden, router_logits, topk_ids, topk_weights, out)
+    _forward(layer, hidden, router_logits, topk_ids, topk_weights, out)
     return out

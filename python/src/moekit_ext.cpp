@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "io/packing.hpp"
@@ -52,85 +53,41 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 
 using Code = nb::dlpack::dtype_code;
 
-// The safetensors dtype of a DLPack dtype (the full set moekit's files use), if any.
+// Each safetensors dtype (the full set moekit's files use) and its DLPack dtype, one lane.
+struct DtypePair {
+  StDtype st;
+  Code code;
+  uint8_t bits;
+};
+constexpr DtypePair kDtypes[] = {
+    {StDtype::kBool, Code::Bool, 8},
+    {StDtype::kU8, Code::UInt, 8},
+    {StDtype::kI8, Code::Int, 8},
+    {StDtype::kF8E5M2, Code::Float8_E5M2, 8},
+    {StDtype::kF8E4M3, Code::Float8_E4M3FN, 8},
+    {StDtype::kF8E8M0, Code::Float8_E8M0FNU, 8},
+    {StDtype::kI16, Code::Int, 16},
+    {StDtype::kU16, Code::UInt, 16},
+    {StDtype::kF16, Code::Float, 16},
+    {StDtype::kBF16, Code::Bfloat, 16},
+    {StDtype::kI32, Code::Int, 32},
+    {StDtype::kU32, Code::UInt, 32},
+    {StDtype::kF32, Code::Float, 32},
+    {StDtype::kF64, Code::Float, 64},
+    {StDtype::kI64, Code::Int, 64},
+    {StDtype::kU64, Code::UInt, 64},
+};
+
 std::optional<StDtype> st_dtype_of(nb::dlpack::dtype t) {
-  if (t.lanes != 1) return std::nullopt;
-  switch (static_cast<Code>(t.code)) {
-    case Code::Float:
-      if (t.bits == 16) return StDtype::kF16;
-      if (t.bits == 32) return StDtype::kF32;
-      if (t.bits == 64) return StDtype::kF64;
-      break;
-    case Code::Bfloat:
-      if (t.bits == 16) return StDtype::kBF16;
-      break;
-    case Code::Float8_E4M3FN:
-      if (t.bits == 8) return StDtype::kF8E4M3;
-      break;
-    case Code::Float8_E5M2:
-      if (t.bits == 8) return StDtype::kF8E5M2;
-      break;
-    case Code::Float8_E8M0FNU:
-      if (t.bits == 8) return StDtype::kF8E8M0;
-      break;
-    case Code::Bool:
-      if (t.bits == 8) return StDtype::kBool;
-      break;
-    case Code::UInt:
-      if (t.bits == 8) return StDtype::kU8;
-      if (t.bits == 16) return StDtype::kU16;
-      if (t.bits == 32) return StDtype::kU32;
-      if (t.bits == 64) return StDtype::kU64;
-      break;
-    case Code::Int:
-      if (t.bits == 8) return StDtype::kI8;
-      if (t.bits == 16) return StDtype::kI16;
-      if (t.bits == 32) return StDtype::kI32;
-      if (t.bits == 64) return StDtype::kI64;
-      break;
-    default:
-      break;
-  }
+  for (const DtypePair& p : kDtypes)
+    if (t.lanes == 1 && t.code == uint8_t(p.code) && t.bits == p.bits) return p.st;
   return std::nullopt;
 }
 
 nb::dlpack::dtype dlpack_of(StDtype t) {
-  auto d = [](Code c, int bits) { return nb::dlpack::dtype{uint8_t(c), uint8_t(bits), 1}; };
-  switch (t) {
-    case StDtype::kBool:
-      return d(Code::Bool, 8);
-    case StDtype::kU8:
-      return d(Code::UInt, 8);
-    case StDtype::kI8:
-      return d(Code::Int, 8);
-    case StDtype::kF8E5M2:
-      return d(Code::Float8_E5M2, 8);
-    case StDtype::kF8E4M3:
-      return d(Code::Float8_E4M3FN, 8);
-    case StDtype::kF8E8M0:
-      return d(Code::Float8_E8M0FNU, 8);
-    case StDtype::kI16:
-      return d(Code::Int, 16);
-    case StDtype::kU16:
-      return d(Code::UInt, 16);
-    case StDtype::kF16:
-      return d(Code::Float, 16);
-    case StDtype::kBF16:
-      return d(Code::Bfloat, 16);
-    case StDtype::kI32:
-      return d(Code::Int, 32);
-    case StDtype::kU32:
-      return d(Code::UInt, 32);
-    case StDtype::kF32:
-      return d(Code::Float, 32);
-    case StDtype::kF64:
-      return d(Code::Float, 64);
-    case StDtype::kI64:
-      return d(Code::Int, 64);
-    case StDtype::kU64:
-      return d(Code::UInt, 64);
-  }
-  return d(Code::UInt, 8);
+  for (const DtypePair& p : kDtypes)
+    if (p.st == t) return nb::dlpack::dtype{uint8_t(p.code), p.bits, 1};
+  throw Error(ErrorCode::kInternal, std::string("no DLPack dtype for ") + io::st_dtype_name(t));
 }
 
 std::string dlpack_dtype_text(nb::dlpack::dtype t) {
@@ -209,6 +166,15 @@ TensorView view_of(const Array& a, const std::string& name) {
             "; moekit reads host (CPU) or CUDA device memory.");
   }
   return v;
+}
+
+// Whether two views share a byte of the same memory.
+bool overlap(const TensorView& a, const TensorView& b) {
+  if (!a.data || !b.data || a.numel() == 0 || b.numel() == 0) return false;
+  if (a.device != b.device || (a.device == Device::kCuda && a.device_index != b.device_index))
+    return false;
+  const auto a0 = reinterpret_cast<uintptr_t>(a.data), b0 = reinterpret_cast<uintptr_t>(b.data);
+  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
 }
 
 TensorView optional_view(nb::handle obj, const std::string& name, std::optional<ReadArray>& keep) {
@@ -420,6 +386,16 @@ class Layer {
     args.topk_ids = optional_view(topk_ids, "topk_ids", ids);
     args.topk_weights = optional_view(topk_weights, "topk_weights", weights);
     args.stream = reinterpret_cast<void*>(stream);
+    // The engines read their inputs while they write the output: refuse a shared byte.
+    const std::pair<const TensorView*, const char*> inputs[] = {
+        {&args.hidden, "hidden"},
+        {&args.router_logits, "router_logits"},
+        {&args.topk_ids, "topk_ids"},
+        {&args.topk_weights, "topk_weights"}};
+    for (const auto& [in, name] : inputs)
+      if (overlap(*in, args.output))
+        invalid(std::string("output shares memory with ") + name +
+                "; the forward needs a separate output tensor.");
     {
       nb::gil_scoped_release unlocked;
       layer_->forward(args);

@@ -142,6 +142,9 @@ def _code(exc_info):
     ("logits of other tokens", lambda a: dict(a, router_logits=a["router_logits"][:3].copy())),
     ("non-contiguous", lambda a: dict(a, hidden=np.asfortranarray(a["hidden"]))),
     ("strided rows", lambda a: dict(a, hidden=np.repeat(a["hidden"], 2, axis=0)[::2])),
+    ("reversed rows", lambda a: dict(a, hidden=a["hidden"][::-1])),
+    ("broadcast", lambda a: dict(a, hidden=np.broadcast_to(a["hidden"][:1], (4, 64)))),
+    ("bool", lambda a: dict(a, router_logits=a["router_logits"] > 0)),
     ("not a tensor", lambda a: dict(a, router_logits=[[0.0] * 8] * 4)),
     ("no routing input", lambda a: dict(a, router_logits=None)),
 ])
@@ -158,6 +161,9 @@ def test_bad_outputs_are_invalid_argument(layer_and_args):
                 np.empty((64, 4), np.float16).T, "out"):
         with pytest.raises(moekit.InvalidArgumentError):
             forward(layer, args, out=out)
+    with pytest.raises(moekit.InvalidArgumentError) as e:
+        forward(layer, args, out=args["hidden"])  # in place: the engines read while they write
+    assert "hidden" in str(e.value)
     readonly = np.empty((4, 64), np.float16)
     readonly.flags.writeable = False
     with pytest.raises(moekit.InvalidArgumentError) as e:
