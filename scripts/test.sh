@@ -84,7 +84,7 @@ for cfg in "${configs[@]}"; do
       pip_build=(--no-build-isolation -C cmake.define.MOEKIT_CUDA=OFF)
       export CMAKE_BUILD_PARALLEL_LEVEL=$jobs
       if ! { [[ -x $venv/bin/python ]] || python3 -m venv "$venv"; } ||
-         ! "$venv/bin/pip" install -q nanobind scikit-build-core numpy pytest; then
+         ! "$venv/bin/pip" install -q nanobind scikit-build-core numpy pytest mypy; then
         result="FAILED (venv and the build's Python packages)"
       elif ! "$venv/bin/pip" install -q "${pip_build[@]}" .; then result="FAILED (pip install .)"
       elif ! cmake --build build/python -j "$jobs" --target moekit_cli; then

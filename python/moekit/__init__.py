@@ -50,7 +50,7 @@ from ._errors import (
     UnsupportedError,
 )
 
-__version__: str = _native.__version__
+__version__: str = _native.version()
 
 __all__ = [
     "BadFileError", "Candidate", "CommError", "CudaError", "Degradation", "Error",
@@ -264,15 +264,16 @@ class Resolution:
     def _from_json(cls, text: str) -> "Resolution":
         j = json.loads(text)
 
-        def rejection(r: Optional[dict]) -> Optional[Rejection]:
-            return None if r is None else Rejection(r["stage"], r["reason"])
+        def rejection(r: dict) -> Rejection:
+            return Rejection(r["stage"], r["reason"])
 
         d = j["degraded_from"]
         return cls(
             request=j["request"],
             chosen=j["chosen"],
             candidates=tuple(Candidate(c["id"], c["family"], c["priority"], c["eligible"],
-                                       c["chosen"], rejection(c["rejection"]))
+                                       c["chosen"],
+                                       None if c["rejection"] is None else rejection(c["rejection"]))
                              for c in j["candidates"]),
             degraded_from=None if d is None else Degradation(d["requested"], d["chosen"],
                                                              rejection(d["reason"])),
@@ -498,9 +499,9 @@ class MoeLayer:
         if self._on_device:
             handle = _stream_handle(stream if stream is not None else _current_stream(hidden))
             dl_stream = handle if handle != 0 else 1  # DLPack: 1 is the legacy default stream
-            args = [None if x is None else _dlpack(x, dl_stream)
-                    for x in (hidden, router_logits, topk_ids, topk_weights, out)]
-            self._native.forward(*args, handle)
+            self._native.forward(_dlpack(hidden, dl_stream), _dlpack(router_logits, dl_stream),
+                                 _dlpack(topk_ids, dl_stream), _dlpack(topk_weights, dl_stream),
+                                 _dlpack(out, dl_stream), handle)
         else:
             self._native.forward(hidden, router_logits, topk_ids, topk_weights, out, 0)
         return out
@@ -516,6 +517,9 @@ class MoeLayer:
 
 
 def _dlpack(x: Any, stream: int) -> Any:
+    """x's DLPack capsule, exported for use on `stream` (None stays None)."""
+    if x is None:
+        return None
     try:
         return x.__dlpack__(stream=stream)
     except (AttributeError, TypeError):

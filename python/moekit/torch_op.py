@@ -29,7 +29,11 @@ def register(layer: Any) -> int:
     """A number that names `layer` in the ops (held weakly: the ops never keep a layer alive)."""
     with _lock:
         key = next(_ids)
-        _layers[key] = weakref.ref(layer, lambda _ref, key=key: _layers.pop(key, None))
+
+        def forget(_ref: "weakref.ref[Any]") -> None:
+            _layers.pop(key, None)
+
+        _layers[key] = weakref.ref(layer, forget)
     return key
 
 

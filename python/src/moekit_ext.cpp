@@ -453,7 +453,8 @@ NB_MODULE(_moekit, m) {
   using namespace moekit::python;
   m.doc() = "moekit's C++ library; use the moekit package, which wraps this module.";
   nb::register_exception_translator(translate_errors);
-  m.attr("__version__") = version();
+  m.def(
+      "version", [] { return std::string(version()); }, "The linked library's version.");
 
   nb::class_<Spec>(m, "NativeSpec", "A validated-on-demand MoeSpec; fields through JSON.")
       .def_static("from_json", &spec_from_text, nb::arg("text"),

@@ -25,3 +25,25 @@ def test_stubs_parse_and_name_the_module_api():
 def test_importing_moekit_imports_no_framework():
     code = "import sys, moekit; sys.exit(any(m in sys.modules for m in ('torch', 'numpy')))"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+CLIENT = '''
+import moekit
+spec: moekit.Spec = moekit.Spec.from_preset("qwen3-30b-a3b", top_k=4)
+report: moekit.Resolution = moekit.resolve(spec, "auto")
+chosen: "str | None" = report.chosen
+rows: int = spec.fc1_rows
+layer = moekit.MoeLayer(spec, moekit.Weights.random(spec, seed=1), max_tokens=8)
+name: str = layer.implementation
+'''
+
+
+def test_package_and_a_client_type_check(tmp_path):
+    """mypy reads the package (its annotations and the module's stubs) and a client of it."""
+    pytest.importorskip("mypy", reason="mypy is not installed (scripts/test.sh installs it)")
+    (tmp_path / "client.py").write_text(CLIENT)
+    for target in (["-p", "moekit"], [str(tmp_path / "client.py")]):
+        done = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental",
+                               "--ignore-missing-imports", *target],
+                              capture_output=True, text=True, cwd=tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
