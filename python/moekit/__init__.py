@@ -442,10 +442,11 @@ class MoeLayer:
             raise InvalidArgumentError(f"device 'cpu' was asked for, but backend '{backend}' chose "
                                        f"{impl}, which runs on CUDA")
         if kind == "cuda" and not self._on_device:
-            res = self.resolution
-            why = f": {res.degraded_from.reason.reason}" if res.degraded_from else ""
+            passed_over = [c.rejection.reason for c in self.resolution.candidates
+                           if c.rejection is not None and c.family != "reference"]
             raise UnsupportedError(f"device '{device}' was asked for, but backend '{backend}' "
-                                   f"chose {impl}, which runs on the host{why}")
+                                   f"chose {impl}, which runs on the host; "
+                                   + (" ".join(passed_over) or "no GPU implementation was asked for"))
         self._op_id: Optional[int] = None
         if _torch_module() is not None:  # registered now, not inside a first call being captured
             self._torch_op_id()

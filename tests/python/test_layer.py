@@ -225,8 +225,9 @@ def test_nothing_fits():
         with pytest.raises(moekit.UnsupportedError) as e:
             moekit.MoeLayer(spec, w, backend="cutlass")
         assert _code(e) == "unsupported"
-        with pytest.raises(moekit.UnsupportedError):
+        with pytest.raises(moekit.UnsupportedError) as e:
             moekit.MoeLayer(spec, w, device="cuda")
+        assert "cuda.sm90.cutlass.bf16" in str(e.value)  # why each GPU implementation was not used
     with pytest.raises(moekit.NotFoundError):
         moekit.MoeLayer(spec, w, backend="no.such.implementation")
     with pytest.raises(moekit.InvalidSpecError):
