@@ -491,7 +491,9 @@ class MoeLayer:
         compiling. Other producers on CUDA: on `stream` (a handle or stream object; cupy's
         current stream for cupy arrays; else the default stream), exported with
         __dlpack__(stream=...) so the producer orders its work before it. `out` is written and
-        returned when given; else the output is allocated in the input's framework.
+        returned when given; else the output is allocated in the input's framework (its
+        empty_like; frameworks whose arrays are immutable, such as jax, need `out=` from one
+        whose arrays are writable: numpy, torch, cupy).
         """
         if _is_torch(hidden):
             return _torch_op.call(self, hidden, router_logits, topk_ids, topk_weights, out, stream)

@@ -107,6 +107,8 @@ def test_torch_errors():
         layer(h.t().contiguous().t(), lg)  # a transposed (non-contiguous) view
     with pytest.raises(moekit.InvalidArgumentError):
         layer(h, lg, stream=0)
+    with pytest.raises(moekit.InvalidArgumentError):  # no layer has this number
+        torch.ops.moekit.moe_forward(10**9, h, lg, None, None)
 
 
 # ---- GPU -----------------------------------------------------------------------------------------
