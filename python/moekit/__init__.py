@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import sys
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence, Union
@@ -82,6 +83,21 @@ def _floats_in(value: Any) -> Any:
     return value
 
 
+def _json_value(value: Any) -> Any:
+    """Numbers of other libraries (numpy.int64, numpy.float32) as JSON numbers."""
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return _floats_in(float(value))
+    raise InvalidArgumentError(f"spec value {value!r} ({type(value).__name__}) is not a number, "
+                               "string, bool or dict")
+
+
+def _native_spec(fields: Mapping[str, Any]) -> Any:
+    text = json.dumps(_floats_in(fields), default=_json_value, allow_nan=False)
+    return _native.NativeSpec.from_json(text)
+
+
 def _merged(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
     """base with overrides; a nested dict (weights, activation, routing) merges key by key."""
     out = dict(base)
@@ -109,7 +125,7 @@ class Spec:
     __slots__ = ("_native", "_fields", "_family")
 
     def __init__(self, **fields: Any) -> None:
-        self._set(_native.NativeSpec.from_json(json.dumps(_floats_in(fields))), None)
+        self._set(_native_spec(fields), None)
 
     def _set(self, native: Any, family: Optional[str]) -> None:
         object.__setattr__(self, "_native", native)
@@ -136,13 +152,12 @@ class Spec:
         """A built-in layer shape (presets()), with fields changed; nested dicts merge."""
         preset = _native.preset(name)
         base = json.loads(preset[3])
-        fields = _merged(base, _floats_in(overrides))
-        return cls._wrap(_native.NativeSpec.from_json(json.dumps(fields)), preset[2])
+        return cls._wrap(_native_spec(_merged(base, _floats_in(overrides))), preset[2])
 
     def replace(self, **overrides: Any) -> "Spec":
         """A copy with fields changed (nested dicts merge key by key)."""
         merged = _merged(_floats_in(self._fields), _floats_in(overrides))
-        return Spec._wrap(_native.NativeSpec.from_json(json.dumps(merged)), self._family)
+        return Spec._wrap(_native_spec(merged), self._family)
 
     def to_json(self) -> str:
         return self._native.to_json()
@@ -335,6 +350,8 @@ class Weights:
     @classmethod
     def random(cls, spec: Spec, seed: int = 1) -> "Weights":
         """Deterministic random weights (what `moekit run --seed` draws for non-16-bit formats)."""
+        if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**64:
+            raise InvalidArgumentError(f"seed {seed!r} is not an integer in [0, 2^64)")
         return cls(_native.NativeWeights.random(spec._native, seed))
 
     @property

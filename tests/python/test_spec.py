@@ -49,6 +49,17 @@ def test_infinite_and_nan_floats_survive():
     assert moekit.Spec.from_json(spec.to_json()) == spec
 
 
+def test_numbers_of_other_libraries():
+    np = pytest.importorskip("numpy")
+    spec = small_spec(hidden=np.int64(128), activation={"kind": "swiglu_clamped",
+                                                        "limit": np.float32("inf")})
+    assert spec.hidden == 128 and spec.activation["limit"] == math.inf
+    with pytest.raises(moekit.InvalidArgumentError):
+        small_spec(hidden=object())
+    with pytest.raises(moekit.InvalidArgumentError):
+        moekit.Weights.random(small_spec(), seed=-1)
+
+
 def test_from_preset_overrides_merge_nested_fields():
     base = moekit.Spec.from_preset("deepseek-v3")
     spec = moekit.Spec.from_preset("deepseek-v3", routing={"renormalize": False}, top_k=4)
