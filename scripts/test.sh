@@ -81,7 +81,7 @@ for cfg in "${configs[@]}"; do
       ;;
     python)
       venv=build/python-venv
-      pip_build=(--no-build-isolation -C cmake.define.MOEKIT_CUDA=OFF)
+      pip_build=(--no-build-isolation --config-settings=cmake.define.MOEKIT_CUDA=OFF)
       export CMAKE_BUILD_PARALLEL_LEVEL=$jobs
       if ! { [[ -x $venv/bin/python ]] || python3 -m venv "$venv"; } ||
          ! "$venv/bin/pip" install -q nanobind scikit-build-core numpy pytest mypy; then
