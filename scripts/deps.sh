@@ -5,7 +5,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 need=()
-for pkg in cmake ninja-build g++ ccache libgtest-dev googletest nlohmann-json3-dev libcli11-dev python3-pip \
+for pkg in cmake ninja-build g++ ccache libgtest-dev googletest nlohmann-json3-dev libcli11-dev python3-pip python3-venv python3-dev \
     unzip python3-matplotlib clang-format-14 clang libclang-rt-14-dev; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done

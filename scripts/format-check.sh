@@ -11,7 +11,7 @@ command -v "$format" >/dev/null || { echo "format-check: $format not found; run 
 if (($#)); then
   files=("$@")
 else
-  mapfile -t files < <(git ls-files -- 'include/*' 'src/*' 'tests/*' 'tools/*' 'bench/*' 'fuzz/*' |
+  mapfile -t files < <(git ls-files -- 'include/*' 'src/*' 'tests/*' 'tools/*' 'bench/*' 'fuzz/*' 'python/*' |
     grep -E '\.(cpp|hpp|cu|cuh|h)$')
 fi
 bad=()

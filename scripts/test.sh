@@ -9,6 +9,9 @@
 #             saved crashes replayed and each fuzzed for MOEKIT_FUZZ_SECONDS (default 60).
 #   tsan      CUDA off, ThreadSanitizer: the library and the layer's tests only (its concurrency
 #             tests among them).
+#   python    the Python package: `pip install .` CUDA off into a venv (build/python-venv; the
+#             CMake build in build/python shares the compiler cache with nocuda), pytest
+#             tests/python against the `moekit` command of that build, then `pip wheel .`.
 # MOEKIT_TEST_CONFIGS="nocuda tsan" picks configurations; MOEKIT_JOBS the build's jobs.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,7 +23,7 @@ export CCACHE_BASEDIR="$root" CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE=${CCACHE_MAXSIZE
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
-configs=(cuda nocuda sanitize tsan)
+configs=(cuda nocuda sanitize tsan python)
 [[ -n "${MOEKIT_TEST_CONFIGS:-}" ]] && read -r -a configs <<<"$MOEKIT_TEST_CONFIGS"
 status=0
 summary=()
@@ -76,8 +79,24 @@ for cfg in "${configs[@]}"; do
       elif ! build/tsan/tests/moekit_layer_tests; then result="FAILED (layer tests under TSan)"
       else result="passed (layer and concurrency tests under TSan)"; fi
       ;;
+    python)
+      venv=build/python-venv
+      pip_build=(--no-build-isolation --config-settings=cmake.define.MOEKIT_CUDA=OFF)
+      export CMAKE_BUILD_PARALLEL_LEVEL=$jobs
+      if ! { [[ -x $venv/bin/python ]] || python3 -m venv "$venv"; } ||
+         ! "$venv/bin/pip" install -q nanobind scikit-build-core numpy pytest mypy; then
+        result="FAILED (venv and the build's Python packages)"
+      elif ! "$venv/bin/pip" install -q "${pip_build[@]}" .; then result="FAILED (pip install .)"
+      elif ! cmake --build build/python -j "$jobs" --target moekit_cli; then
+        result="FAILED (build of the moekit command)"
+      elif ! MOEKIT_CLI="$root/build/python/tools/moekit" "$venv/bin/python" -m pytest -q tests/python; then
+        result="FAILED (pytest tests/python)"
+      elif ! "$venv/bin/pip" wheel -q --no-deps "${pip_build[@]}" -w build/python-wheel .; then
+        result="FAILED (pip wheel .)"
+      else result="passed (pip install ., pytest tests/python, pip wheel .)"; fi
+      ;;
     *)
-      echo "test: unknown configuration '$cfg' (cuda, nocuda, sanitize, tsan)" >&2
+      echo "test: unknown configuration '$cfg' (cuda, nocuda, sanitize, tsan, python)" >&2
       result="FAILED (unknown configuration)"
       ;;
   esac

@@ -343,22 +343,11 @@ int cmd_run(const LayerOpts& lo, const RunOpts& ro) {
   return 0;
 }
 
-// The report with the spec first: {"spec": {...}, "schema": ..., ...}.
-std::string resolve_json(const MoeSpec& spec, const Resolution& r) {
-  std::string spec_text = spec_to_json(spec), indented;
-  for (char c : spec_text) {
-    indented += c;
-    if (c == '\n') indented += "  ";
-  }
-  const std::string report = r.json();  // "{\n  ...}"
-  return "{\n  \"spec\": " + indented + "," + report.substr(1);
-}
-
 int cmd_resolve(const LayerOpts& lo, bool json) {
   const MoeSpec spec = lo.spec(1);
   const Resolution r = resolve(spec, Environment::detected(), lo.backend);
   if (json) {
-    std::cout << resolve_json(spec, r) << "\n";
+    std::cout << resolution_json_with_spec(spec, r) << "\n";
   } else {
     const std::string table = r.table();  // it already says what was not given, and why
     std::cout << table << (table.empty() || table.back() != '\n' ? "\n" : "");

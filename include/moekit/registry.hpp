@@ -158,6 +158,9 @@ struct Resolution {
   std::string json() const;   // machine-readable report (parses back with resolution_from_json)
 };
 
+// What `moekit resolve --json` prints: {"spec": spec_to_json(spec), then the fields of r.json()}.
+std::string resolution_json_with_spec(const MoeSpec& spec, const Resolution& r);
+
 // request: "auto", a family ("reference", "cutlass", ...) or an implementation id.
 // "auto" takes the highest-priority eligible implementation, the CPU reference last. A family
 // takes its highest-priority eligible member; if none, the result is not ok (the caller fails),

@@ -104,6 +104,16 @@ std::string Resolution::json() const {
   return j.dump(2);
 }
 
+std::string resolution_json_with_spec(const MoeSpec& spec, const Resolution& r) {
+  std::string spec_text = spec_to_json(spec), indented;
+  for (char c : spec_text) {
+    indented += c;
+    if (c == '\n') indented += "  ";
+  }
+  const std::string report = r.json();  // "{\n  ...}"
+  return "{\n  \"spec\": " + indented + "," + report.substr(1);
+}
+
 Resolution resolution_from_json(const std::string& text) {
   // dump() in the messages below recurses per nesting level: refuse deep text first.
   if (!io::json_depth_within(text, io::kMaxJsonDepth))

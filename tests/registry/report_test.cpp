@@ -62,6 +62,21 @@ TEST(Report, JsonParsesAndRoundTrips) {
   }
 }
 
+// What `moekit resolve --json` prints (and moekit.resolve(...).json in Python): the spec first,
+// then the report's fields, which read back as the same report.
+TEST(Report, JsonWithSpecHoldsTheSpecAndTheReport) {
+  const MoeSpec spec = small_spec();
+  const Resolution r = resolve(spec, Environment::cpu_only(), "auto");
+  const std::string text = resolution_json_with_spec(spec, r);
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(text);
+  EXPECT_EQ(j.begin().key(), "spec");
+  EXPECT_EQ(j.at("spec"), nlohmann::ordered_json::parse(spec_to_json(spec)));
+  nlohmann::ordered_json report = j;
+  report.erase("spec");
+  EXPECT_EQ(report, nlohmann::ordered_json::parse(r.json()));
+  expect_same(r, resolution_from_json(text));
+}
+
 TEST(Report, JsonCarriesStagesByName) {
   MoeSpec odd = small_spec(WeightFormat::kFP16, DType::kFloat16);
   odd.hidden = 260;
