@@ -2,7 +2,7 @@
 # Runs on the H200 device machine, from the repository root, with .carry/ (scripts/carry.sh)
 # carried along: builds every tactic, runs the GPU tests, compute-sanitizer's four tools over the
 # GPU tests (step "sanitize", below), and the benchmarks. Logs go to $OUT (at most 8 files come back). Usage:
-#   MOEKIT_COMMIT=<sha> bash scripts/device.sh [variants] [build | prebuilt] [check] [test] [sanitize] [bench] [sweep] [torch] [ab] [clocks] [envab] [ncu] [ncu-gemm] [ncu-source] [ncu-forward] [hang]
+#   MOEKIT_COMMIT=<sha> bash scripts/device.sh [variants] [build | prebuilt] [check] [test] [python] [sanitize] [bench] [sweep] [torch] [ab] [clocks] [envab] [ncu] [ncu-gemm] [ncu-source] [ncu-forward] [hang]
 #   (default: build test sanitize bench sweep torch)
 # Step "prebuilt" instead of "build": the programs from .prebuilt/ (scripts/prebuild.sh, a full
 # build on the CPU machine, carried along), which saves the ~3 minutes of a build here. The
@@ -178,6 +178,19 @@ if want check; then
     done
   done >"$OUT/check.txt" 2>&1
   cat "$OUT/check.txt" >>"$summary"
+fi
+
+# Step "python": the Python module built into $bin (after step "build", with .carry/nanobind
+# from scripts/carry.sh) and the package's GPU tests (tests/python -k gpu: torch tensors in and
+# out without copies, the caller's stream, graph capture, torch.compile, the call's overhead).
+if want python; then
+  { cmake -S . -B $bin -DMOEKIT_PYTHON=ON -Dnanobind_DIR="$PWD/.carry/nanobind/nanobind/cmake" \
+      -DPython_EXECUTABLE="$(command -v python3)" >/dev/null &&
+    cmake --build $bin -j "$(nproc)" --target _moekit moekit_cli &&
+    PYTHONPATH=$bin/python MOEKIT_CLI=$bin/tools/moekit timeout 400 python3 -m pytest tests/python -k gpu -s -q; } \
+    >"$OUT/python.log" 2>&1
+  echo "python: rc=$?" >>"$summary"
+  tail -30 "$OUT/python.log" >>"$summary"
 fi
 
 # MOEKIT_BENCH_FORMAT and MOEKIT_BENCH_ROUTING: the bench's --weights-format and --routing.
