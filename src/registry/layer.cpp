@@ -2,6 +2,7 @@
 // then the engine. Everything that can refuse does so before the engine allocates anything.
 #include "moekit/layer.hpp"
 
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "moekit/status.hpp"
 #include "registry/registry_internal.hpp"
 #include "routing/routing.hpp"
+#include "tune/warmup.hpp"
 
 namespace moekit {
 namespace {
@@ -49,6 +51,14 @@ std::unique_ptr<MoeLayer> MoeLayer::create(const MoeSpec& spec, const MoeWeights
     invalid("device_index " + std::to_string(dev) + " is out of range: this machine has " +
             std::to_string(env.gpus.size()) + " GPU(s).");
 
+  if (options.tuning_dp_factor < 1)
+    invalid("tuning_dp_factor " + std::to_string(options.tuning_dp_factor) +
+            " must be at least 1.");
+  // The tuning file: the option, else the environment variable (read here, at build, once).
+  std::string tuning_file = options.tuning_file;
+  if (tuning_file.empty())
+    if (const char* from_env = std::getenv(kTuningFileEnv)) tuning_file = from_env;
+
   Resolution resolution = resolve(spec, with_device_first(env, dev), options.backend);
   resolution.environment_fingerprint = env.fingerprint();
   if (!resolution.ok()) {
@@ -70,7 +80,21 @@ std::unique_ptr<MoeLayer> MoeLayer::create(const MoeSpec& spec, const MoeWeights
   if (!layer->engine_)
     throw Error(ErrorCode::kInternal,
                 layer->resolution_.chosen->id() + " returned no engine for an eligible layer.");
+  if (!tuning_file.empty()) {
+    Engine& engine = *layer->engine_;
+    TuningOutcome& tuning = layer->resolution_.tuning;
+    tuning = read_tuning(
+        tuning_file, layer->resolution_.environment_fingerprint, spec,
+        layer->resolution_.chosen->id(), [&](Gemm g) { return engine.tactics(g); },
+        options.tuning_dp_factor);
+    if (!tuning.chosen.empty()) engine.set_tactics(TacticChoices{tuning.chosen});
+  }
   return layer;
+}
+
+void MoeLayer::warmup() {
+  if (implementation().device() == Device::kHost) return;  // nothing loads lazily on the host
+  tune::warm_up_device_engine(*engine_, spec_, device_index_);
 }
 
 void MoeLayer::forward(const ForwardArgs& args) {
