@@ -246,6 +246,13 @@ double checksum(const std::vector<float>& v, double* abs_sum) {
   return s;
 }
 
+// A tuning file's problems (each fell back to the built-in pick) on stderr, one line each.
+void print_tuning_problems(const Resolution& r) {
+  for (const TuningProblem& p : r.tuning.problems)
+    std::fprintf(stderr, "moekit: tuning file problem, built-in tactic used: %s\n",
+                 p.text().c_str());
+}
+
 void print_degradation(const Resolution& r) {
   if (!r.degraded_from) return;
   const Degradation& d = *r.degraded_from;
@@ -329,6 +336,7 @@ int cmd_run(const LayerOpts& lo, const RunOpts& ro) {
   const Resolution& r = layer->resolution();
   std::cout << "implementation: " << r.chosen->id() << "\n";
   print_degradation(r);
+  print_tuning_problems(r);
   RunResult res = run_layer(*layer, in);
   double abs_sum = 0;
   const double sum = checksum(res.output, &abs_sum);
@@ -478,6 +486,7 @@ int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& f
   for (const auto& [name, spec] : layers) {
     MoeWeights w = bench_random_weights(spec, lo.seed);
     auto layer = MoeLayer::create(spec, w, lo.options());
+    print_tuning_problems(layer->resolution());
     std::vector<float> bias = w.routing_bias;
     if (bias.empty()) bias.assign(spec.num_experts, 0.0f);
     w = MoeWeights{};  // the engine holds its own copy

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -312,6 +313,9 @@ TuningCache::Loaded TuningCache::parse(const std::string& text, const std::strin
 
 TuningCache::Loaded TuningCache::load(const std::string& path,
                                       const std::string& expected_fingerprint) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw Error(ErrorCode::kIo, "cannot read the tuning file " + path + ": it is a folder");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(ErrorCode::kIo, "cannot read the tuning file " + path);
   std::ostringstream text;
