@@ -58,7 +58,8 @@ class MoeLayer {
   // and synchronizes). The engines already load their kernels at build, so a first forward
   // without it is correct and capturable too; warmup() also takes the first launch costs out of
   // the first timed or captured forwards. Host implementations: nothing to do. Errors as
-  // forward(), and Error(kCuda) from the scratch allocation.
+  // forward() (a forward of the layer running in another thread: kInvalidArgument), and
+  // Error(kCuda) from the scratch allocation.
   void warmup();
 
   // The named tactics the engine built for `gemm` (Engine::tactics; empty for the CPU

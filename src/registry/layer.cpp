@@ -36,6 +36,25 @@ Environment with_device_first(const Environment& env, int device_index) {
   return e;
 }
 
+// Holds a layer's engine for one forward (or warm-up): the engine's scratch is shared by every
+// forward of the layer, so a second caller is refused rather than left to overwrite the first
+// one's intermediate results.
+class EngineUse {
+ public:
+  explicit EngineUse(std::atomic<bool>& flag) : flag_(flag) {
+    if (flag_.exchange(true, std::memory_order_acquire))
+      invalid(
+          "forward is already running on this layer in another thread; use one layer per "
+          "thread (and, for device layers, order its forwards on one stream).");
+  }
+  ~EngineUse() { flag_.store(false, std::memory_order_release); }
+  EngineUse(const EngineUse&) = delete;
+  EngineUse& operator=(const EngineUse&) = delete;
+
+ private:
+  std::atomic<bool>& flag_;
+};
+
 }  // namespace
 
 namespace registry {
@@ -94,6 +113,7 @@ std::unique_ptr<MoeLayer> MoeLayer::create(const MoeSpec& spec, const MoeWeights
 
 void MoeLayer::warmup() {
   if (implementation().device() == Device::kHost) return;  // nothing loads lazily on the host
+  const EngineUse use(in_forward_);
   tune::warm_up_device_engine(*engine_, spec_, device_index_);
 }
 
@@ -138,16 +158,7 @@ void MoeLayer::forward(const ForwardArgs& args) {
     check(args.router_logits, "router_logits", DType::kFloat32, {tokens, spec_.num_experts});
   }
   if (tokens == 0) return;  // nothing to compute, and no engine needs to see an empty batch
-  // The engine's scratch is shared by every forward of this layer: a second caller is refused
-  // rather than left to overwrite the first one's intermediate results.
-  if (in_forward_.exchange(true, std::memory_order_acquire))
-    invalid(
-        "forward is already running on this layer in another thread; use one layer per "
-        "thread (and, for device layers, order its forwards on one stream).");
-  struct Release {
-    std::atomic<bool>& flag;
-    ~Release() { flag.store(false, std::memory_order_release); }
-  } release{in_forward_};
+  const EngineUse use(in_forward_);
   if (registry::forward_entered_hook) registry::forward_entered_hook();
   engine_->forward(args);
 }
