@@ -350,60 +350,11 @@ RunResult run_layer(MoeLayer& layer, const HostInputs& in) {
   return r;
 }
 
-std::string RoutingProfile::text() const {
-  if (zipf_s == 0.0) return "uniform";
-  std::ostringstream o;
-  o << "zipf:" << zipf_s;
-  return o.str();
-}
-
-RoutingProfile parse_routing_profile(const std::string& text) {
-  RoutingProfile p;
-  if (text == "uniform") return p;
-  if (text == "zipf") {
-    p.zipf_s = 1.0;
-    return p;
-  }
-  if (text.rfind("zipf:", 0) == 0) {
-    const std::string s = text.substr(5);
-    char* end = nullptr;
-    errno = 0;
-    const double v = std::strtod(s.c_str(), &end);
-    if (!s.empty() && end == s.c_str() + s.size() && errno == 0 && std::isfinite(v) && v > 0) {
-      p.zipf_s = v;
-      return p;
-    }
-  }
-  throw Error(ErrorCode::kInvalidArgument,
-              "--routing-profile '" + text +
-                  "' is not uniform, zipf or zipf:<s> with s a finite number above 0");
-}
-
-void apply_routing_profile(HostInputs& in, const MoeSpec& spec, const RoutingProfile& profile,
-                           uint64_t seed) {
-  if (profile.zipf_s == 0.0) return;
-  const int64_t E = spec.num_experts, k = spec.top_k, T = in.tokens;
-  std::vector<double> log_p(static_cast<std::size_t>(E));
-  for (int64_t e = 0; e < E; ++e) log_p[e] = -profile.zipf_s * std::log(static_cast<double>(e + 1));
-  std::mt19937_64 rng(seed * 6364136223846793005ull + 1442695040888963407ull);
-  std::uniform_real_distribution<double> u(1e-12, 1.0);
-  // Gumbel-top-k: the k largest of log p + Gumbel noise are k draws without replacement.
-  std::vector<double> keys(static_cast<std::size_t>(E));
-  std::vector<int32_t> order(static_cast<std::size_t>(E));
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t e = 0; e < E; ++e) keys[e] = log_p[e] - std::log(-std::log(u(rng)));
-    if (spec.routing.method == RoutingMethod::kExternal) {
-      for (int64_t e = 0; e < E; ++e) order[e] = static_cast<int32_t>(e);
-      std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                        [&](int32_t a, int32_t b) { return keys[a] > keys[b]; });
-      for (int64_t j = 0; j < k; ++j) {
-        in.topk_ids[t * k + j] = order[j];
-        in.topk_weights[t * k + j] = 1.0f / static_cast<float>(k);
-      }
-    } else {
-      for (int64_t e = 0; e < E; ++e) in.router_logits[t * E + e] = static_cast<float>(keys[e]);
-    }
-  }
+void apply_routing_profile(HostInputs& in, const MoeSpec& spec,
+                           const tune::RoutingProfile& profile, uint64_t seed) {
+  if (profile.zipf_s == 0.0) return;  // uniform: random_inputs' routing
+  tune::draw_zipf_routing(spec, in.tokens, profile.zipf_s, seed, &in.router_logits, &in.topk_ids,
+                          &in.topk_weights);
 }
 
 std::vector<TacticTime> time_tactics(MoeLayer& layer, Gemm gemm, int64_t bucket,

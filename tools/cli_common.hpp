@@ -9,6 +9,7 @@
 #include "moekit/io.hpp"
 #include "moekit/layer.hpp"
 #include "moekit/spec.hpp"
+#include "tune/routing_profile.hpp"
 
 namespace moekit::cli {
 
@@ -118,22 +119,10 @@ inline constexpr double kBenchBudgetUs = 1.5e6;
 void bench_layer_on_device(MoeLayer& layer, const HostInputs& in, L2Flush flush, BenchRow& row,
                            int trace_replays = 0, double budget_us = kBenchBudgetUs);
 
-// How `moekit tune` draws the routing of the batches it times: uniform (the router logits of
-// random_inputs), or Zipf (zipf_s > 0): expert e (global id) is chosen with probability
-// proportional to 1 / (e + 1)^s, each token's top_k experts drawn without replacement.
-struct RoutingProfile {
-  double zipf_s = 0.0;  // 0: uniform
-  std::string text() const;  // "uniform" or "zipf:<s>"
-};
-// "uniform", "zipf" (s = 1) or "zipf:<s>" with s finite and above 0; else
-// Error(kInvalidArgument) naming the text.
-RoutingProfile parse_routing_profile(const std::string& text);
-// Replaces the routing inputs of `in` (router logits, or external ids and weights) with ones
-// that follow `profile` (uniform: left as they are). Logits: log(p_e) + Gumbel noise, so that the
-// top-k of a softmax routing draws experts without replacement in proportion to p (the
-// grouped DeepSeek-V3 selection follows it roughly).
-void apply_routing_profile(HostInputs& in, const MoeSpec& spec, const RoutingProfile& profile,
-                           uint64_t seed);
+// Replaces the routing inputs of `in` with ones that follow `profile`
+// (tune::draw_zipf_routing; uniform: random_inputs' are kept).
+void apply_routing_profile(HostInputs& in, const MoeSpec& spec,
+                           const tune::RoutingProfile& profile, uint64_t seed);
 
 // The tuner's measuring step: for each tactic the layer's engine built for `gemm`
 // (MoeLayer::tactics), forces it at `bucket` tokens (MoeLayer::set_tactics; the other GEMM keeps

@@ -627,7 +627,7 @@ struct TuneOpts {
 };
 
 int cmd_tune(LayerOpts lo, const TuneOpts& to) {
-  const RoutingProfile profile = parse_routing_profile(to.routing_profile);
+  const tune::RoutingProfile profile = tune::parse_routing_profile(to.routing_profile);
   const L2Flush flush = parse_l2_flush(to.flush);
   const int64_t dp_factor = parse_integer("--dp-factor", to.dp_factor, 1);
   const double budget_us = static_cast<double>(parse_integer("--budget-ms", to.budget_ms, 1)) * 1e3;

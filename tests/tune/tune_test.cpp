@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -17,6 +18,7 @@
 #include "moekit/status.hpp"
 #include "quant/quant.hpp"
 #include "support/command.hpp"
+#include "tune/routing_profile.hpp"
 
 namespace moekit {
 namespace {
@@ -443,6 +445,58 @@ TEST(TuneFallback, KnownTacticsAreChosenUnknownOnesReportedAndMissingOnesSilent)
   EXPECT_EQ(choose_tactics(c, kFile, s, kGpu, nullptr, 1, nullptr).choices.size(), 3u);
   // The data-parallel factor reaches the larger bucket.
   EXPECT_EQ(choose_tactics(c, kFile, s, kGpu, nullptr, 2, nullptr).choices.size(), 4u);
+}
+
+TEST(TuneRoutingProfile, ParsesUniformAndZipfRefusesTheRest) {
+  EXPECT_EQ(tune::parse_routing_profile("uniform").zipf_s, 0.0);
+  EXPECT_EQ(tune::parse_routing_profile("zipf").zipf_s, 1.0);
+  EXPECT_EQ(tune::parse_routing_profile("zipf:1.5").zipf_s, 1.5);
+  EXPECT_EQ(tune::parse_routing_profile("zipf:1.5").text(), "zipf:1.5");
+  EXPECT_EQ(tune::RoutingProfile{}.text(), "uniform");
+  for (const char* bad : {"", "zipf:", "zipf:0", "zipf:-1", "zipf:1x", "zipf:inf", "zipf:nan",
+                          "pareto", "Uniform"}) {
+    try {
+      tune::parse_routing_profile(bad);
+      FAIL() << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("'" + std::string(bad) + "'"), std::string::npos);
+    }
+  }
+}
+
+TEST(TuneRoutingProfile, ZipfFavoursTheFirstExpertsWithoutRepeats) {
+  MoeSpec s = small_layer();
+  s.num_experts = 16;
+  s.top_k = 4;
+  s.routing.method = RoutingMethod::kExternal;
+  std::vector<float> logits, weights;
+  std::vector<int32_t> ids;
+  tune::draw_zipf_routing(s, 2000, 1.2, 7, &logits, &ids, &weights);
+  EXPECT_TRUE(logits.empty());
+  ASSERT_EQ(ids.size(), 8000u);
+  ASSERT_EQ(weights.size(), 8000u);
+  std::vector<int> hits(16, 0);
+  for (int64_t t = 0; t < 2000; ++t) {
+    std::vector<int32_t> row(ids.begin() + t * 4, ids.begin() + t * 4 + 4);
+    std::sort(row.begin(), row.end());
+    EXPECT_EQ(std::adjacent_find(row.begin(), row.end()), row.end()) << "token " << t;
+    for (int32_t e : row) {
+      ASSERT_GE(e, 0);
+      ASSERT_LT(e, 16);
+      ++hits[e];
+    }
+  }
+  EXPECT_GT(hits[0], 2 * hits[15]);  // skewed: expert 0 far more often than the last
+  EXPECT_EQ(weights[0], 0.25f);
+  // Logits for a computed routing: per token, expert 0's logit tops expert 15's most often.
+  s.routing.method = RoutingMethod::kTopKSoftmax;
+  tune::draw_zipf_routing(s, 2000, 1.2, 7, &logits, &ids, &weights);
+  ASSERT_EQ(logits.size(), 2000u * 16);
+  EXPECT_TRUE(ids.empty());
+  int first_wins = 0;
+  for (int64_t t = 0; t < 2000; ++t) first_wins += logits[t * 16] > logits[t * 16 + 15];
+  EXPECT_GT(first_wins, 1000);
 }
 
 // Sets an environment variable for a scope, and restores it.

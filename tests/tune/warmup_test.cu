@@ -143,6 +143,27 @@ TEST_F(TuneWarmupTest, CaptureAfterWarmupAtEveryBucket) {
   }
 }
 
+// The warm-up's own inputs for caller-supplied ids ((t + j) mod E): valid ids, on an EP rank too,
+// so that nothing is reported afterwards.
+TEST_F(TuneWarmupTest, WarmupWithCallerIdsOnAnEpRankReportsNothing) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0x7a20);
+  MoeSpec s = bf16_spec();
+  s.routing = RoutingParams{};
+  s.routing.method = RoutingMethod::kExternal;
+  s.ep_size = 2;
+  s.ep_rank = 1;
+  for (const MoeSpec& spec : {s, [&] {
+         MoeSpec f = fp8_spec();
+         f.routing = s.routing;
+         return f;
+       }()}) {
+    auto layer = MoeLayer::create(spec, quant::make_random_weights(spec, rng()),
+                                  LayerOptions{"cutlass"});
+    layer->warmup();
+    EXPECT_TRUE(layer->poll_errors().ok()) << layer->poll_errors().message();
+  }
+}
+
 // A tuning file naming, at every bucket, the last tactic the engine built for each GEMM (not
 // what it picks everywhere), and one entry naming a tactic that does not exist.
 TEST_F(TuneWarmupTest, TunedTacticsRunAndCaptureAndUnknownOnesFallBack) {
