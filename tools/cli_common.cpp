@@ -350,8 +350,8 @@ RunResult run_layer(MoeLayer& layer, const HostInputs& in) {
   return r;
 }
 
-void apply_routing_profile(HostInputs& in, const MoeSpec& spec,
-                           const tune::RoutingProfile& profile, uint64_t seed) {
+void apply_routing_profile(HostInputs& in, const MoeSpec& spec, const tune::RoutingProfile& profile,
+                           uint64_t seed) {
   if (profile.zipf_s == 0.0) return;  // uniform: random_inputs' routing
   tune::draw_zipf_routing(spec, in.tokens, profile.zipf_s, seed, &in.router_logits, &in.topk_ids,
                           &in.topk_weights);

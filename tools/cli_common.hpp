@@ -121,8 +121,8 @@ void bench_layer_on_device(MoeLayer& layer, const HostInputs& in, L2Flush flush,
 
 // Replaces the routing inputs of `in` with ones that follow `profile`
 // (tune::draw_zipf_routing; uniform: random_inputs' are kept).
-void apply_routing_profile(HostInputs& in, const MoeSpec& spec,
-                           const tune::RoutingProfile& profile, uint64_t seed);
+void apply_routing_profile(HostInputs& in, const MoeSpec& spec, const tune::RoutingProfile& profile,
+                           uint64_t seed);
 
 // The tuner's measuring step: for each tactic the layer's engine built for `gemm`
 // (MoeLayer::tactics), forces it at `bucket` tokens (MoeLayer::set_tactics; the other GEMM keeps

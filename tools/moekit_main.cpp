@@ -418,10 +418,9 @@ void refuse_unless_device(const MoeSpec& spec, const std::string& name, const st
       break;
     }
   }
-  throw Error(ErrorCode::kUnsupported, std::string(command) +
-                                           " times a CUDA implementation, but none can run " +
-                                           name + " here (backend '" + backend + "' gives " +
-                                           r.chosen->id() + "): " + why);
+  throw Error(ErrorCode::kUnsupported,
+              std::string(command) + " times a CUDA implementation, but none can run " + name +
+                  " here (backend '" + backend + "' gives " + r.chosen->id() + "): " + why);
 }
 
 int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& flush_text,
@@ -570,7 +569,9 @@ int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& f
 class TuneProgress {
  public:
   explicit TuneProgress(int total)
-      : total_(total), tty_(isatty(fileno(stderr)) != 0), start_(std::chrono::steady_clock::now()) {}
+      : total_(total),
+        tty_(isatty(fileno(stderr)) != 0),
+        start_(std::chrono::steady_clock::now()) {}
   void begin(const std::string& what) {
     const double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
@@ -587,8 +588,7 @@ class TuneProgress {
                    std::string(kWidth - filled, '.').c_str(), done_ + 1, total_, what.c_str(),
                    left.c_str());
     } else {
-      std::fprintf(stderr, "tune %d/%d: %s (%s)\n", done_ + 1, total_, what.c_str(),
-                   left.c_str());
+      std::fprintf(stderr, "tune %d/%d: %s (%s)\n", done_ + 1, total_, what.c_str(), left.c_str());
     }
     std::fflush(stderr);
     ++done_;
@@ -649,9 +649,9 @@ int cmd_tune(LayerOpts lo, const TuneOpts& to) {
     Plan p{name, spec, implementations_to_tune(spec, name, lo.backend),
            tuning_buckets(spec.max_tokens, dp_factor)};
     check_host_bytes(weight_host_bytes(spec), "the random weights of " + name);
-    check_host_bytes(forward_host_bytes(spec, p.buckets.back()),
-                     "the random inputs of " + name + " at " +
-                         std::to_string(p.buckets.back()) + " tokens");
+    check_host_bytes(
+        forward_host_bytes(spec, p.buckets.back()),
+        "the random inputs of " + name + " at " + std::to_string(p.buckets.back()) + " tokens");
     total += static_cast<int>(p.implementations.size() * 2 * p.buckets.size());
     plans.push_back(std::move(p));
   }
@@ -661,6 +661,7 @@ int cmd_tune(LayerOpts lo, const TuneOpts& to) {
   cache.moekit_commit = moekit::commit();
   cache.routing = profile.text();
   TuneProgress progress(total);
+  std::vector<std::pair<std::string, TuningKey>> measured;  // layer name, key: the summary
   for (Plan& p : plans) {
     MoeSpec spec = p.spec;
     // The workspace holds the largest bucket (above max_tokens where dp_factor > 1).
@@ -690,16 +691,20 @@ int cmd_tune(LayerOpts lo, const TuneOpts& to) {
             e.runner_up_us = times[1].median_us;
           }
           cache.put(e);
+          measured.emplace_back(p.name, e.key);
         }
     }
   }
   cache.save(to.out);
-  std::printf("%-16s %-32s %4s %7s  %-44s %10s  %s\n", "layer", "implementation", "gemm",
-              "bucket", "tactic", "time_us", "runner-up");
-  for (const TuningEntry& e : cache.entries)
-    std::printf("%-16s %-32s %4s %7lld  %-44s %10.1f  %s\n", "", e.key.implementation.c_str(),
-                to_string(e.key.gemm), static_cast<long long>(e.key.bucket), e.tactic.c_str(),
-                e.time_us, e.runner_up.c_str());
+  std::printf("%-16s %-32s %4s %7s  %-44s %10s  %s\n", "layer", "implementation", "gemm", "bucket",
+              "tactic", "time_us", "runner-up");
+  for (const auto& [name, key] : measured) {
+    const TuningEntry& e = *cache.lookup(key);
+    std::printf("%-16s %-32s %4s %7lld  %-44s %10.1f  %s\n", name.c_str(),
+                e.key.implementation.c_str(), to_string(e.key.gemm),
+                static_cast<long long>(e.key.bucket), e.tactic.c_str(), e.time_us,
+                e.runner_up.c_str());
+  }
   std::cout << "wrote " << to.out << " (" << cache.entries.size() << " entries)\n";
   return 0;
 }
@@ -767,8 +772,9 @@ int main(int argc, char** argv) {
   tune_lo.preset = "qwen3-30b-a3b,mixtral-8x7b,deepseek-v3,gpt-oss-120b";
   TuneOpts tune_opts;
   auto* tune = app.add_subcommand(
-      "tune", "measure the GEMM tactics of presets at every token bucket on the GPU and write a "
-              "tuning file");
+      "tune",
+      "measure the GEMM tactics of presets at every token bucket on the GPU and write a "
+      "tuning file");
   tune_lo.add_to(tune);
   tune->add_option("--out", tune_opts.out, "the tuning file to write (JSON)")->required();
   tune->add_option("--routing-profile", tune_opts.routing_profile,

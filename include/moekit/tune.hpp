@@ -134,11 +134,11 @@ struct TuningCache::Loaded {
 
 // The fallback rule: for each GEMM of `spec` on `implementation` and each of its buckets
 // (tuning_buckets(spec.max_tokens, dp_factor)), the cache's entry where there is one whose
-// tactic is one of `known_tactics(gemm)` (the names the engine built; null: any name); a missing entry keeps the
-// engine's built-in pick silently, an entry with a tactic the engine lacks keeps it too and adds
-// a problem naming the entry (`file`, and its index in cache.entries).
-TacticChoices choose_tactics(const TuningCache& cache, const std::string& file,
-                             const MoeSpec& spec, const std::string& implementation,
+// tactic is one of `known_tactics(gemm)` (the names the engine built; null: any name); a missing
+// entry keeps the engine's built-in pick silently, an entry with a tactic the engine lacks keeps it
+// too and adds a problem naming the entry (`file`, and its index in cache.entries).
+TacticChoices choose_tactics(const TuningCache& cache, const std::string& file, const MoeSpec& spec,
+                             const std::string& implementation,
                              const std::function<std::vector<std::string>(Gemm)>& known_tactics,
                              int64_t dp_factor, std::vector<TuningProblem>* problems);
 

@@ -383,8 +383,8 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   if (token_rows)
     fc1_call.token_rows = gemm::TokenRows{args.hidden.data, static_cast<int>(T),
                                           static_cast<int>(k), pbuf_.slot_expert, pbuf_.slot_row};
-  Call fc2_call{fc2_.get(), act_out_, w2_, fc2_out_,
-                tuned_or(Gemm::kFc2, T, chain, fc2_->pick_tactic(hint, chain)), true};
+  const std::string fc2_tactic = tuned_or(Gemm::kFc2, T, chain, fc2_->pick_tactic(hint, chain));
+  Call fc2_call{fc2_.get(), act_out_, w2_, fc2_out_, fc2_tactic, true};
   // Two TMA GEMVs take their items from counters the permute cleared, where their blocks take
   // more than one: deepseek T=1 -1.2 to -1.8 us (forward A/B; others even).
   if (!chain && permute::clears_expert_done(T)) {

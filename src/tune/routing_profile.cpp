@@ -48,7 +48,8 @@ void draw_zipf_routing(const MoeSpec& spec, int64_t tokens, double zipf_s, uint6
   const bool external = spec.routing.method == RoutingMethod::kExternal;
   logits->assign(external ? 0 : static_cast<std::size_t>(tokens * E), 0.0f);
   ids->assign(external ? static_cast<std::size_t>(tokens * k) : 0, 0);
-  weights->assign(external ? static_cast<std::size_t>(tokens * k) : 0, 1.0f / static_cast<float>(k));
+  weights->assign(external ? static_cast<std::size_t>(tokens * k) : 0,
+                  1.0f / static_cast<float>(k));
   std::vector<double> log_p(static_cast<std::size_t>(E));
   for (int64_t e = 0; e < E; ++e) log_p[e] = -zipf_s * std::log(static_cast<double>(e + 1));
   std::mt19937_64 rng(seed);

@@ -235,8 +235,8 @@ TuningEntry read_entry(const json& e) {
   k.global_experts = r.positive("global_experts");
   k.top_k = r.positive("top_k");
   k.act_dtype = r.named<DType>("act_dtype", dtype_from_string, "dtype");
-  k.weight_format = r.named<WeightFormat>("weight_format", weight_format_from_string,
-                                          "weight format");
+  k.weight_format =
+      r.named<WeightFormat>("weight_format", weight_format_from_string, "weight format");
   k.group_size = static_cast<int>(r.non_negative("group_size"));
   k.zero_points = r.boolean("zero_points");
   k.pre_quant_scale = r.boolean("pre_quant_scale");
@@ -246,8 +246,8 @@ TuningEntry read_entry(const json& e) {
   k.beta = r.opt_float("beta");
   k.fc1_bias = r.boolean("fc1_bias");
   k.fc2_bias = r.boolean("fc2_bias");
-  k.gate_up_layout = r.named<GateUpLayout>("gate_up_layout", gate_up_layout_from_string,
-                                           "gate/up layout");
+  k.gate_up_layout =
+      r.named<GateUpLayout>("gate_up_layout", gate_up_layout_from_string, "gate/up layout");
   k.tp_size = static_cast<int>(r.positive("tp_size"));
   k.ep_size = static_cast<int>(r.positive("ep_size"));
   k.bucket = r.positive("bucket");
@@ -299,8 +299,9 @@ TuningCache::Loaded TuningCache::parse(const std::string& text, const std::strin
     try {
       TuningEntry e = read_entry((*entries)[i]);
       if (out.cache.lookup(e.key) != nullptr) {
-        out.problems.push_back({file, index, "repeats the key of an earlier entry (" +
-                                                 e.key.text() + "); the first one counts"});
+        out.problems.push_back(
+            {file, index,
+             "repeats the key of an earlier entry (" + e.key.text() + "); the first one counts"});
         continue;
       }
       out.cache.entries.push_back(std::move(e));
@@ -334,9 +335,12 @@ std::string TuningCache::to_json() const {
     j["runner_up_us"] = e.runner_up_us;
     entries_json.push_back(std::move(j));
   }
-  const json doc{{"schema_version", schema_version}, {"fingerprint", fingerprint},
-                 {"moekit_version", moekit_version}, {"moekit_commit", moekit_commit},
-                 {"routing", routing},               {"entries", std::move(entries_json)}};
+  const json doc{{"schema_version", schema_version},
+                 {"fingerprint", fingerprint},
+                 {"moekit_version", moekit_version},
+                 {"moekit_commit", moekit_commit},
+                 {"routing", routing},
+                 {"entries", std::move(entries_json)}};
   return doc.dump(2) + "\n";
 }
 
@@ -364,15 +368,16 @@ void TuningCache::put(const TuningEntry& entry) {
   entries.push_back(entry);
 }
 
-TacticChoices choose_tactics(const TuningCache& cache, const std::string& file,
-                             const MoeSpec& spec, const std::string& implementation,
+TacticChoices choose_tactics(const TuningCache& cache, const std::string& file, const MoeSpec& spec,
+                             const std::string& implementation,
                              const std::function<std::vector<std::string>(Gemm)>& known_tactics,
                              int64_t dp_factor, std::vector<TuningProblem>* problems) {
   TacticChoices out;
   if (cache.entries.empty()) return out;
   const std::vector<int64_t> buckets = tuning_buckets(spec.max_tokens, dp_factor);
   for (const Gemm gemm : {Gemm::kFc1, Gemm::kFc2}) {
-    const std::vector<std::string> known = known_tactics ? known_tactics(gemm) : std::vector<std::string>();
+    const std::vector<std::string> known =
+        known_tactics ? known_tactics(gemm) : std::vector<std::string>();
     for (const int64_t bucket : buckets) {
       const TuningEntry* e = cache.lookup(TuningKey::of(spec, implementation, gemm, bucket));
       if (e == nullptr) continue;  // the engine's built-in pick

@@ -33,8 +33,8 @@ void warm_up_device_engine(Engine& engine, const MoeSpec& spec, int device) {
     check_cuda(cudaMemcpy(ids.get(), host_ids.data(), host_ids.size() * sizeof(int32_t),
                           cudaMemcpyHostToDevice),
                "uploading the warm-up expert ids");
-    check_cuda(cudaMemcpy(weights.get(), host_weights.data(),
-                          host_weights.size() * sizeof(float), cudaMemcpyHostToDevice),
+    check_cuda(cudaMemcpy(weights.get(), host_weights.data(), host_weights.size() * sizeof(float),
+                          cudaMemcpyHostToDevice),
                "uploading the warm-up weights");
   } else {
     logits = pipeline::device_alloc(T * E * sizeof(float), "warm-up router logits");

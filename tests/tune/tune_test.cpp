@@ -73,8 +73,7 @@ json valid_doc() {
   s.activation.limit = 7.0f;
   s.activation.alpha = 1.702f;
   return json::parse(
-      cache_with("fp", {entry_for(s, kGpu, Gemm::kFc1, 4, "sm90.coop.128x128x64.c1x1")})
-          .to_json());
+      cache_with("fp", {entry_for(s, kGpu, Gemm::kFc1, 4, "sm90.coop.128x128x64.c1x1")}).to_json());
 }
 
 TuningCache::Loaded parse_doc(const json& doc, const std::string& fingerprint = "fp") {
@@ -86,8 +85,7 @@ TEST(TuneBuckets, PowersOfTwoThenTheExactCap) {
   EXPECT_EQ(tuning_buckets(8), (std::vector<int64_t>{1, 2, 4, 8}));
   EXPECT_EQ(tuning_buckets(100), (std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 100}));
   // Data-parallel ranks send theirs: the cap is max_tokens x the factor, and nothing above it.
-  EXPECT_EQ(tuning_buckets(100, 4),
-            (std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128, 256, 400}));
+  EXPECT_EQ(tuning_buckets(100, 4), (std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128, 256, 400}));
   EXPECT_EQ(tuning_buckets(4096).back(), 4096);
   EXPECT_EQ(tuning_buckets(4096).size(), 13u);
 }
@@ -111,8 +109,8 @@ TEST(TuneBuckets, RefusesCapsBelowOneAndOverflow) {
 }
 
 TEST(TuneChoices, SmallestBucketAtOrAboveTheTokens) {
-  TacticChoices c{{{Gemm::kFc1, 1, "a"}, {Gemm::kFc1, 4, "b"}, {Gemm::kFc1, 16, "c"},
-                   {Gemm::kFc2, 4, "x"}}};
+  TacticChoices c{
+      {{Gemm::kFc1, 1, "a"}, {Gemm::kFc1, 4, "b"}, {Gemm::kFc1, 16, "c"}, {Gemm::kFc2, 4, "x"}}};
   EXPECT_EQ(*c.find(Gemm::kFc1, 1), "a");
   EXPECT_EQ(*c.find(Gemm::kFc1, 2), "b");
   EXPECT_EQ(*c.find(Gemm::kFc1, 4), "b");
@@ -136,7 +134,9 @@ TEST(TuneKey, EveryFieldThatChangesTheAnswerMisses) {
       {"act_dtype", [](MoeSpec& s) { s.act_dtype = DType::kFloat16; }},
       {"weight format", [](MoeSpec& s) { s.weights.format = WeightFormat::kFP16; }},
       {"activation kind",
-       [](MoeSpec& s) { s.activation = ActivationParams{ActivationKind::kSwiGLU, {}, {}, {}}; }},
+       [](MoeSpec& s) {
+         s.activation = ActivationParams{ActivationKind::kSwiGLU, {}, {}, {}};
+       }},
       {"clamp limit", [](MoeSpec& s) { s.activation.limit = 7.5f; }},
       {"alpha", [](MoeSpec& s) { s.activation.alpha = 1.702f; }},
       {"beta", [](MoeSpec& s) { s.activation.beta = 1.0f; }},
@@ -230,9 +230,9 @@ TEST(TuneCache, RoundTripKeepsEveryField) {
   TuningEntry lone = entry_for(b, kGpu, Gemm::kFc2, 16, "sm90.gemv.tma64");
   lone.runner_up.clear();
   lone.runner_up_us = 0.0;
-  TuningCache c = cache_with("fp", {entry_for(a, kGpu, Gemm::kFc1, 1, "sm90.gemv.tma64+act"),
-                                    entry_for(a, kGpu, Gemm::kFc2, 4, "sm90.swapab.128x16x128.c1x1"),
-                                    lone});
+  TuningCache c =
+      cache_with("fp", {entry_for(a, kGpu, Gemm::kFc1, 1, "sm90.gemv.tma64+act"),
+                        entry_for(a, kGpu, Gemm::kFc2, 4, "sm90.swapab.128x16x128.c1x1"), lone});
   c.routing = "zipf:1.2";
   const std::string path = tmp_dir() + "/round_trip.json";
   c.save(path);
@@ -342,11 +342,31 @@ void expect_entry_refused(const std::function<void(json&)>& spoil, const std::st
 
 TEST(TuneCache, BadEntriesAreDroppedOneByOneNamingTheEntry) {
   expect_entry_refused([](json& e) { e = 5; }, "not an object");
-  for (const char* field :
-       {"implementation", "gemm", "n", "k", "experts", "global_experts", "top_k", "act_dtype",
-        "weight_format", "group_size", "zero_points", "pre_quant_scale", "activation", "limit",
-        "alpha", "beta", "fc1_bias", "fc2_bias", "gate_up_layout", "tp_size", "ep_size", "bucket",
-        "tactic", "time_us", "runner_up"})
+  for (const char* field : {"implementation",
+                            "gemm",
+                            "n",
+                            "k",
+                            "experts",
+                            "global_experts",
+                            "top_k",
+                            "act_dtype",
+                            "weight_format",
+                            "group_size",
+                            "zero_points",
+                            "pre_quant_scale",
+                            "activation",
+                            "limit",
+                            "alpha",
+                            "beta",
+                            "fc1_bias",
+                            "fc2_bias",
+                            "gate_up_layout",
+                            "tp_size",
+                            "ep_size",
+                            "bucket",
+                            "tactic",
+                            "time_us",
+                            "runner_up"})
     expect_entry_refused([&](json& e) { e.erase(field); }, field);
   // Wrong types.
   expect_entry_refused([](json& e) { e["n"] = "64"; }, "\"n\"");
@@ -361,8 +381,7 @@ TEST(TuneCache, BadEntriesAreDroppedOneByOneNamingTheEntry) {
   expect_entry_refused([](json& e) { e["activation"] = "tanh2"; }, "tanh2");
   expect_entry_refused([](json& e) { e["gate_up_layout"] = "diagonal"; }, "diagonal");
   // Unknown names.
-  expect_entry_refused([](json& e) { e["implementation"] = "cuda.sm99.magic"; },
-                       "cuda.sm99.magic");
+  expect_entry_refused([](json& e) { e["implementation"] = "cuda.sm99.magic"; }, "cuda.sm99.magic");
   expect_entry_refused([](json& e) { e["gemm"] = "fc3"; }, "fc3");
   // Tactics are names: never an index, never empty.
   expect_entry_refused([](json& e) { e["tactic"] = "3"; }, "index");
@@ -420,12 +439,12 @@ TEST(TuneCache, SaveToAnUnwritablePathIsAnIoError) {
 
 TEST(TuneFallback, KnownTacticsAreChosenUnknownOnesReportedAndMissingOnesSilent) {
   const MoeSpec s = small_layer();  // buckets 1, 2, 4, 8, 16
-  TuningCache c = cache_with("fp", {entry_for(s, kGpu, Gemm::kFc1, 2, "good"),
-                                    entry_for(s, kGpu, Gemm::kFc1, 8, "ghost"),
-                                    entry_for(s, kGpu, Gemm::kFc2, 16, "good2"),
-                                    // another layer's, and a bucket this layer never sees
-                                    entry_for(s, "cpu.reference", Gemm::kFc1, 2, "good"),
-                                    entry_for(s, kGpu, Gemm::kFc1, 32, "good")});
+  TuningCache c = cache_with(
+      "fp", {entry_for(s, kGpu, Gemm::kFc1, 2, "good"), entry_for(s, kGpu, Gemm::kFc1, 8, "ghost"),
+             entry_for(s, kGpu, Gemm::kFc2, 16, "good2"),
+             // another layer's, and a bucket this layer never sees
+             entry_for(s, "cpu.reference", Gemm::kFc1, 2, "good"),
+             entry_for(s, kGpu, Gemm::kFc1, 32, "good")});
   std::vector<TuningProblem> problems;
   const auto known = [](Gemm g) {
     return g == Gemm::kFc1 ? std::vector<std::string>{"good"} : std::vector<std::string>{"good2"};
@@ -433,7 +452,7 @@ TEST(TuneFallback, KnownTacticsAreChosenUnknownOnesReportedAndMissingOnesSilent)
   const TacticChoices chosen = choose_tactics(c, kFile, s, kGpu, known, 1, &problems);
   ASSERT_EQ(chosen.choices.size(), 2u);
   EXPECT_EQ(*chosen.find(Gemm::kFc1, 2), "good");
-  EXPECT_EQ(chosen.find(Gemm::kFc1, 8), nullptr);  // the unknown one fell back
+  EXPECT_EQ(chosen.find(Gemm::kFc1, 8), nullptr);   // the unknown one fell back
   EXPECT_EQ(chosen.find(Gemm::kFc1, 32), nullptr);  // above the cap: never looked up
   EXPECT_EQ(*chosen.find(Gemm::kFc2, 9), "good2");
   EXPECT_EQ(chosen.choices[0].time_us, 12.0);
@@ -453,8 +472,8 @@ TEST(TuneRoutingProfile, ParsesUniformAndZipfRefusesTheRest) {
   EXPECT_EQ(tune::parse_routing_profile("zipf:1.5").zipf_s, 1.5);
   EXPECT_EQ(tune::parse_routing_profile("zipf:1.5").text(), "zipf:1.5");
   EXPECT_EQ(tune::RoutingProfile{}.text(), "uniform");
-  for (const char* bad : {"", "zipf:", "zipf:0", "zipf:-1", "zipf:1x", "zipf:inf", "zipf:nan",
-                          "pareto", "Uniform"}) {
+  for (const char* bad :
+       {"", "zipf:", "zipf:0", "zipf:-1", "zipf:1x", "zipf:inf", "zipf:nan", "pareto", "Uniform"}) {
     try {
       tune::parse_routing_profile(bad);
       FAIL() << bad;
@@ -574,9 +593,9 @@ TEST(TuneLayer, MalformedAndForeignFilesFallBackWithTheReason) {
   ASSERT_EQ(a->resolution().tuning.problems.size(), 1u);
   EXPECT_NE(a->resolution().tuning.problems[0].reason.find("not JSON"), std::string::npos);
   const std::string foreign = write_file(
-      "foreign.json", cache_with("another machine", {entry_for(small_layer(), "cpu.reference",
-                                                               Gemm::kFc1, 4, "x")})
-                          .to_json());
+      "foreign.json",
+      cache_with("another machine", {entry_for(small_layer(), "cpu.reference", Gemm::kFc1, 4, "x")})
+          .to_json());
   auto b = cpu_layer(foreign, env);
   ASSERT_EQ(b->resolution().tuning.problems.size(), 1u);
   EXPECT_NE(b->resolution().tuning.problems[0].reason.find("another environment"),
@@ -649,9 +668,9 @@ TEST(TuneReport, TuningSectionRoundTripsThroughTheJsonReport) {
 
 // The CLI.
 testcmd::Ran moekit_cli(const std::string& args) {
-  return testcmd::run(tmp_dir(),
-                      "env -u MOEKIT_TUNING_FILE " +
-                          testcmd::program("MOEKIT_TEST_CLI", MOEKIT_CLI_PATH) + " " + args);
+  return testcmd::run(tmp_dir(), "env -u MOEKIT_TUNING_FILE " +
+                                     testcmd::program("MOEKIT_TEST_CLI", MOEKIT_CLI_PATH) + " " +
+                                     args);
 }
 
 TEST(TuneCli, ResolveShowsTheTacticsTheFileChose) {
@@ -667,20 +686,20 @@ TEST(TuneCli, ResolveShowsTheTacticsTheFileChose) {
       moekit_cli("resolve --preset qwen3-30b-a3b --backend reference --tuning-file " + path);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("fc1 up to 1 tokens: chosen.one"), std::string::npos) << r.out;
-  const testcmd::Ran j = moekit_cli(
-      "resolve --preset qwen3-30b-a3b --backend reference --json --tuning-file " + path);
+  const testcmd::Ran j =
+      moekit_cli("resolve --preset qwen3-30b-a3b --backend reference --json --tuning-file " + path);
   ASSERT_EQ(j.code, 0) << j.err;
   EXPECT_EQ(json::parse(j.out)["tuning"]["chosen"][0]["tactic"], "chosen.one");
   // A bad file is reported and resolve still answers.
-  const testcmd::Ran bad = moekit_cli(
-      "resolve --preset qwen3-30b-a3b --tuning-file " + tmp_dir() + "/nope.json");
+  const testcmd::Ran bad =
+      moekit_cli("resolve --preset qwen3-30b-a3b --tuning-file " + tmp_dir() + "/nope.json");
   EXPECT_EQ(bad.code, 0) << bad.err;
   EXPECT_NE(bad.out.find("problem: " + tmp_dir() + "/nope.json"), std::string::npos) << bad.out;
   // The environment variable names it too.
-  const testcmd::Ran env = testcmd::run(
-      tmp_dir(), "MOEKIT_TUNING_FILE=" + path + " " +
-                     testcmd::program("MOEKIT_TEST_CLI", MOEKIT_CLI_PATH) +
-                     " resolve --preset qwen3-30b-a3b --backend reference");
+  const testcmd::Ran env =
+      testcmd::run(tmp_dir(), "MOEKIT_TUNING_FILE=" + path + " " +
+                                  testcmd::program("MOEKIT_TEST_CLI", MOEKIT_CLI_PATH) +
+                                  " resolve --preset qwen3-30b-a3b --backend reference");
   EXPECT_NE(env.out.find("chosen.one"), std::string::npos) << env.out << env.err;
 }
 

@@ -153,12 +153,12 @@ TEST_F(TuneWarmupTest, WarmupWithCallerIdsOnAnEpRankReportsNothing) {
   s.ep_size = 2;
   s.ep_rank = 1;
   for (const MoeSpec& spec : {s, [&] {
-         MoeSpec f = fp8_spec();
-         f.routing = s.routing;
-         return f;
-       }()}) {
-    auto layer = MoeLayer::create(spec, quant::make_random_weights(spec, rng()),
-                                  LayerOptions{"cutlass"});
+                                MoeSpec f = fp8_spec();
+                                f.routing = s.routing;
+                                return f;
+                              }()}) {
+    auto layer =
+        MoeLayer::create(spec, quant::make_random_weights(spec, rng()), LayerOptions{"cutlass"});
     layer->warmup();
     EXPECT_TRUE(layer->poll_errors().ok()) << layer->poll_errors().message();
   }
