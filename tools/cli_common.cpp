@@ -350,4 +350,27 @@ RunResult run_layer(MoeLayer& layer, const HostInputs& in) {
   return r;
 }
 
+void apply_routing_profile(HostInputs& in, const MoeSpec& spec, const tune::RoutingProfile& profile,
+                           uint64_t seed) {
+  if (profile.zipf_s == 0.0) return;  // uniform: random_inputs' routing
+  tune::draw_zipf_routing(spec, in.tokens, profile.zipf_s, seed, &in.router_logits, &in.topk_ids,
+                          &in.topk_weights);
+}
+
+std::vector<TacticTime> time_tactics(MoeLayer& layer, Gemm gemm, int64_t bucket,
+                                     const HostInputs& in, L2Flush flush, double budget_us) {
+  std::vector<TacticTime> times;
+  for (const std::string& tactic : layer.tactics(gemm)) {
+    layer.set_tactics(TacticChoices{{TacticChoice{gemm, bucket, tactic}}});
+    BenchRow row;
+    bench_layer_on_device(layer, in, flush, row, 0, budget_us);
+    times.push_back({tactic, row.median_us});
+  }
+  layer.set_tactics(TacticChoices{});
+  std::stable_sort(times.begin(), times.end(), [](const TacticTime& a, const TacticTime& b) {
+    return a.median_us < b.median_us;
+  });
+  return times;
+}
+
 }  // namespace moekit::cli

@@ -9,6 +9,7 @@
 #include "moekit/io.hpp"
 #include "moekit/layer.hpp"
 #include "moekit/spec.hpp"
+#include "tune/routing_profile.hpp"
 
 namespace moekit::cli {
 
@@ -112,7 +113,27 @@ const char* to_string(L2Flush f);
 // Times graph replays of layer.forward (L2 flushed before each) and fills median/p10/p90;
 // then, with trace_replays > 0, that many more replays of a fresh capture under KernelTracer
 // fill row.trace (kept apart so that the timed replays run without CUPTI).
+// `budget_us`: replays go on past the first 30 until they add up to this much time (500 at
+// most).
+inline constexpr double kBenchBudgetUs = 1.5e6;
 void bench_layer_on_device(MoeLayer& layer, const HostInputs& in, L2Flush flush, BenchRow& row,
-                           int trace_replays = 0);
+                           int trace_replays = 0, double budget_us = kBenchBudgetUs);
+
+// Replaces the routing inputs of `in` with ones that follow `profile`
+// (tune::draw_zipf_routing; uniform: random_inputs' are kept).
+void apply_routing_profile(HostInputs& in, const MoeSpec& spec, const tune::RoutingProfile& profile,
+                           uint64_t seed);
+
+// The tuner's measuring step: for each tactic the layer's engine built for `gemm`
+// (MoeLayer::tactics), forces it at `bucket` tokens (MoeLayer::set_tactics; the other GEMM keeps
+// its pick) and times the forward of `in` (bucket tokens) as bench does (graph replays, L2 flush,
+// median), within `budget_us` per tactic. Fastest first. The layer's tactics are cleared after.
+// Needs a CUDA device implementation (bench_layer_on_device).
+struct TacticTime {
+  std::string tactic;
+  double median_us = 0.0;
+};
+std::vector<TacticTime> time_tactics(MoeLayer& layer, Gemm gemm, int64_t bucket,
+                                     const HostInputs& in, L2Flush flush, double budget_us);
 
 }  // namespace moekit::cli

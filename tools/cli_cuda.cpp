@@ -276,13 +276,14 @@ class ReplayGraph {
 
 // Times replays of `graph` on `stream` (each after an L2 flush, between two events): at least
 // 30 and at most 500, until 1.5 s of replays.
-std::vector<double> time_replays(ReplayGraph& graph, L2Flusher& flush, cudaStream_t stream) {
+std::vector<double> time_replays(ReplayGraph& graph, L2Flusher& flush, cudaStream_t stream,
+                                 double budget_us = kBenchBudgetUs) {
   cudaEvent_t start, stop;
   check(cudaEventCreate(&start), "cudaEventCreate");
   check(cudaEventCreate(&stop), "cudaEventCreate");
   std::vector<double> us;
   double total = 0;
-  for (int rep = 0; rep < 500 && (rep < 30 || total < 1.5e6); ++rep) {
+  for (int rep = 0; rep < 500 && (rep < 30 || total < budget_us); ++rep) {
     flush.run(rep);
     check(cudaEventRecord(start, stream), "cudaEventRecord");
     graph.launch();
@@ -299,7 +300,7 @@ std::vector<double> time_replays(ReplayGraph& graph, L2Flusher& flush, cudaStrea
 }
 
 void bench_layer_on_device(MoeLayer& layer, const HostInputs& in, L2Flush flush_mode, BenchRow& row,
-                           int trace_replays) {
+                           int trace_replays, double budget_us) {
   int device = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
   DeviceInputs d(layer.spec(), in, device);
@@ -312,7 +313,7 @@ void bench_layer_on_device(MoeLayer& layer, const HostInputs& in, L2Flush flush_
   const auto forward = [&] { layer.forward(d.args); };
   ReplayGraph graph(stream, forward);
   L2Flusher flush(flush_mode, stream);
-  const std::vector<double> us = time_replays(graph, flush, stream);
+  const std::vector<double> us = time_replays(graph, flush, stream, budget_us);
   throw_if_error(layer.poll_errors());
   if (trace_replays > 0) {
     KernelTracer tracer;

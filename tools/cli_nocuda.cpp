@@ -10,7 +10,7 @@ namespace {
 }
 }  // namespace
 RunResult run_layer_on_device(MoeLayer&, const HostInputs&) { no_cuda("running on the device"); }
-void bench_layer_on_device(MoeLayer&, const HostInputs&, L2Flush, BenchRow&, int) {
+void bench_layer_on_device(MoeLayer&, const HostInputs&, L2Flush, BenchRow&, int, double) {
   no_cuda("moekit bench");
 }
 Floors measure_floors(L2Flush) { no_cuda("moekit bench"); }

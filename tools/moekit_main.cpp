@@ -1,17 +1,21 @@
-// The `moekit` command: presets, run, resolve, bench. Every error is one line on stderr and a
+// The `moekit` command: presets, run, resolve, bench, tune. Every error is one line on stderr and a
 // non-zero exit (1: moekit refused or failed; 2: bad command line, from CLI11).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <limits>
 #include <map>
 #include <set>
 #include <sstream>
+
+#include <unistd.h>
 
 #include "cli_common.hpp"
 #include "moekit/environment.hpp"
@@ -97,6 +101,19 @@ struct LayerOpts {
                     "auto, a family (reference, cutlass) or an implementation id")
         ->capture_default_str();
     sub->add_option("--seed", seed, "seed of the random weights and inputs")->capture_default_str();
+  }
+  // run, resolve and bench: a tuning file (`moekit tune --out`) the layer reads.
+  void add_tuning_file_to(CLI::App* sub) {
+    sub->add_option("--tuning-file", tuning_file,
+                    std::string("tuning file whose tactics the layer runs (default: $") +
+                        kTuningFileEnv + "); problems with it are reported and fall back");
+  }
+  std::string tuning_file;
+  // The option, else the environment variable, else empty.
+  std::string tuning_path() const {
+    if (!tuning_file.empty()) return tuning_file;
+    const char* env = std::getenv(kTuningFileEnv);
+    return env ? env : "";
   }
 
   bool given(const std::string& name) const { return app != nullptr && app->count(name) > 0; }
@@ -201,6 +218,7 @@ struct LayerOpts {
   LayerOptions options() const {
     LayerOptions o;
     o.backend = backend;
+    o.tuning_file = tuning_file;
     return o;
   }
 
@@ -226,6 +244,13 @@ double checksum(const std::vector<float>& v, double* abs_sum) {
   }
   *abs_sum = a;
   return s;
+}
+
+// A tuning file's problems (each fell back to the built-in pick) on stderr, one line each.
+void print_tuning_problems(const Resolution& r) {
+  for (const TuningProblem& p : r.tuning.problems)
+    std::fprintf(stderr, "moekit: tuning file problem, built-in tactic used: %s\n",
+                 p.text().c_str());
 }
 
 void print_degradation(const Resolution& r) {
@@ -311,6 +336,7 @@ int cmd_run(const LayerOpts& lo, const RunOpts& ro) {
   const Resolution& r = layer->resolution();
   std::cout << "implementation: " << r.chosen->id() << "\n";
   print_degradation(r);
+  print_tuning_problems(r);
   RunResult res = run_layer(*layer, in);
   double abs_sum = 0;
   const double sum = checksum(res.output, &abs_sum);
@@ -345,7 +371,11 @@ int cmd_run(const LayerOpts& lo, const RunOpts& ro) {
 
 int cmd_resolve(const LayerOpts& lo, bool json) {
   const MoeSpec spec = lo.spec(1);
-  const Resolution r = resolve(spec, Environment::detected(), lo.backend);
+  Resolution r = resolve(spec, Environment::detected(), lo.backend);
+  // No engine is built here, so tactic names are checked only when a layer is.
+  const std::string tuning = lo.tuning_path();
+  if (r.ok() && !tuning.empty())
+    r.tuning = read_tuning(tuning, r.environment_fingerprint, spec, r.chosen->id(), nullptr, 1);
   if (json) {
     std::cout << resolution_json_with_spec(spec, r) << "\n";
   } else {
@@ -355,10 +385,27 @@ int cmd_resolve(const LayerOpts& lo, bool json) {
   return r.ok() ? 0 : 1;
 }
 
-// The bench times a device implementation: the resolver's choice for the request, refused with
-// its reason when there is none or when it is a host implementation.
-void refuse_unless_device(const MoeSpec& spec, const std::string& name,
-                          const std::string& backend) {
+// The layers named by --spec, or by each preset of a comma-separated --preset.
+std::vector<std::pair<std::string, MoeSpec>> named_layers(const LayerOpts& lo, int64_t max_t) {
+  std::vector<std::pair<std::string, MoeSpec>> layers;
+  if (!lo.spec_file.empty()) {
+    layers.emplace_back(lo.spec_file, lo.spec(max_t));
+  } else {
+    std::stringstream ss(lo.preset);
+    std::string p;
+    while (std::getline(ss, p, ',')) {
+      LayerOpts one = lo;
+      one.preset = p;
+      layers.emplace_back(p, one.spec(max_t));
+    }
+  }
+  return layers;
+}
+
+// bench and tune time a device implementation: the resolver's choice for the request, refused
+// with its reason when there is none or when it is a host implementation.
+void refuse_unless_device(const MoeSpec& spec, const std::string& name, const std::string& backend,
+                          const char* command) {
   const Resolution r = resolve_or_refuse(spec, backend);
   if (r.chosen->device() == Device::kCuda) return;
   std::string why = r.chosen->id() + " runs on the host";
@@ -371,9 +418,9 @@ void refuse_unless_device(const MoeSpec& spec, const std::string& name,
       break;
     }
   }
-  throw Error(ErrorCode::kUnsupported, "bench times a CUDA implementation, but none can run " +
-                                           name + " here (backend '" + backend + "' gives " +
-                                           r.chosen->id() + "): " + why);
+  throw Error(ErrorCode::kUnsupported,
+              std::string(command) + " times a CUDA implementation, but none can run " + name +
+                  " here (backend '" + backend + "' gives " + r.chosen->id() + "): " + why);
 }
 
 int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& flush_text,
@@ -393,24 +440,13 @@ int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& f
   lo.default_weights_format = "bf16";
   lo.default_act_dtype = "bf16";
   // Every layer is resolved before anything touches the GPU or allocates weights.
-  std::vector<std::pair<std::string, MoeSpec>> layers;
-  if (!lo.spec_file.empty()) {
-    layers.emplace_back(lo.spec_file, lo.spec(max_t));
-  } else {
-    std::stringstream ss(lo.preset);
-    std::string p;
-    while (std::getline(ss, p, ',')) {
-      LayerOpts one = lo;
-      one.preset = p;
-      layers.emplace_back(p, one.spec(max_t));
-    }
-  }
+  const std::vector<std::pair<std::string, MoeSpec>> layers = named_layers(lo, max_t);
   for (const auto& [name, spec] : layers) {
     if (spec.max_tokens < largest)
       throw Error(ErrorCode::kInvalidArgument, "max_tokens " + std::to_string(spec.max_tokens) +
                                                    " of " + name + " is below the token count " +
                                                    std::to_string(largest));
-    refuse_unless_device(spec, name, lo.backend);
+    refuse_unless_device(spec, name, lo.backend, "bench");
     check_host_bytes(weight_host_bytes(spec), "the random weights of " + name);
   }
   const int64_t workspace = layers.front().second.max_tokens;  // max_t, or the spec file's
@@ -449,6 +485,7 @@ int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& f
   for (const auto& [name, spec] : layers) {
     MoeWeights w = bench_random_weights(spec, lo.seed);
     auto layer = MoeLayer::create(spec, w, lo.options());
+    print_tuning_problems(layer->resolution());
     std::vector<float> bias = w.routing_bias;
     if (bias.empty()) bias.assign(spec.num_experts, 0.0f);
     w = MoeWeights{};  // the engine holds its own copy
@@ -527,6 +564,151 @@ int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& f
   return 0;
 }
 
+// What `moekit tune` shows on stderr: a bar redrawn in place on a terminal, else one line per
+// bucket; each with what is being measured and the time left at the pace so far.
+class TuneProgress {
+ public:
+  explicit TuneProgress(int total)
+      : total_(total),
+        tty_(isatty(fileno(stderr)) != 0),
+        start_(std::chrono::steady_clock::now()) {}
+  void begin(const std::string& what) {
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    std::string left = "estimating";
+    if (done_ > 0) {
+      const long s = std::lround(elapsed / done_ * (total_ - done_));
+      left = "about " + (s >= 60 ? std::to_string(s / 60) + "m" : std::string()) +
+             std::to_string(s % 60) + "s left";
+    }
+    if (tty_) {
+      constexpr int kWidth = 30;
+      const int filled = total_ > 0 ? kWidth * done_ / total_ : kWidth;
+      std::fprintf(stderr, "\r\033[K[%s%s] %d/%d %s, %s", std::string(filled, '#').c_str(),
+                   std::string(kWidth - filled, '.').c_str(), done_ + 1, total_, what.c_str(),
+                   left.c_str());
+    } else {
+      std::fprintf(stderr, "tune %d/%d: %s (%s)\n", done_ + 1, total_, what.c_str(), left.c_str());
+    }
+    std::fflush(stderr);
+    ++done_;
+  }
+  ~TuneProgress() {
+    if (tty_ && done_ > 0) std::fprintf(stderr, "\n");
+  }
+
+ private:
+  int total_, done_ = 0;
+  bool tty_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+// The device implementations `moekit tune` measures for `spec`: with "auto" every eligible one
+// (each would run the layer on some request), else the request's choice.
+std::vector<std::string> implementations_to_tune(const MoeSpec& spec, const std::string& name,
+                                                 const std::string& backend) {
+  refuse_unless_device(spec, name, backend, "tune");  // says why, where none runs it
+  const Resolution r = resolve(spec, Environment::detected(), backend);
+  if (backend != "auto") return {r.chosen->id()};
+  std::vector<std::string> ids;
+  for (const CandidateReport& c : r.candidates) {
+    const Implementation* impl = find_implementation(c.id);
+    if (c.eligible && impl != nullptr && impl->device() == Device::kCuda) ids.push_back(c.id);
+  }
+  return ids;
+}
+
+struct TuneOpts {
+  std::string out;
+  std::string routing_profile = "uniform";
+  std::string dp_factor = "1";
+  std::string flush = "read";
+  std::string budget_ms = "200";
+};
+
+int cmd_tune(LayerOpts lo, const TuneOpts& to) {
+  const tune::RoutingProfile profile = tune::parse_routing_profile(to.routing_profile);
+  const L2Flush flush = parse_l2_flush(to.flush);
+  const int64_t dp_factor = parse_integer("--dp-factor", to.dp_factor, 1);
+  const double budget_us = static_cast<double>(parse_integer("--budget-ms", to.budget_ms, 1)) * 1e3;
+  // The layers tuned run on their engines' built-in picks: no tuning file of the environment.
+  ::unsetenv(kTuningFileEnv);
+  lo.default_weights_format = "bf16";  // as bench: a preset in bf16 unless told otherwise
+  lo.default_act_dtype = "bf16";
+  const int64_t max_t = lo.given("--max-tokens") ? lo.count("--max-tokens", 1) : 4096;
+  struct Plan {
+    std::string name;
+    MoeSpec spec;
+    std::vector<std::string> implementations;
+    std::vector<int64_t> buckets;
+  };
+  // Everything is planned, and refused where it must be, before the GPU is touched.
+  std::vector<Plan> plans;
+  int total = 0;
+  for (const auto& [name, spec] : named_layers(lo, max_t)) {
+    Plan p{name, spec, implementations_to_tune(spec, name, lo.backend),
+           tuning_buckets(spec.max_tokens, dp_factor)};
+    check_host_bytes(weight_host_bytes(spec), "the random weights of " + name);
+    check_host_bytes(
+        forward_host_bytes(spec, p.buckets.back()),
+        "the random inputs of " + name + " at " + std::to_string(p.buckets.back()) + " tokens");
+    total += static_cast<int>(p.implementations.size() * 2 * p.buckets.size());
+    plans.push_back(std::move(p));
+  }
+  TuningCache cache;
+  cache.fingerprint = Environment::detected().fingerprint();
+  cache.moekit_version = moekit::version();
+  cache.moekit_commit = moekit::commit();
+  cache.routing = profile.text();
+  TuneProgress progress(total);
+  std::vector<std::pair<std::string, TuningKey>> measured;  // layer name, key: the summary
+  for (Plan& p : plans) {
+    MoeSpec spec = p.spec;
+    // The workspace holds the largest bucket (above max_tokens where dp_factor > 1).
+    spec.max_tokens = p.buckets.back();
+    const MoeWeights weights = bench_random_weights(spec, lo.seed);
+    for (const std::string& impl : p.implementations) {
+      LayerOptions options = lo.options();
+      options.backend = impl;
+      options.tuning_file.clear();
+      auto layer = MoeLayer::create(spec, weights, options);
+      for (const Gemm gemm : {Gemm::kFc1, Gemm::kFc2})
+        for (const int64_t bucket : p.buckets) {
+          progress.begin(p.name + " " + impl + " " + to_string(gemm) + " at " +
+                         std::to_string(bucket) + " tokens");
+          HostInputs in = random_inputs(spec, bucket, lo.seed + bucket);
+          apply_routing_profile(in, spec, profile, lo.seed + bucket);
+          const std::vector<TacticTime> times =
+              time_tactics(*layer, gemm, bucket, in, flush, budget_us);
+          if (times.empty()) continue;  // an engine without named tactics
+          TuningEntry e;
+          // Keyed by the layer's own spec: its max_tokens is not part of the key.
+          e.key = TuningKey::of(p.spec, impl, gemm, bucket);
+          e.tactic = times[0].tactic;
+          e.time_us = times[0].median_us;
+          if (times.size() > 1) {
+            e.runner_up = times[1].tactic;
+            e.runner_up_us = times[1].median_us;
+          }
+          cache.put(e);
+          measured.emplace_back(p.name, e.key);
+        }
+    }
+  }
+  cache.save(to.out);
+  std::printf("%-16s %-32s %4s %7s  %-44s %10s  %s\n", "layer", "implementation", "gemm", "bucket",
+              "tactic", "time_us", "runner-up");
+  for (const auto& [name, key] : measured) {
+    const TuningEntry& e = *cache.lookup(key);
+    std::printf("%-16s %-32s %4s %7lld  %-44s %10.1f  %s\n", name.c_str(),
+                e.key.implementation.c_str(), to_string(e.key.gemm),
+                static_cast<long long>(e.key.bucket), e.tactic.c_str(), e.time_us,
+                e.runner_up.c_str());
+  }
+  std::cout << "wrote " << to.out << " (" << cache.entries.size() << " entries)\n";
+  return 0;
+}
+
 }  // namespace
 }  // namespace moekit::cli
 
@@ -586,6 +768,33 @@ int main(int argc, char** argv) {
                     "then replay each forward this many more times with CUPTI recording every "
                     "kernel, and print each kernel's median duration and gap from the one before");
 
+  LayerOpts tune_lo;
+  tune_lo.preset = "qwen3-30b-a3b,mixtral-8x7b,deepseek-v3,gpt-oss-120b";
+  TuneOpts tune_opts;
+  auto* tune = app.add_subcommand(
+      "tune",
+      "measure the GEMM tactics of presets at every token bucket on the GPU and write a "
+      "tuning file");
+  tune_lo.add_to(tune);
+  tune->add_option("--out", tune_opts.out, "the tuning file to write (JSON)")->required();
+  tune->add_option("--routing-profile", tune_opts.routing_profile,
+                   "how the timed batches route: uniform, zipf (s = 1) or zipf:<s> (expert e "
+                   "drawn with probability ~ 1/(e+1)^s)")
+      ->capture_default_str();
+  tune->add_option("--dp-factor", tune_opts.dp_factor,
+                   "data-parallel ranks sending this rank their tokens: buckets reach "
+                   "max_tokens x this")
+      ->capture_default_str();
+  tune->add_option("--flush", tune_opts.flush, "L2 flush before each replay, as bench")
+      ->capture_default_str();
+  tune->add_option("--budget-ms", tune_opts.budget_ms,
+                   "replays of each tactic go on past 30 until they add up to this")
+      ->capture_default_str();
+
+  run_lo.add_tuning_file_to(run);
+  res_lo.add_tuning_file_to(res);
+  bench_lo.add_tuning_file_to(bench);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -598,6 +807,7 @@ int main(int argc, char** argv) {
     if (*run) return cmd_run(run_lo, ro);
     if (*res) return cmd_resolve(res_lo, json);
     if (*bench) return cmd_bench(bench_lo, tokens, flush, json_path, trace_replays);
+    if (*tune) return cmd_tune(tune_lo, tune_opts);
   } catch (const moekit::Error& e) {
     std::fprintf(stderr, "moekit: error: %s\n", e.what());
     return 1;

@@ -12,6 +12,15 @@ struct LayerOptions {
   std::string backend = "auto";              // "auto", a family, or an implementation id
   int device_index = 0;                      // CUDA device for device implementations
   const Environment* environment = nullptr;  // null: Environment::detected()
+  // A tuning file (`moekit tune --out`); empty: the path in $MOEKIT_TUNING_FILE, if set. Its
+  // entries for this layer replace the engine's built-in tactic at their token buckets. An
+  // unreadable or malformed file, another environment's file, an unknown tactic or a bad entry
+  // never fails the build: each problem (file, entry, reason) goes to
+  // resolution().tuning.problems and the built-in pick runs there.
+  std::string tuning_file;
+  // The data-parallel factor the file was tuned with (`moekit tune --dp-factor`): the buckets
+  // looked up are tuning_buckets(max_tokens, tuning_dp_factor). Below 1: Error(kInvalidArgument).
+  int64_t tuning_dp_factor = 1;
 };
 
 class MoeLayer {
@@ -41,6 +50,24 @@ class MoeLayer {
   // Device-side errors of earlier forwards (bad caller-supplied ids were dropped, not read out of
   // bounds): synchronizes with the engine's work, then ok or the first error, naming the value.
   Status poll_errors() { return engine_->poll_errors(); }
+
+  // Runs one forward per token bucket the layer can see (tuning_buckets(max_tokens)) on scratch
+  // inputs of its own, on a stream of its own, and waits for them: every kernel and tactic those
+  // forwards reach has then been loaded and launched once, so that a CUDA graph captured later
+  // needs nothing new. Call it before capturing, outside any capture (it allocates its scratch
+  // and synchronizes). The engines already load their kernels at build, so a first forward
+  // without it is correct and capturable too; warmup() also takes the first launch costs out of
+  // the first timed or captured forwards. Host implementations: nothing to do. Errors as
+  // forward() (a forward of the layer running in another thread: kInvalidArgument), and
+  // Error(kCuda) from the scratch allocation.
+  void warmup();
+
+  // The named tactics the engine built for `gemm` (Engine::tactics; empty for the CPU
+  // reference), and a replacement of the choices a tuning file made (Engine::set_tactics, names
+  // from tactics(); an unknown name fails the forward that reaches it with Error(kNotFound)):
+  // what `moekit tune` times. Not while a forward or a captured graph of the layer is pending.
+  std::vector<std::string> tactics(Gemm gemm) const { return engine_->tactics(gemm); }
+  void set_tactics(const TacticChoices& choices) { engine_->set_tactics(choices); }
 
   const MoeSpec& spec() const { return spec_; }
   const Resolution& resolution() const { return resolution_; }

@@ -11,6 +11,7 @@
 #include "moekit/spec.hpp"
 #include "moekit/status.hpp"
 #include "moekit/tensor.hpp"
+#include "moekit/tune.hpp"
 #include "moekit/types.hpp"
 #include "moekit/weights.hpp"
 
@@ -106,6 +107,12 @@ class Engine {
   // Errors the device found in earlier forwards (e.g. a caller-supplied expert id out of range,
   // which the kernels dropped). Waits for the engine's pending work; never called by forward().
   virtual Status poll_errors() { return {}; }
+  // The named tactics this engine built for `gemm` that it can run there (what a tuning file's
+  // entries are checked against); empty for engines without tactics (the CPU reference).
+  virtual std::vector<std::string> tactics(Gemm /*gemm*/) const { return {}; }
+  // Tuned choices (names from tactics()) that replace the built-in pick at their buckets; called
+  // by MoeLayer::create before any forward. Engines without tactics ignore it.
+  virtual void set_tactics(const TacticChoices& /*choices*/) {}
 };
 
 class Implementation {
@@ -152,6 +159,9 @@ struct Resolution {
   std::vector<CandidateReport> candidates;  // every candidate considered, in priority order
   std::optional<Degradation> degraded_from;
   std::string environment_fingerprint;
+  // What a tuning file changed (MoeLayer::create, `moekit resolve --tuning-file`); its file is
+  // empty where none was given.
+  TuningOutcome tuning;
 
   bool ok() const { return chosen != nullptr; }
   std::string table() const;  // human-readable report

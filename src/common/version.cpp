@@ -5,4 +5,9 @@ namespace moekit {
 
 const char* version() { return MOEKIT_VERSION_STRING; }
 
+#ifndef MOEKIT_COMMIT
+#define MOEKIT_COMMIT "unknown"
+#endif
+const char* commit() { return MOEKIT_COMMIT; }
+
 }  // namespace moekit

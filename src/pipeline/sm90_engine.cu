@@ -39,10 +39,20 @@ class Sm90Engine final : public Engine {
     return workspace_bytes_ + partials_bytes_ + fc1_->workspace_bytes() + fc2_->workspace_bytes();
   }
   Status poll_errors() override;
+  std::vector<std::string> tactics(Gemm gemm) const override;
+  void set_tactics(const TacticChoices& choices) override { tuned_ = choices; }
 
  private:
   MoeSpec spec_;
   Sm90Options options_;
+  // A tuning file's choices (MoeLayer::create): at their buckets they replace pick_tactic's
+  // where FC1 and FC2 run as two launches. The tuner times each GEMM alone, so the fused decode
+  // paths (one token sliced, chained FC1 + FC2) keep their own kernels.
+  TacticChoices tuned_;
+  std::string tuned_or(Gemm gemm, int64_t T, bool chain, std::string picked) const {
+    const std::string* t = chain ? nullptr : tuned_.find(gemm, T);
+    return t ? *t : picked;
+  }
   // RouterWeightPlacement::kInput: FC1 reads gathered rows, scaled before it starts; none of the
   // paths that read the caller's rows instead (one token sliced, token rows, gathering FC1, FC1
   // at the permute's flag) runs.
@@ -318,7 +328,7 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   // at one token only where FC1 has many items (GroupedGemm::chains_one_token).
   const bool chain = options_.chain_decode && permute::clears_expert_done(T) &&
                      (T > 1 || fc1_->chains_one_token(rows));
-  const std::string fc1_picked = fc1_->pick_tactic(hint, chain);
+  const std::string fc1_picked = tuned_or(Gemm::kFc1, T, chain, fc1_->pick_tactic(hint, chain));
   // Past the single-block permute, FC1 reads the tokens' rows by index where its tactic has a
   // gathering variant: the permute then writes each row's token, not the row.
   const std::string fc1_gathering = options_.gather_in_fc1 && !permute::single_block_path(T)
@@ -373,7 +383,8 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   if (token_rows)
     fc1_call.token_rows = gemm::TokenRows{args.hidden.data, static_cast<int>(T),
                                           static_cast<int>(k), pbuf_.slot_expert, pbuf_.slot_row};
-  Call fc2_call{fc2_.get(), act_out_, w2_, fc2_out_, fc2_->pick_tactic(hint, chain), true};
+  const std::string fc2_tactic = tuned_or(Gemm::kFc2, T, chain, fc2_->pick_tactic(hint, chain));
+  Call fc2_call{fc2_.get(), act_out_, w2_, fc2_out_, fc2_tactic, true};
   // Two TMA GEMVs take their items from counters the permute cleared, where their blocks take
   // more than one: deepseek T=1 -1.2 to -1.8 us (forward A/B; others even).
   if (!chain && permute::clears_expert_done(T)) {
@@ -417,6 +428,19 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   // The slots were written by the permute, before FC1 and FC2.
   throw_if_error(finalize::run(fin_, T, fc2_out_, pbuf_.slot_row, pbuf_.topk_weights,
                                pbuf_.slot_expert, args.output.data, stream, true));
+}
+
+std::vector<std::string> Sm90Engine::tactics(Gemm gemm) const {
+  // What forward() can run in that GEMM's place: gated FC1 only its "+act" kernels (no buffer
+  // holds FC1's raw output), the others only plain ones; never the gathering variants, which
+  // forward() derives from the pick itself (gathering_tactic).
+  const gemm::GroupedGemm& g = gemm == Gemm::kFc1 ? *fc1_ : *fc2_;
+  const bool want_act = gemm == Gemm::kFc1 && fc1_out_ == nullptr;
+  std::vector<std::string> names;
+  for (const std::string& t : g.tactics())
+    if (g.applies_activation(t) == want_act && t.find(".gather") == std::string::npos)
+      names.push_back(t);
+  return names;
 }
 
 Status Sm90Engine::poll_errors() {

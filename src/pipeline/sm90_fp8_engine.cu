@@ -46,10 +46,20 @@ class Sm90Fp8Engine final : public Engine {
     return workspace_bytes_ + fc1_->workspace_bytes() + fc2_->workspace_bytes();
   }
   Status poll_errors() override;
+  std::vector<std::string> tactics(Gemm gemm) const override {
+    return gemm == Gemm::kFc1 ? fc1_->tactics() : fc2_->tactics();
+  }
+  void set_tactics(const TacticChoices& choices) override { tuned_ = choices; }
 
  private:
   MoeSpec spec_;
   Sm90Fp8Options options_;
+  // A tuning file's choices (MoeLayer::create): at their buckets they replace pick_tactic's.
+  TacticChoices tuned_;
+  std::string tuned(Gemm gemm, int64_t T) const {
+    const std::string* t = tuned_.find(gemm, T);
+    return t ? *t : std::string();  // empty: Fp8GroupedGemm::run picks
+  }
   LocalProblem lp_;
   int device_;
   DeviceMemory weight_memory_, workspace_;
@@ -239,14 +249,16 @@ void Sm90Fp8Engine::forward(const ForwardArgs& args) {
   // Rows per expert if routing were uniform: only a hint for the GEMMs' tactics.
   const double hint =
       static_cast<double>(T) * lp_.top_k / static_cast<double>(lp_.num_experts_global);
-  throw_if_error(fc1_->run({rows_.values, rows_.scales, w1_, w1_scales_, fc1_out_, {}, hint},
-                           pbuf_.offsets, stream));
+  throw_if_error(
+      fc1_->run({rows_.values, rows_.scales, w1_, w1_scales_, fc1_out_, tuned(Gemm::kFc1, T), hint},
+                pbuf_.offsets, stream));
   const int64_t rows = T * std::min<int64_t>(lp_.top_k, lp_.num_experts);
   throw_if_error(activation::run_device_quantized(act_, spec_.gate_up_layout, fc1_dtype_, fc1_out_,
                                                   acts_, pbuf_.row_expert, pbuf_.offsets, rows,
                                                   stream));
-  throw_if_error(fc2_->run({acts_.values, acts_.scales, w2_, w2_scales_, fc2_out_, {}, hint},
-                           pbuf_.offsets, stream));
+  throw_if_error(
+      fc2_->run({acts_.values, acts_.scales, w2_, w2_scales_, fc2_out_, tuned(Gemm::kFc2, T), hint},
+                pbuf_.offsets, stream));
   // The slots were final (weights included) before FC2 started.
   throw_if_error(finalize::run(fin_, T, fc2_out_, pbuf_.slot_row, pbuf_.topk_weights,
                                pbuf_.slot_expert, args.output.data, stream, true));

@@ -2,6 +2,7 @@
 // then the engine. Everything that can refuse does so before the engine allocates anything.
 #include "moekit/layer.hpp"
 
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "moekit/status.hpp"
 #include "registry/registry_internal.hpp"
 #include "routing/routing.hpp"
+#include "tune/warmup.hpp"
 
 namespace moekit {
 namespace {
@@ -34,6 +36,25 @@ Environment with_device_first(const Environment& env, int device_index) {
   return e;
 }
 
+// Holds a layer's engine for one forward (or warm-up): the engine's scratch is shared by every
+// forward of the layer, so a second caller is refused rather than left to overwrite the first
+// one's intermediate results.
+class EngineUse {
+ public:
+  explicit EngineUse(std::atomic<bool>& flag) : flag_(flag) {
+    if (flag_.exchange(true, std::memory_order_acquire))
+      invalid(
+          "forward is already running on this layer in another thread; use one layer per "
+          "thread (and, for device layers, order its forwards on one stream).");
+  }
+  ~EngineUse() { flag_.store(false, std::memory_order_release); }
+  EngineUse(const EngineUse&) = delete;
+  EngineUse& operator=(const EngineUse&) = delete;
+
+ private:
+  std::atomic<bool>& flag_;
+};
+
 }  // namespace
 
 namespace registry {
@@ -48,6 +69,14 @@ std::unique_ptr<MoeLayer> MoeLayer::create(const MoeSpec& spec, const MoeWeights
   if (dev < 0 || (dev > 0 && dev >= static_cast<int>(env.gpus.size())))
     invalid("device_index " + std::to_string(dev) + " is out of range: this machine has " +
             std::to_string(env.gpus.size()) + " GPU(s).");
+
+  if (options.tuning_dp_factor < 1)
+    invalid("tuning_dp_factor " + std::to_string(options.tuning_dp_factor) +
+            " must be at least 1.");
+  // The tuning file: the option, else the environment variable (read here, at build, once).
+  std::string tuning_file = options.tuning_file;
+  if (tuning_file.empty())
+    if (const char* from_env = std::getenv(kTuningFileEnv)) tuning_file = from_env;
 
   Resolution resolution = resolve(spec, with_device_first(env, dev), options.backend);
   resolution.environment_fingerprint = env.fingerprint();
@@ -70,7 +99,22 @@ std::unique_ptr<MoeLayer> MoeLayer::create(const MoeSpec& spec, const MoeWeights
   if (!layer->engine_)
     throw Error(ErrorCode::kInternal,
                 layer->resolution_.chosen->id() + " returned no engine for an eligible layer.");
+  if (!tuning_file.empty()) {
+    Engine& engine = *layer->engine_;
+    TuningOutcome& tuning = layer->resolution_.tuning;
+    tuning = read_tuning(
+        tuning_file, layer->resolution_.environment_fingerprint, spec,
+        layer->resolution_.chosen->id(), [&](Gemm g) { return engine.tactics(g); },
+        options.tuning_dp_factor);
+    if (!tuning.chosen.empty()) engine.set_tactics(TacticChoices{tuning.chosen});
+  }
   return layer;
+}
+
+void MoeLayer::warmup() {
+  if (implementation().device() == Device::kHost) return;  // nothing loads lazily on the host
+  const EngineUse use(in_forward_);
+  tune::warm_up_device_engine(*engine_, spec_, device_index_);
 }
 
 void MoeLayer::forward(const ForwardArgs& args) {
@@ -114,16 +158,7 @@ void MoeLayer::forward(const ForwardArgs& args) {
     check(args.router_logits, "router_logits", DType::kFloat32, {tokens, spec_.num_experts});
   }
   if (tokens == 0) return;  // nothing to compute, and no engine needs to see an empty batch
-  // The engine's scratch is shared by every forward of this layer: a second caller is refused
-  // rather than left to overwrite the first one's intermediate results.
-  if (in_forward_.exchange(true, std::memory_order_acquire))
-    invalid(
-        "forward is already running on this layer in another thread; use one layer per "
-        "thread (and, for device layers, order its forwards on one stream).");
-  struct Release {
-    std::atomic<bool>& flag;
-    ~Release() { flag.store(false, std::memory_order_release); }
-  } release{in_forward_};
+  const EngineUse use(in_forward_);
   if (registry::forward_entered_hook) registry::forward_entered_hook();
   engine_->forward(args);
 }

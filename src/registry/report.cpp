@@ -78,6 +78,14 @@ std::string Resolution::table() const {
   if (degraded_from)
     o << "degraded:    '" << degraded_from->requested << "' was not given ("
       << to_string(degraded_from->reason.stage) << "): " << degraded_from->reason.reason << "\n";
+  if (!tuning.file.empty()) {
+    o << "tuning:      " << tuning.file << ": " << tuning.chosen.size()
+      << " tuned choice(s); every other GEMM and bucket keeps the built-in pick\n";
+    for (const TacticChoice& c : tuning.chosen)
+      o << "  " << to_string(c.gemm) << " up to " << c.bucket << " tokens: " << c.tactic << " ("
+        << c.time_us << " us)\n";
+    for (const TuningProblem& p : tuning.problems) o << "  problem: " << p.text() << "\n";
+  }
   return o.str();
 }
 
@@ -101,6 +109,18 @@ std::string Resolution::json() const {
     j["degraded_from"] = {{"requested", degraded_from->requested},
                           {"chosen", degraded_from->chosen},
                           {"reason", rejection_json(degraded_from->reason)}};
+  if (!tuning.file.empty()) {
+    nlohmann::ordered_json chosen_rows = nlohmann::ordered_json::array();
+    for (const TacticChoice& c : tuning.chosen)
+      chosen_rows.push_back({{"gemm", to_string(c.gemm)},
+                             {"bucket", c.bucket},
+                             {"tactic", c.tactic},
+                             {"time_us", c.time_us}});
+    nlohmann::ordered_json problem_rows = nlohmann::ordered_json::array();
+    for (const TuningProblem& p : tuning.problems)
+      problem_rows.push_back({{"file", p.file}, {"entry", p.entry}, {"reason", p.reason}});
+    j["tuning"] = {{"file", tuning.file}, {"chosen", chosen_rows}, {"problems", problem_rows}};
+  }
   return j.dump(2);
 }
 
@@ -158,6 +178,39 @@ Resolution resolution_from_json(const std::string& text) {
     r.degraded_from =
         Degradation{str(deg, "requested", "degraded_from"), str(deg, "chosen", "degraded_from"),
                     rejection_from(field(deg, "reason", "degraded_from"), "degraded_from.reason")};
+  }
+  if (j.contains("tuning")) {  // only where a tuning file was given
+    const json& t = j.at("tuning");
+    r.tuning.file = str(t, "file", "tuning");
+    const json& chosen_rows = field(t, "chosen", "tuning");
+    if (!chosen_rows.is_array()) bad("tuning.chosen is not an array");
+    for (size_t i = 0; i < chosen_rows.size(); ++i) {
+      const std::string where = "tuning.chosen[" + std::to_string(i) + "]";
+      const json& row = chosen_rows[i];
+      TacticChoice c;
+      const std::string gemm = str(row, "gemm", where);
+      const auto g = gemm_from_string(gemm);
+      if (!g) bad(where + ".gemm '" + gemm + "' is not fc1 or fc2");
+      c.gemm = *g;
+      const json& bucket = field(row, "bucket", where);
+      if (!bucket.is_number_integer()) bad(where + ".bucket is not an integer");
+      c.bucket = bucket.get<int64_t>();
+      c.tactic = str(row, "tactic", where);
+      const json& time = field(row, "time_us", where);
+      if (!time.is_number()) bad(where + ".time_us is not a number");
+      c.time_us = time.get<double>();
+      r.tuning.chosen.push_back(std::move(c));
+    }
+    const json& problem_rows = field(t, "problems", "tuning");
+    if (!problem_rows.is_array()) bad("tuning.problems is not an array");
+    for (size_t i = 0; i < problem_rows.size(); ++i) {
+      const std::string where = "tuning.problems[" + std::to_string(i) + "]";
+      const json& row = problem_rows[i];
+      const json& entry = field(row, "entry", where);
+      if (!entry.is_number_integer()) bad(where + ".entry is not an integer");
+      r.tuning.problems.push_back(
+          {str(row, "file", where), entry.get<int>(), str(row, "reason", where)});
+    }
   }
   return r;
 }
