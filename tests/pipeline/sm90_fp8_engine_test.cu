@@ -36,6 +36,7 @@
 #include "pipeline/sm90_fp8_engine.hpp"
 #include "quant/quant.hpp"
 #include "support/engine_check.hpp"
+#include "support/large_batch.cuh"
 #include "support/gpu.hpp"
 
 namespace moekit::pipeline {
@@ -443,6 +444,19 @@ TEST_F(Sm90Fp8EngineTest, BadCallerIdsAndBadViews) {
 
 // Host-side refusals: no GPU needed (checked before any CUDA call). Each is kUnsupported and
 // its message names the value.
+// Tokens x hidden past 2^31 elements (support/large_batch.cuh): the quantizing gather's rows,
+// FC1's per-group pointers and scales, FC2's output rows and the finalize past 2^31.
+TEST_F(Sm90Fp8EngineTest, TokensTimesHiddenPast2To31Elements) {
+  MoeSpec s =
+      engine_spec(8, 1, kLargeBatchHidden, 256, RoutingMethod::kExternal, ActivationKind::kSwiGLU);
+  s.weights = WeightQuant{};
+  s.weights.format = WeightFormat::kFP8Block128;
+  check_tokens_times_hidden_past_2_to_31(s, {"fp8_block128"},
+                                         [](const MoeSpec& spec, const MoeWeights& w, int) {
+                                           return make_sm90_fp8_engine(spec, w, 0);
+                                         });
+}
+
 TEST(Sm90Fp8EngineLimits, RefusesWhatItDoesNotRun) {
   struct Refused {
     MoeSpec spec;
