@@ -64,6 +64,8 @@ struct LayerOpts {
     opt("--group-size", "group size of int8_group / int4_group (32, 64, 128)");
     on_off("--zero-points", "int8_group / int4_group with zero points");
     on_off("--pre-quant-scale", "int8_group / int4_group with an AWQ pre-quant scale");
+    on_off("--dynamic-activations",
+           "fp8 (per-tensor) with activations quantized per token, not by a static input scale");
     opt("--act-dtype", "activation dtype: bf16, fp16, fp32");
     opt("--activation",
         "swiglu, swiglu_clamped, geglu_tanh, geglu_erf, silu, gelu_tanh, gelu_erf, relu2, "
@@ -160,6 +162,8 @@ struct LayerOpts {
     if (given("--group-size")) s.weights.group_size = small("--group-size", 1);
     if (given("--zero-points")) s.weights.zero_points = flags.at("--zero-points");
     if (given("--pre-quant-scale")) s.weights.pre_quant_scale = flags.at("--pre-quant-scale");
+    if (given("--dynamic-activations"))
+      s.weights.dynamic_activations = flags.at("--dynamic-activations");
     const std::string act = given("--act-dtype") ? value("--act-dtype")
                             : from_preset        ? default_act_dtype
                                                  : "";

@@ -36,6 +36,10 @@ struct WeightQuant {
   int group_size = 128;          // kInt8Group / kInt4Group only: 32, 64 or 128
   bool zero_points = false;      // kInt8Group / kInt4Group only
   bool pre_quant_scale = false;  // AWQ input smoothing, kInt8Group / kInt4Group only
+  // kFP8PerTensor only: the activations are quantized per token (one scale per row, amax / 448)
+  // instead of with the checkpoint's static input_scale, which such weights do not hold
+  // (compressed-tensors' dynamic "token" activation strategy, the FP8-Dynamic checkpoints).
+  bool dynamic_activations = false;
 };
 
 // The most elements one tensor of a layer may hold: validate() refuses a spec whose FC1 or FC2

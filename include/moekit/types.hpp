@@ -35,7 +35,9 @@ std::optional<DType> dtype_from_string(std::string_view s);
 // kBF16, kFP16, kFP32: values are the elements, 2/2/4 bytes each, little endian. No scales.
 // kFP8PerTensor (W8A8): values e4m3 bytes. weight_scale[e] fp32 (w = q * weight_scale[e]).
 //   Activations are quantized with the static input_scale[e] fp32: q = sat_e4m3(x / input_scale)
-//   (one scale per expert; checkpoints that store one per layer repeat it), x' = q * input_scale.
+//   (one scale per expert; checkpoints that store one per layer repeat it), x' = q * input_scale;
+//   or, with WeightQuant::dynamic_activations (input_scale then empty), per token with the scale
+//   max(amax of the row / 448, 1 / (448 * 512)), as vLLM's dynamic per-token FP8 does.
 // kFP8Block128 (DeepSeek-V3): values e4m3 bytes; scales fp32 [E, ceil(rows/128), ceil(cols/128)]
 //   (`weight_scale_inv`: w = q * scale of its 128x128 block; the last block row/column may be
 //   partial). Activations are quantized dynamically per token per group of 128 columns (the last

@@ -19,7 +19,8 @@ of moekit's own checkpoint family ("moekit"), host tensors, C-contiguous:
                                    e4m3 bytes for nvfp4): [E, ceil(rows/128), ceil(cols/128)] for
                                    fp8_block128, [E, rows, cols / group] otherwise
     fc1.zeros / fc2.zeros          uint8 [E, rows, cols / group] (int formats with zero points)
-    fcN.weight_scale, fcN.input_scale  fp32 [E] (fp8 per tensor); fcN.global_scale fp32 [E] (nvfp4)
+    fcN.weight_scale, fcN.input_scale  fp32 [E] (fp8 per tensor; no input_scale with
+                                       dynamic_activations); fcN.global_scale fp32 [E] (nvfp4)
     fcN.pre_quant_scale            fp32 [E, cols] (int formats with an AWQ scale)
     fc1_bias [E, fc1_rows], fc2_bias [E, H], routing_bias [E]  fp32, where the spec has them
 
@@ -114,10 +115,11 @@ class Spec:
 
     Top level: num_experts, top_k, hidden, intermediate, act_dtype ("bf16", "fp16", "fp32"),
     gate_up_layout ("halves", "interleaved"), fc1_bias, fc2_bias, max_tokens, tp_size, tp_rank,
-    ep_size, ep_rank; nested dicts weights {format, group_size, zero_points, pre_quant_scale},
-    activation {kind, limit, alpha, beta} and routing {method, n_group, topk_group,
-    routed_scaling_factor, correction_bias, renormalize, weight_placement}. Keys left out keep
-    MoeSpec's defaults; an unknown key or a value of the wrong type is InvalidArgumentError.
+    ep_size, ep_rank; nested dicts weights {format, group_size, zero_points, pre_quant_scale,
+    dynamic_activations}, activation {kind, limit, alpha, beta} and routing {method, n_group,
+    topk_group, routed_scaling_factor, correction_bias, renormalize, weight_placement}. Keys
+    left out keep MoeSpec's defaults; an unknown key or a value of the wrong type is
+    InvalidArgumentError.
     Immutable: replace() makes a changed copy. Fields read as attributes (spec.top_k,
     spec.routing["method"]).
     """

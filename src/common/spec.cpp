@@ -296,6 +296,9 @@ std::vector<std::string> MoeSpec::validate() const {
                     to_string(weights.format));
       }
     }
+    if (weights.dynamic_activations && weights.format != WeightFormat::kFP8PerTensor)
+      v.push_back(std::string("weights.dynamic_activations is only for ") +
+                  to_string(WeightFormat::kFP8PerTensor) + ", not " + to_string(weights.format));
   }
 
   check_activation(*this, v);

@@ -134,7 +134,8 @@ std::string spec_to_json(const MoeSpec& s) {
   OutJson weights = {{"format", to_string(s.weights.format)},
                      {"group_size", s.weights.group_size},
                      {"zero_points", s.weights.zero_points},
-                     {"pre_quant_scale", s.weights.pre_quant_scale}};
+                     {"pre_quant_scale", s.weights.pre_quant_scale},
+                     {"dynamic_activations", s.weights.dynamic_activations}};
   OutJson activation = {{"kind", to_string(s.activation.kind)}};
   if (s.activation.limit) activation["limit"] = float_out(*s.activation.limit);
   if (s.activation.alpha) activation["alpha"] = float_out(*s.activation.alpha);
@@ -191,6 +192,7 @@ MoeSpec spec_from_json(const std::string& text) {
     r.int32("group_size", s.weights.group_size);
     r.boolean("zero_points", s.weights.zero_points);
     r.boolean("pre_quant_scale", s.weights.pre_quant_scale);
+    r.boolean("dynamic_activations", s.weights.dynamic_activations);
   });
   nested("activation", [&](Reader& r) {
     r.name("kind", s.activation.kind, activation_from_string, "activation");

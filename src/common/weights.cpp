@@ -55,7 +55,7 @@ int64_t expert_matrix_bytes(const WeightQuant& quant, int64_t rows, int64_t cols
   const int64_t groups = g > 0 ? rows * (cols / g) : 0;  // per-row groups along cols
   switch (f) {
     case WeightFormat::kFP8PerTensor:
-      return values + 2 * 4;  // weight_scale and input_scale
+      return values + (quant.dynamic_activations ? 4 : 2 * 4);  // weight_scale (+ input_scale)
     case WeightFormat::kFP8Block128:
       return values + 4 * ceil_div(rows, 128) * ceil_div(cols, 128);
     case WeightFormat::kInt8Group:
@@ -127,8 +127,10 @@ void QuantizedTensor::check_sizes(const char* what) const {
   expect("weight_scale", weight_scale.size(), format == WeightFormat::kFP8PerTensor ? experts : 0,
          false);
   expect("global_scale", global_scale.size(), format == WeightFormat::kNVFP4 ? experts : 0, false);
+  // Absent for per-tensor weights whose activations are quantized per token
+  // (WeightQuant::dynamic_activations; check_weights holds it to the spec).
   expect("input_scale", input_scale.size(), format == WeightFormat::kFP8PerTensor ? experts : 0,
-         false);
+         format == WeightFormat::kFP8PerTensor);
   expect("pre_quant_scale", pre_quant_scale.size(),
          is_int ? count("pre_quant_scale", {experts, cols}) : 0, is_int);
 }
@@ -309,6 +311,12 @@ void check_weights(const MoeSpec& spec, const MoeWeights& w) {
              (t.pre_quant_scale.empty() ? "missing" : "present") + " but the spec says " +
              "pre_quant_scale " + (spec.weights.pre_quant_scale ? "true" : "false"));
     }
+    if (want == WeightFormat::kFP8PerTensor &&
+        t.input_scale.empty() != spec.weights.dynamic_activations)
+      fail(std::string(name) + ".input_scale is " +
+           (t.input_scale.empty() ? "missing" : "present") +
+           " but the spec says dynamic_activations " +
+           (spec.weights.dynamic_activations ? "true" : "false"));
     t.check_sizes(name);
     if (has_e8m0_scales(want)) {
       // A NaN scale would turn its whole group into NaN: refused (types.hpp).

@@ -20,7 +20,8 @@ Packing packing_of(const WeightQuant& q) {
     case F::kFP32:
       break;
     case F::kFP8PerTensor:
-      pk.weight_scale = pk.input_scale = true;
+      pk.weight_scale = true;
+      pk.input_scale = !q.dynamic_activations;  // per-token scales: the file holds none
       break;
     case F::kFP8Block128:
       pk.group = format_scale_group(q.format, q.group_size);

@@ -96,6 +96,10 @@ Sm90Fp8Engine::Sm90Fp8Engine(const MoeSpec& spec, const MoeWeights& weights, int
                 std::string("the sm90 fp8 engine runs bf16 activations with fp8_block128 or fp8 "
                             "weights, not ") +
                     to_string(spec.act_dtype) + " activations with " + to_string(wf) + " weights");
+  if (spec.weights.dynamic_activations)
+    throw Error(ErrorCode::kUnsupported,
+                "the sm90 fp8 engine quantizes activations with the static input scales; "
+                "weights.dynamic_activations (per-token scales) is not supported");
   check_weights(spec, weights);
   lp_ = derive_local(spec);
   const int64_t H = lp_.hidden, I = lp_.intermediate, L = lp_.num_experts, R1 = lp_.fc1_rows;

@@ -193,6 +193,20 @@ void prepare_activations(const QuantizedTensor& t, int64_t e, float* x, int64_t 
       return;
     }
     case WeightFormat::kFP8PerTensor: {
+      if (t.input_scale.empty()) {
+        // Dynamic per token (WeightQuant::dynamic_activations): one scale per row, amax / 448 but
+        // at least 1 / (448 * 512), as vLLM's per-token FP8 quantization floors it
+        // (vllm/model_executor/layers/quantization/input_quant_fp8.py, _FP8_MIN_SCALING_FACTOR),
+        // so an all-zero row gets codes 0.
+        for (int64_t r = 0; r < rows; ++r) {
+          float* xr = x + r * cols;
+          float amax = 0.0f;
+          for (int64_t c = 0; c < cols; ++c) amax = std::max(amax, std::fabs(xr[c]));
+          const float s = std::max(amax / 448.0f, 1.0f / (448.0f * 512.0f));
+          for (int64_t c = 0; c < cols; ++c) xr[c] = fake_quant(xr[c], s);
+        }
+        return;
+      }
       if (static_cast<int64_t>(t.input_scale.size()) <= e)
         throw Error(
             ErrorCode::kInvalidArgument,

@@ -102,7 +102,7 @@ QuantizedTensor make_empty(const WeightQuant& q, int64_t experts, int64_t rows, 
   switch (f) {
     case WeightFormat::kFP8PerTensor:
       t.weight_scale.resize(per_expert);
-      t.input_scale.resize(per_expert);
+      if (!q.dynamic_activations) t.input_scale.resize(per_expert);  // else per token
       break;
     case WeightFormat::kFP8Block128:
       t.scales.resize(
@@ -173,7 +173,7 @@ void quantize_expert(QuantizedTensor& t, int64_t e, const float* w_in, float act
       const float s = m > 0.0f ? m / 448.0f : 1.0f;
       for (int64_t i = 0; i < n; ++i) v[i] = float_to_e4m3_hd(w[i] / s);
       t.weight_scale[e] = s;
-      t.input_scale[e] = act_absmax > 0.0f ? act_absmax / 448.0f : 1.0f;
+      if (!t.input_scale.empty()) t.input_scale[e] = act_absmax > 0.0f ? act_absmax / 448.0f : 1.0f;
       return;
     }
     case WeightFormat::kFP8Block128: {

@@ -93,6 +93,14 @@ TEST(SpecValidate, ReportsEveryViolationAtOnce) {
   EXPECT_TRUE(has(v, {"routed_scaling_factor", "0"})) << dump(v);
 }
 
+TEST(SpecValidate, DynamicActivationsOnlyForPerTensorFp8) {
+  MoeSpec s = qwen3();
+  s.weights.dynamic_activations = true;
+  EXPECT_TRUE(has(s.validate(), {"dynamic_activations", "bf16"})) << dump(s.validate());
+  s.weights.format = WeightFormat::kFP8PerTensor;
+  EXPECT_TRUE(s.validate().empty()) << dump(s.validate());
+}
+
 TEST(SpecValidate, ValidateOrThrowCarriesTheCodeAndAllMessages) {
   MoeSpec s = qwen3();
   s.top_k = 300;

@@ -131,9 +131,11 @@ TEST(CheckSizes, FixedGroupsAndScalarBuffers) {
 
   q.format = WeightFormat::kFP8PerTensor;
   auto p = quant::quantize(q, 2, 4, 64, w2.data());
-  p.input_scale.clear();
-  expect_error(ErrorCode::kInvalidArgument, {"input_scale", "0", "2"},
+  p.input_scale.pop_back();  // one per expert, or none (dynamic per-token activations)
+  expect_error(ErrorCode::kInvalidArgument, {"input_scale", "1", "2"},
                [&] { p.check_sizes("fc1"); });
+  p.input_scale.clear();
+  EXPECT_NO_THROW(p.check_sizes("fc1"));
 
   q.format = WeightFormat::kBF16;
   auto b = quant::quantize(q, 2, 4, 64, w2.data());
@@ -175,6 +177,8 @@ TEST(ExpertMatrixBytes, EqualsTheStoredBuffersOfEveryFormat) {
   WeightQuant tensor;
   tensor.format = WeightFormat::kFP8PerTensor;
   EXPECT_EQ(expert_matrix_bytes(tensor, 130, 200), 130 * 200 + 8);  // weight and input scale
+  tensor.dynamic_activations = true;
+  EXPECT_EQ(expert_matrix_bytes(tensor, 130, 200), 130 * 200 + 4);  // the weight scale alone
   WeightQuant bf16;
   EXPECT_EQ(expert_matrix_bytes(bf16, 130, 200), 2 * 130 * 200);
 }
@@ -233,6 +237,20 @@ TEST(CheckWeights, ShapeAndBufferErrorsNameTheField) {
   awq.weights.pre_quant_scale = true;
   expect_error(ErrorCode::kInvalidArgument, {"fc1.pre_quant_scale"},
                [&] { check_weights(awq, w); });
+
+  // Per-tensor fp8: static input scales, or none where the spec quantizes per token.
+  const MoeSpec fp8 = small_spec(WeightFormat::kFP8PerTensor);
+  MoeSpec dynamic = fp8;
+  dynamic.weights.dynamic_activations = true;
+  const MoeWeights w_static = quant::make_random_weights(fp8, 3);
+  const MoeWeights w_dynamic = quant::make_random_weights(dynamic, 3);
+  EXPECT_TRUE(w_dynamic.fc1.input_scale.empty());
+  EXPECT_NO_THROW(check_weights(fp8, w_static));
+  EXPECT_NO_THROW(check_weights(dynamic, w_dynamic));
+  expect_error(ErrorCode::kInvalidArgument, {"fc1.input_scale", "missing", "false"},
+               [&] { check_weights(fp8, w_dynamic); });
+  expect_error(ErrorCode::kInvalidArgument, {"fc1.input_scale", "present", "true"},
+               [&] { check_weights(dynamic, w_static); });
 }
 
 // Full row of FC1 that local row r of TP rank `rank` (of `tp`) holds, written out per layout.

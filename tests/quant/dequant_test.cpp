@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/numeric.hpp"
 #include "moekit/status.hpp"
 #include "quant/quant.hpp"
 
@@ -254,6 +255,24 @@ TEST(PrepareActivations, Fp8PerTensorUsesTheStaticScale) {
   EXPECT_EQ(x[1], 224.0f);         // 600 saturates to 448
   EXPECT_EQ(x[2], -0.009765625f);  // -0.02 -> -10 * 2^-9
   EXPECT_EQ(x[3], 0.0f);
+}
+
+// WeightQuant::dynamic_activations (no input_scale): one scale per token, amax / 448 floored at
+// 1 / (448 * 512) as vLLM's per-token FP8 quantization floors it.
+TEST(PrepareActivations, Fp8PerTensorDynamicPerToken) {
+  auto t = tensor(WeightFormat::kFP8PerTensor, 1, 1, 4, 0);
+  t.weight_scale = {1};
+  t.input_scale.clear();
+  std::vector<float> x = {448.0f, 2.6f, -1.0f, 0.0f,   // token 0: scale 1
+                          0.0f,   0.0f, 0.0f,  0.0f,   // token 1: zeros stay zeros
+                          1e-4f,  0.0f, 0.0f,  0.0f};  // token 2: the floor 1 / (448 * 512)
+  prepare_activations(t, 0, x.data(), 3, DType::kFloat32);
+  EXPECT_EQ(x[0], 448.0f);
+  EXPECT_EQ(x[1], 2.5f);
+  EXPECT_EQ(x[2], -1.0f);
+  for (int i = 3; i < 8; ++i) EXPECT_EQ(x[i], 0.0f) << i;
+  const float floor = 1.0f / (448.0f * 512.0f);
+  EXPECT_EQ(x[8], numeric::e4m3_to_float_hd(numeric::float_to_e4m3_hd(1e-4f / floor)) * floor);
 }
 
 // sat_e4m3 (types.hpp): nearest even, +-448 beyond the range (infinities too), NaN stays NaN.

@@ -439,7 +439,10 @@ TEST(Cli, OverridesReplaceThePresetsParametersOfThatKind) {
   EXPECT_EQ(s["weights"], (nlohmann::json{{"format", "int4_group"},
                                           {"group_size", 64},
                                           {"zero_points", true},
-                                          {"pre_quant_scale", true}}));
+                                          {"pre_quant_scale", true},
+                                          {"dynamic_activations", false}}));
+  s = resolved_spec("--preset qwen3-30b-a3b --weights-format fp8 --dynamic-activations");
+  EXPECT_EQ(s["weights"]["dynamic_activations"], true);
   s = resolved_spec(
       "--preset qwen3-30b-a3b --router-weight-on input --gate-up-layout interleaved --fc1-bias "
       "--fc2-bias --tp-size 2 --tp-rank 1 --ep-size 4 --ep-rank 3");
