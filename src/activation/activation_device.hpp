@@ -45,8 +45,14 @@ struct QuantizedActivations {
   void* values = nullptr;               // e4m3 [max_rows, intermediate]
   float* scales = nullptr;              // [max_rows, intermediate / 128]
   const float* static_scale = nullptr;  // [local experts] or null (dynamic)
+  // Dynamic: one scale per row (pipeline::token_scale of its amax) written for each of its
+  // groups (WeightQuant::dynamic_activations); else one per 128 outputs.
+  bool per_token = false;
 };
-Status prepare_device_quantized(const DeviceActivation& a, GateUpLayout layout, DType fc1_dtype);
+// Loads the kernel run_device_quantized launches for these choices (`per_token`: a dynamic
+// QuantizedActivations::per_token).
+Status prepare_device_quantized(const DeviceActivation& a, GateUpLayout layout, DType fc1_dtype,
+                                bool per_token);
 Status run_device_quantized(const DeviceActivation& a, GateUpLayout layout, DType fc1_dtype,
                             const void* fc1_out, const QuantizedActivations& out,
                             const int32_t* row_expert, const int32_t* offsets, int64_t max_rows,

@@ -47,6 +47,29 @@ __device__ __forceinline__ float fc1_value(const In* row, const float* bias, int
   return bias ? round_bf16(y + bias[c]) : round_bf16(y);
 }
 
+// This lane's 4 activated outputs of group g of `row` (expert e), rounded to bf16.
+template <class In, int kMode>
+__device__ __forceinline__ void activated4(const QuantizeArgs& a, int64_t row, int32_t e, int64_t g,
+                                           int lane, float x[4]) {
+  const In* in = static_cast<const In*>(a.in) + row * a.fc1_rows;
+  const float* bias = a.bias ? a.bias + static_cast<int64_t>(e) * a.fc1_rows : nullptr;
+  const int64_t j0 = g * pipeline::kFp8Group + 4 * lane;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int64_t j = j0 + i;
+    float v;
+    if (kMode == kPlain) {
+      v = apply_plain(a.p, fc1_value(in, bias, j));
+    } else if (kMode == kHalves) {  // gate rows [0, I), up rows [I, 2I)
+      v = apply_gated(a.p, fc1_value(in, bias, j), fc1_value(in, bias, a.intermediate + j));
+    } else {  // gate 2j, up 2j + 1 (gpt-oss)
+      v = apply_gated(a.p, fc1_value(in, bias, 2 * j), fc1_value(in, bias, 2 * j + 1));
+    }
+    x[i] = round_bf16(v);
+  }
+}
+
+// One warp per (row, group of 128 outputs): a scale per group, static or dynamic.
 template <class In, int kMode>
 __global__ void __launch_bounds__(kWarps * 32) activation_quantize_kernel(QuantizeArgs a) {
   pipeline::pdl_wait();  // FC1's output and the offsets come from earlier kernels
@@ -59,41 +82,63 @@ __global__ void __launch_bounds__(kWarps * 32) activation_quantize_kernel(Quanti
        w += warps) {
     const int64_t row = w / groups, g = w - row * groups;
     const int32_t e = a.row_expert[row];
-    const In* in = static_cast<const In*>(a.in) + row * a.fc1_rows;
-    const float* bias = a.bias ? a.bias + static_cast<int64_t>(e) * a.fc1_rows : nullptr;
-    const int64_t j0 = g * pipeline::kFp8Group + 4 * lane;
     float x[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int64_t j = j0 + i;
-      float v;
-      if (kMode == kPlain) {
-        v = apply_plain(a.p, fc1_value(in, bias, j));
-      } else if (kMode == kHalves) {  // gate rows [0, I), up rows [I, 2I)
-        v = apply_gated(a.p, fc1_value(in, bias, j), fc1_value(in, bias, a.intermediate + j));
-      } else {  // gate 2j, up 2j + 1 (gpt-oss)
-        v = apply_gated(a.p, fc1_value(in, bias, 2 * j), fc1_value(in, bias, 2 * j + 1));
-      }
-      x[i] = round_bf16(v);
-    }
+    activated4<In, kMode>(a, row, e, g, lane, x);
     const float fixed = a.static_scale ? a.static_scale[e] : 0.0f;
-    const float scale = pipeline::quantize_group4(x, fixed, a.values + row * a.intermediate + j0);
+    const float scale = pipeline::quantize_group4(
+        x, fixed, a.values + row * a.intermediate + g * pipeline::kFp8Group + 4 * lane);
     if (lane == 0) a.scales[row * groups + g] = scale;
+  }
+}
+
+// One warp per row, one dynamic scale for the whole row (WeightQuant::dynamic_activations): a
+// pass for the row's amax, then the activation again, quantized.
+template <class In, int kMode>
+__global__ void __launch_bounds__(kWarps * 32) activation_quantize_token_kernel(QuantizeArgs a) {
+  pipeline::pdl_wait();
+  pipeline::pdl_launch_dependents();
+  const int lane = threadIdx.x & 31;
+  const int64_t groups = a.intermediate / pipeline::kFp8Group;
+  const int64_t rows = *a.rows_end;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5); row < rows;
+       row += warps) {
+    const int32_t e = a.row_expert[row];
+    float amax = 0.0f;
+    for (int64_t g = 0; g < groups; ++g) {
+      float x[4];
+      activated4<In, kMode>(a, row, e, g, lane, x);
+      amax = fmaxf(amax, pipeline::warp_amax4(x));
+    }
+    const float scale = pipeline::token_scale(amax);
+    for (int64_t g = 0; g < groups; ++g) {
+      float x[4];
+      activated4<In, kMode>(a, row, e, g, lane, x);
+      pipeline::quantize_group4(
+          x, scale, a.values + row * a.intermediate + g * pipeline::kFp8Group + 4 * lane);
+      if (lane == 0) a.scales[row * groups + g] = scale;
+    }
   }
 }
 
 using KernelFn = void (*)(QuantizeArgs);
 
-template <class In>
-KernelFn pick_for(const DeviceActivation& a, GateUpLayout layout) {
-  if (!is_gated(a.params.kind)) return activation_quantize_kernel<In, kPlain>;
-  return layout == GateUpLayout::kInterleaved ? activation_quantize_kernel<In, kInterleaved>
-                                              : activation_quantize_kernel<In, kHalves>;
+template <class In, int kMode>
+KernelFn pick_scale(bool per_token) {
+  return per_token ? activation_quantize_token_kernel<In, kMode>
+                   : activation_quantize_kernel<In, kMode>;
 }
 
-KernelFn pick(const DeviceActivation& a, GateUpLayout layout, DType fc1_dtype) {
-  return fc1_dtype == DType::kFloat32 ? pick_for<float>(a, layout)
-                                      : pick_for<__nv_bfloat16>(a, layout);
+template <class In>
+KernelFn pick_for(const DeviceActivation& a, GateUpLayout layout, bool per_token) {
+  if (!is_gated(a.params.kind)) return pick_scale<In, kPlain>(per_token);
+  return layout == GateUpLayout::kInterleaved ? pick_scale<In, kInterleaved>(per_token)
+                                              : pick_scale<In, kHalves>(per_token);
+}
+
+KernelFn pick(const DeviceActivation& a, GateUpLayout layout, DType fc1_dtype, bool per_token) {
+  return fc1_dtype == DType::kFloat32 ? pick_for<float>(a, layout, per_token)
+                                      : pick_for<__nv_bfloat16>(a, layout, per_token);
 }
 
 Status check(const DeviceActivation& a, DType fc1_dtype) {
@@ -113,11 +158,12 @@ Status check(const DeviceActivation& a, DType fc1_dtype) {
 
 }  // namespace
 
-Status prepare_device_quantized(const DeviceActivation& a, GateUpLayout layout, DType fc1_dtype) {
+Status prepare_device_quantized(const DeviceActivation& a, GateUpLayout layout, DType fc1_dtype,
+                                bool per_token) {
   Status s = check(a, fc1_dtype);
   if (!s.ok()) return s;
   cudaFuncAttributes attr;
-  return cuda_status(cudaFuncGetAttributes(&attr, pick(a, layout, fc1_dtype)),
+  return cuda_status(cudaFuncGetAttributes(&attr, pick(a, layout, fc1_dtype, per_token)),
                      "loading the quantizing activation kernel");
 }
 
@@ -139,12 +185,14 @@ Status run_device_quantized(const DeviceActivation& a, GateUpLayout layout, DTyp
   k.scales = out.scales;
   k.intermediate = a.intermediate;
   k.fc1_rows = a.fc1_rows();
-  const int64_t work = max_rows * (a.intermediate / pipeline::kFp8Group);
+  const bool per_token = out.per_token && out.static_scale == nullptr;
+  // Warps: one per row and group, or one per row.
+  const int64_t work = per_token ? max_rows : max_rows * (a.intermediate / pipeline::kFp8Group);
   const int blocks =
       static_cast<int>(std::clamp<int64_t>((work + kWarps - 1) / kWarps, 1, 132 * 32));
-  return cuda_status(
-      pipeline::launch_pdl(pick(a, layout, fc1_dtype), blocks, kWarps * 32, 0, stream, k),
-      "launching the quantizing activation kernel");
+  return cuda_status(pipeline::launch_pdl(pick(a, layout, fc1_dtype, per_token), blocks,
+                                          kWarps * 32, 0, stream, k),
+                     "launching the quantizing activation kernel");
 }
 
 }  // namespace moekit::activation

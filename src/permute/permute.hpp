@@ -147,6 +147,9 @@ struct QuantizedRows {
   void* values = nullptr;               // e4m3 [max_rows, H]
   float* scales = nullptr;              // [max_rows, H / 128]
   const float* static_scale = nullptr;  // [local experts] or null (dynamic)
+  // Dynamic (no static scale): one scale per row, pipeline::token_scale of its amax, written for
+  // each of its groups (WeightQuant::dynamic_activations); else one per 128 columns.
+  bool per_token = false;
   bool weight_on_input = false;
 };
 Status gather_quantized(const Config& c, const Buffers& b, int64_t tokens, const void* hidden,

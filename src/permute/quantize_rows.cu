@@ -28,6 +28,7 @@ struct QuantizeArgs {
   int top_k;
   int64_t hidden_size;
   bool on_input;
+  bool per_token;  // one dynamic scale for the whole row (static_scale null)
 };
 
 __global__ void __launch_bounds__(kWarps * 32) quantize_rows_kernel(QuantizeArgs a) {
@@ -46,17 +47,30 @@ __global__ void __launch_bounds__(kWarps * 32) quantize_rows_kernel(QuantizeArgs
     const float fixed = a.static_scale ? a.static_scale[a.slot_expert[s]] : 0.0f;
     uint8_t* dst = a.values + static_cast<int64_t>(r) * a.hidden_size;
     float* dst_scales = a.scales + static_cast<int64_t>(r) * groups;
-    for (int64_t g = 0; g < groups; ++g) {
-      const int64_t c = g * pipeline::kFp8Group + 4 * lane;
-      const uint2 raw = *reinterpret_cast<const uint2*>(src + c);
-      float x[4];
+    // This lane's 4 values of group g, as the experts see them.
+    auto load = [&](int64_t g, float x[4]) {
+      const uint2 raw = *reinterpret_cast<const uint2*>(src + g * pipeline::kFp8Group + 4 * lane);
       pipeline::unpack4_bf16(raw, x);
       if (a.on_input) {  // Llama-4: the row times its weight, rounded to bf16 as the reference
 #pragma unroll
         for (int i = 0; i < 4; ++i) x[i] = __bfloat162float(__float2bfloat16_rn(x[i] * w));
       }
-      const float scale = pipeline::quantize_group4(x, fixed, dst + c);
-      if (lane == 0) dst_scales[g] = scale;
+    };
+    float scale = fixed;
+    if (a.per_token) {  // a first pass for the row's amax (the row then sits in L1)
+      float amax = 0.0f;
+      for (int64_t g = 0; g < groups; ++g) {
+        float x[4];
+        load(g, x);
+        amax = fmaxf(amax, pipeline::warp_amax4(x));
+      }
+      scale = pipeline::token_scale(amax);
+    }
+    for (int64_t g = 0; g < groups; ++g) {
+      float x[4];
+      load(g, x);
+      const float s = pipeline::quantize_group4(x, scale, dst + g * pipeline::kFp8Group + 4 * lane);
+      if (lane == 0) dst_scales[g] = s;
     }
     if (a.on_input) {
       __syncwarp();  // every lane has read the weight
@@ -99,6 +113,7 @@ Status gather_quantized(const Config& c, const Buffers& b, int64_t tokens, const
   a.top_k = c.top_k();
   a.hidden_size = H;
   a.on_input = out.weight_on_input;
+  a.per_token = out.per_token && out.static_scale == nullptr;
   const int blocks =
       static_cast<int>(std::clamp<int64_t>((a.slots + kWarps - 1) / kWarps, 1, 132 * 32));
   return cuda_status(pipeline::launch_pdl(quantize_rows_kernel, blocks, kWarps * 32, 0, stream, a),

@@ -96,10 +96,6 @@ Sm90Fp8Engine::Sm90Fp8Engine(const MoeSpec& spec, const MoeWeights& weights, int
                 std::string("the sm90 fp8 engine runs bf16 activations with fp8_block128 or fp8 "
                             "weights, not ") +
                     to_string(spec.act_dtype) + " activations with " + to_string(wf) + " weights");
-  if (spec.weights.dynamic_activations)
-    throw Error(ErrorCode::kUnsupported,
-                "the sm90 fp8 engine quantizes activations with the static input scales; "
-                "weights.dynamic_activations (per-token scales) is not supported");
   check_weights(spec, weights);
   lp_ = derive_local(spec);
   const int64_t H = lp_.hidden, I = lp_.intermediate, L = lp_.num_experts, R1 = lp_.fc1_rows;
@@ -117,6 +113,7 @@ Sm90Fp8Engine::Sm90Fp8Engine(const MoeSpec& spec, const MoeWeights& weights, int
                                                  " / " + std::to_string(s2.size()) +
                                                  " values, expected one per 128x128 block");
   const bool per_tensor = wf == WeightFormat::kFP8PerTensor;
+  const bool per_token = per_tensor && spec.weights.dynamic_activations;
   const LayerBiases biases = check_biases(spec, lp_, weights);
   check_routing_limits(spec, lp_, "sm90 fp8 engine");
 
@@ -135,8 +132,8 @@ Sm90Fp8Engine::Sm90Fp8Engine(const MoeSpec& spec, const MoeWeights& weights, int
     p.b1 = c.take<float>(biases.fc1 ? L * R1 : 0);
     p.b2 = c.take<float>(biases.fc2 ? L * H : 0);
     p.rb = c.take<float>(biases.routing ? E : 0);
-    p.in1 = c.take<float>(per_tensor ? L : 0);
-    p.in2 = c.take<float>(per_tensor ? L : 0);
+    p.in1 = c.take<float>(per_tensor && !per_token ? L : 0);
+    p.in2 = c.take<float>(per_tensor && !per_token ? L : 0);
     return p;
   };
   Carver wsize;
@@ -151,7 +148,7 @@ Sm90Fp8Engine::Sm90Fp8Engine(const MoeSpec& spec, const MoeWeights& weights, int
   if (biases.fc1) upload(wp.b1, weights.fc1_bias.data(), sizeof(float) * L * R1, "fc1 bias");
   if (biases.fc2) upload(wp.b2, weights.fc2_bias.data(), sizeof(float) * L * H, "fc2 bias");
   if (biases.routing) upload(wp.rb, weights.routing_bias.data(), sizeof(float) * E, "routing bias");
-  if (per_tensor) {
+  if (!weights.fc1.input_scale.empty()) {  // per-tensor weights with static input scales
     upload(wp.in1, weights.fc1.input_scale.data(), sizeof(float) * L, "fc1 input scales");
     upload(wp.in2, weights.fc2.input_scale.data(), sizeof(float) * L, "fc2 input scales");
   }
@@ -213,9 +210,12 @@ Sm90Fp8Engine::Sm90Fp8Engine(const MoeSpec& spec, const MoeWeights& weights, int
   check_cuda(cudaMemset(workspace_.get(), 0, workspace_bytes_), "clearing the MoE workspace");
   check_cuda(cudaMemset(pbuf_.error_word, 0xff, sizeof(unsigned long long)),
              "clearing the device error word");
-  rows_.static_scale = per_tensor ? wp.in1 : nullptr;
+  // Per-tensor weights: the static input scales, or per token (WeightQuant::dynamic_activations).
+  rows_.static_scale = per_tensor && !per_token ? wp.in1 : nullptr;
+  rows_.per_token = per_token;
   rows_.weight_on_input = spec.routing.weight_placement == RouterWeightPlacement::kInput;
-  acts_.static_scale = per_tensor ? wp.in2 : nullptr;
+  acts_.static_scale = per_tensor && !per_token ? wp.in2 : nullptr;
+  acts_.per_token = per_token;
 
   fc1_dtype_ = biases.fc1 ? DType::kFloat32 : DType::kBFloat16;
   fc1_ = std::make_unique<gemm::Fp8GroupedGemm>(
@@ -226,7 +226,8 @@ Sm90Fp8Engine::Sm90Fp8Engine(const MoeSpec& spec, const MoeWeights& weights, int
   // Load every kernel forward() may launch, so its first call can be captured in a graph.
   throw_if_error(permute::prepare(pcfg_));
   throw_if_error(permute::prepare_gather_quantized());
-  throw_if_error(activation::prepare_device_quantized(act_, spec.gate_up_layout, fc1_dtype_));
+  throw_if_error(
+      activation::prepare_device_quantized(act_, spec.gate_up_layout, fc1_dtype_, per_token));
   throw_if_error(finalize::prepare(fin_));
   check_cuda(cudaDeviceSynchronize(), "finishing the engine's set-up");
 }

@@ -5,7 +5,8 @@
 // activation's where the activation is exact arithmetic (ReLU^2, identity), and within one e4m3
 // step where device exp/tanh/erf differ from the host's by an ulp. Special values: all-zero
 // groups (codes 0, no NaN), a value at exactly 448, subnormal codes, saturation of a static
-// scale, NaN; dropped slots, rows past offsets[L] and their weights stay untouched.
+// scale, NaN; the three scale modes (per 128 columns, static, per token); dropped slots, rows
+// past offsets[L] and their weights stay untouched.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -85,9 +86,12 @@ TEST_F(Fp8QuantizeTest, GatherMatchesTheHostBitForBit) {
   const std::vector<float> static_scales = {0.5f / 448, 1.0f / 448, 2.0f / 448, 4.0f / 448};
 
   for (const bool on_input : {false, true})
-    for (const bool fixed : {false, true}) {
+    for (const int mode : {0, 1, 2}) {  // per 128 columns, static, per token
+      const bool fixed = mode == 1, per_token = mode == 2;
       SCOPED_TRACE(std::string(on_input ? "weight on input" : "weight on output") +
-                   (fixed ? ", static scales" : ", dynamic scales"));
+                   (fixed       ? ", static scales"
+                    : per_token ? ", per token"
+                                : ", per 128 columns"));
       permute::Config c;
       c.routing.top_k = static_cast<int>(k);
       c.local_experts = static_cast<int>(L);
@@ -108,6 +112,7 @@ TEST_F(Fp8QuantizeTest, GatherMatchesTheHostBitForBit) {
       out.scales = scales.as<float>();
       out.static_scale = fixed ? d_static.as<float>() : nullptr;
       out.weight_on_input = on_input;
+      out.per_token = per_token;
       ASSERT_TRUE(permute::prepare_gather_quantized().ok());
       const Status st = permute::gather_quantized(c, b, T, d_hidden.ptr, out, nullptr);
       ASSERT_TRUE(st.ok()) << st.message();
@@ -124,11 +129,17 @@ TEST_F(Fp8QuantizeTest, GatherMatchesTheHostBitForBit) {
         std::vector<float> x(hidden.begin() + (s / k) * H, hidden.begin() + (s / k + 1) * H);
         if (on_input)
           for (auto& v : x) v = round_bf16(v * weights[s]);
+        float row_scale = 0.0f;  // per token: max(amax / 448, 1 / (448 * 512))
+        if (per_token) {
+          float amax = 0.0f;
+          for (float v : x) amax = std::max(amax, std::fabs(v));
+          row_scale = std::max(amax / 448.0f, 1.0f / (448.0f * 512.0f));
+        }
         for (int64_t g = 0; g < groups; ++g) {
           uint8_t want[kGroup];
           float want_scale = 0;
-          quantize_group(x.data() + g * kGroup, fixed ? static_scales[slot_expert[s]] : 0.0f, want,
-                         &want_scale);
+          quantize_group(x.data() + g * kGroup, fixed ? static_scales[slot_expert[s]] : row_scale,
+                         want, &want_scale);
           EXPECT_EQ(std::memcmp(&got_scales[r * groups + g], &want_scale, 4), 0)
               << "slot " << s << " group " << g << ": " << got_scales[r * groups + g] << " vs "
               << want_scale;
@@ -160,9 +171,13 @@ TEST_F(Fp8QuantizeTest, ActivationMatchesTheHost) {
   for (const Case& cs : cases)
     for (const DType fc1_dtype : {DType::kBFloat16, DType::kFloat32})
       for (const bool bias : {false, true})
-        for (const bool fixed : {false, true}) {
+        for (const int mode : {0, 1, 2}) {  // per 128 outputs, static, per token
+          const bool fixed = mode == 1, per_token = mode == 2;
           SCOPED_TRACE("kind " + std::to_string(int(cs.kind)) + " " + to_string(fc1_dtype) +
-                       (bias ? " bias" : "") + (fixed ? " static" : " dynamic"));
+                       (bias ? " bias" : "") +
+                       (fixed       ? " static"
+                        : per_token ? " per token"
+                                    : " per 128 outputs"));
           activation::DeviceActivation a;
           a.elem = DType::kBFloat16;
           a.params.kind = cs.kind;
@@ -200,7 +215,9 @@ TEST_F(Fp8QuantizeTest, ActivationMatchesTheHost) {
           out.values = values.ptr;
           out.scales = scales.as<float>();
           out.static_scale = fixed ? d_static.as<float>() : nullptr;
-          ASSERT_TRUE(activation::prepare_device_quantized(a, cs.layout, fc1_dtype).ok());
+          out.per_token = per_token;
+          ASSERT_TRUE(
+              activation::prepare_device_quantized(a, cs.layout, fc1_dtype, per_token).ok());
           const Status st = activation::run_device_quantized(
               a, cs.layout, fc1_dtype, d_in.ptr, out, d_row_expert.as<int32_t>(),
               d_offsets.as<int32_t>(), max_rows, nullptr);
@@ -227,10 +244,16 @@ TEST_F(Fp8QuantizeTest, ActivationMatchesTheHost) {
                 v = activation::apply_gated(a.params, y(j), y(I + j));
               x[j] = round_bf16(v);
             }
+            float row_scale = 0.0f;  // per token: max(amax / 448, 1 / (448 * 512))
+            if (per_token) {
+              float amax = 0.0f;
+              for (float v : x) amax = std::max(amax, std::fabs(v));
+              row_scale = std::max(amax / 448.0f, 1.0f / (448.0f * 512.0f));
+            }
             for (int64_t g = 0; g < groups; ++g) {
               uint8_t want[kGroup];
               float want_scale = 0;
-              quantize_group(x.data() + g * kGroup, fixed ? static_scales[e] : 0.0f, want,
+              quantize_group(x.data() + g * kGroup, fixed ? static_scales[e] : row_scale, want,
                              &want_scale);
               const float gs = got_scales[r * groups + g];
               if (cs.exact || fixed)

@@ -203,6 +203,24 @@ TEST_F(Sm90Fp8EngineTest, PresetRoutingAcrossTokenCounts) {
   }
 }
 
+// Per-tensor weights without static input scales: the activations quantized per token
+// (WeightQuant::dynamic_activations), the gated, interleaved and plain activations, both biases.
+TEST_F(Sm90Fp8EngineTest, DynamicPerTokenActivations) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0xf80d);
+  MoeSpec specs[] = {
+      fp8(scaled_preset("qwen3-30b-a3b", 32, 256, 256), WeightFormat::kFP8PerTensor),
+      fp8(scaled_preset("gpt-oss-120b", 32, 384, 256), WeightFormat::kFP8PerTensor),
+      fp8(engine_spec(16, 2, 256, 128, RoutingMethod::kSoftmaxTopK, ActivationKind::kReLU2),
+          WeightFormat::kFP8PerTensor),
+  };
+  for (MoeSpec& s : specs) {
+    s.weights.dynamic_activations = true;
+    Layer l = make_layer(s, rng());
+    ASSERT_TRUE(l.local.fc1.input_scale.empty());
+    check_tokens(l, {1, 7, 64, 513}, Ids::kRouted, rng);
+  }
+}
+
 // DeepSeek-V3's own hidden and intermediate (7168, 2048; 32 of its 256 experts so that the
 // weights stay small) with its routing, a few tokens. Against the stored layer only: the
 // dequantized weights would take 5.6 GB of host memory.

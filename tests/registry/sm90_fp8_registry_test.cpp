@@ -112,19 +112,13 @@ TEST(Sm90Fp8Registry, OnlyBf16Activations) {
   }
 }
 
-// Per-token activation scales (weights.dynamic_activations) run on the CPU reference: the
-// engine quantizes with the weights' static input scales.
-TEST(Sm90Fp8Registry, DynamicActivationsFallBackToTheReference) {
+// Per-token activation scales (weights.dynamic_activations) run on the per-tensor engine too.
+TEST(Sm90Fp8Registry, DynamicActivationsRunOnThePerTensorImplementation) {
   MoeSpec s = small_spec(WeightFormat::kFP8PerTensor, DType::kBFloat16);
   s.weights.dynamic_activations = true;
-  const Eligibility e = find_implementation("cuda.sm90.cutlass.fp8")->can_implement(s, h200_env());
-  ASSERT_FALSE(e.ok());
-  EXPECT_EQ(e.rejection().stage, RejectStage::kFormat) << e.rejection().reason;
-  EXPECT_NE(e.rejection().reason.find("dynamic_activations"), std::string::npos)
-      << e.rejection().reason;
   const Resolution r = resolve(s, h200_env(), "auto");
   ASSERT_TRUE(r.ok()) << r.table();
-  EXPECT_EQ(r.chosen->id(), "cpu.reference");
+  EXPECT_EQ(r.chosen->id(), "cuda.sm90.cutlass.fp8");
 }
 
 }  // namespace

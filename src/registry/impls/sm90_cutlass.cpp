@@ -39,12 +39,6 @@ Sm90CutlassImpl::Sm90CutlassImpl(std::string id, WeightFormat weights, DType act
 }
 
 Eligibility Sm90CutlassImpl::extra_checks(const MoeSpec& spec, const Environment&) const {
-  if (spec.weights.dynamic_activations)
-    return Eligibility::rejected(
-        RejectStage::kFormat, id_ +
-                                  " quantizes fp8 activations with the weights' static input "
-                                  "scales; dynamic per-token scales (weights.dynamic_activations) "
-                                  "run on the CPU reference.");
   if (spec.routing.method == RoutingMethod::kDeepSeekV3 && spec.routing.n_group > 32)
     return Eligibility::rejected(
         RejectStage::kLimits, id_ +
