@@ -52,9 +52,10 @@ EnvLookup process_env();
 // one is named); MASTER_ADDR / MASTER_PORT / MOEKIT_RENDEZVOUS_PORT take the defaults above.
 // Throws Error(kInvalidArgument) naming the variable and its value when a value is not a
 // decimal integer, is out of range (ranks below 0, world size below 1, ports outside 1..65535),
-// rank >= world size, local rank >= world size, or local rank >= visible_gpus (the GPUs this
-// process sees; pass the count so that the check is testable). visible_gpus < 0 skips that
-// last check (the host transport, which uses no GPU).
+// rank >= world size, local rank >= world size, or, under a launcher, local rank >=
+// visible_gpus (the GPUs this process sees; pass the count so that the check is testable).
+// visible_gpus < 0 skips that last check (the host transport, which uses no GPU). Without
+// launcher variables the result is rank 0 of a world of 1.
 LaunchEnv parse_launch_env(const EnvLookup& lookup, int visible_gpus);
 
 // How the ranks of a world share the layer: world_size == ep_size * tp_size, rank r is

@@ -81,8 +81,8 @@ LaunchEnv parse_launch_env(const EnvLookup& env, int visible_gpus) {
       refuse(std::string(local_var) + "=" + std::to_string(out.local_rank) + " is not below " +
              size_var + "=" + std::to_string(out.world_size));
   }
-  if (visible_gpus >= 0 && out.local_rank >= visible_gpus)
-    refuse(std::string(local_var ? local_var : "LOCAL_RANK") + "=" + std::to_string(out.local_rank) +
+  if (out.launcher != Launcher::kNone && visible_gpus >= 0 && out.local_rank >= visible_gpus)
+    refuse(std::string(local_var) + "=" + std::to_string(out.local_rank) +
            " names a GPU this process cannot see (" + std::to_string(visible_gpus) +
            " visible: check CUDA_VISIBLE_DEVICES and the processes per node)");
 
