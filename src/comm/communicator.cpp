@@ -220,11 +220,7 @@ class HostCommunicator final : public Communicator {
     });
   }
   Status do_all_gather(const void* send, int64_t bytes, void* recv, void*) override {
-    Post p;
-    p.op = Op::kAllGather;
-    p.data = send;
-    p.size = bytes;
-    return collective(std::move(p), [&] {
+    return collective(Post{Op::kAllGather, send, {}, {}, bytes, nullptr}, [&] {
       for (int s = 0; s < world_size(); ++s) {
         if (bytes > 0)
           std::memcpy(static_cast<uint8_t*>(recv) + s * bytes, world_->posted(s).data, bytes);
@@ -232,11 +228,7 @@ class HostCommunicator final : public Communicator {
     });
   }
   Status do_reduce_scatter_sum(const float* send, int64_t count, float* recv, void*) override {
-    Post p;
-    p.op = Op::kReduceScatter;
-    p.data = send;
-    p.size = count;
-    return collective(std::move(p), [&] {
+    return collective(Post{Op::kReduceScatter, send, {}, {}, count, nullptr}, [&] {
       // Sums in rank order, so every run gives the same bits.
       for (int64_t i = 0; i < count; ++i) {
         float acc = 0.0f;

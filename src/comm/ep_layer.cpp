@@ -153,18 +153,12 @@ std::unique_ptr<EpLayer> EpLayer::create(const MoeSpec& spec, const MoeWeights& 
     const int64_t H = layer->spec_.hidden, k = layer->spec_.top_k;
     const size_t row_bytes = static_cast<size_t>(H) * dtype_size(layer->spec_.act_dtype);
     const auto own = static_cast<size_t>(layer->spec_.max_tokens);
-    layer->send_rows_.resize(rows * row_bytes);
-    layer->recv_rows_.resize(rows * row_bytes);
-    layer->partial_rows_.resize(rows * row_bytes);
+    for (auto* v : {&layer->send_rows_, &layer->recv_rows_, &layer->partial_rows_}) v->resize(rows * row_bytes);
+    for (auto* v : {&layer->send_ids_, &layer->recv_ids_}) v->resize(rows * k);
+    for (auto* v : {&layer->send_weights_, &layer->recv_weights_}) v->resize(rows * k);
+    for (auto* v : {&layer->partial_f32_, &layer->returned_f32_, &layer->out_f32_}) v->resize(rows * H);
     layer->ids_.resize(own * k);
     layer->weights_.resize(own * k);
-    layer->send_ids_.resize(rows * k);
-    layer->recv_ids_.resize(rows * k);
-    layer->send_weights_.resize(rows * k);
-    layer->recv_weights_.resize(rows * k);
-    layer->partial_f32_.resize(rows * H);
-    layer->returned_f32_.resize(rows * H);
-    layer->out_f32_.resize(rows * H);
   } catch (const Error& e) {
     built.code = e.code();
     built.message = e.what();

@@ -137,14 +137,8 @@ struct Case {
 };
 
 std::vector<Case> cases() {
-  MoeSpec base;
-  base.num_experts = 16;
-  base.top_k = 4;
-  base.hidden = 64;
-  base.intermediate = 32;
+  MoeSpec base = test::small_fp32_spec(16, 4, 64, 32);
   base.max_tokens = 16;
-  base.act_dtype = DType::kFloat32;
-  base.weights.format = WeightFormat::kFP32;
   std::vector<Case> c;
   c.push_back({"fp32_softmax", base, 1e-5});
   MoeSpec ds = base;
@@ -281,15 +275,21 @@ TEST(EpLayer, WeightsRefusedOnOneRankFailEveryRank) {
   EXPECT_EQ(registry::engines_created(), before);
 }
 
-TEST(EpLayer, ReleaseTwiceIsHarmlessAndTheCommunicatorStaysTheCallers) {
-  MoeSpec s = cases()[0].spec;
-  const MoeWeights full = full_weights(s, 3);
-  const Environment env = Environment::cpu_only();
-  auto comms = shared_world(1);
+// A world of one rank: the reference behind an EP layer.
+std::unique_ptr<EpLayer> one_rank_layer(const MoeSpec& s, const MoeWeights& full,
+                                        std::shared_ptr<comm::Communicator> comm) {
+  static const Environment env = Environment::cpu_only();
   EpLayerOptions o;
   o.backend = "reference";
   o.environment = &env;
-  auto layer = EpLayer::create(s, full, comms[0], o);
+  return EpLayer::create(s, full, std::move(comm), o);
+}
+
+TEST(EpLayer, ReleaseTwiceIsHarmlessAndTheCommunicatorStaysTheCallers) {
+  MoeSpec s = cases()[0].spec;
+  const MoeWeights full = full_weights(s, 3);
+  auto comms = shared_world(1);
+  auto layer = one_rank_layer(s, full, comms[0]);
   layer->release();
   layer->release();
   EXPECT_TRUE(layer->released());
@@ -311,12 +311,8 @@ TEST(EpLayer, ReleaseTwiceIsHarmlessAndTheCommunicatorStaysTheCallers) {
 TEST(EpLayer, ForwardValidatesItsViews) {
   MoeSpec s = cases()[0].spec;
   const MoeWeights full = full_weights(s, 3);
-  const Environment env = Environment::cpu_only();
   auto comms = shared_world(1);
-  EpLayerOptions o;
-  o.backend = "reference";
-  o.environment = &env;
-  auto layer = EpLayer::create(s, full, comms[0], o);
+  auto layer = one_rank_layer(s, full, comms[0]);
   const int64_t T = s.max_tokens + 1;
   std::vector<float> h(T * s.hidden), out(T * s.hidden), logits(T * s.num_experts);
   ForwardArgs a;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "moekit/comm.hpp"
+#include "support/specs.hpp"
 
 namespace moekit::comm {
 namespace {
@@ -137,16 +138,7 @@ TEST(LaunchEnv, EveryBadValueIsNamed) {
   }
 }
 
-MoeSpec small_spec() {
-  MoeSpec s;
-  s.num_experts = 16;
-  s.top_k = 2;
-  s.hidden = 64;
-  s.intermediate = 64;
-  s.act_dtype = DType::kFloat32;
-  s.weights.format = WeightFormat::kFP32;
-  return s;
-}
+MoeSpec small_spec() { return test::small_fp32_spec(16, 2, 64, 64); }
 
 TEST(LaunchEnv, SpecForRankPlacesEpAndTp) {
   MoeSpec s = small_spec();
