@@ -282,7 +282,7 @@ void EpLayer::forward_all_gather(int64_t T, const void* hidden, const int32_t* i
   const int64_t P = plan.padded;
   // This rank's rows padded to P: zero rows routed to experts 0..k-1 with weight 0 (valid ids,
   // results discarded).
-  std::memcpy(send_rows_.data(), hidden, T * row_bytes);
+  if (T > 0) std::memcpy(send_rows_.data(), hidden, T * row_bytes);
   std::fill(send_rows_.begin() + T * row_bytes, send_rows_.begin() + P * row_bytes, 0);
   std::copy_n(ids, T * k, send_ids_.data());
   std::copy_n(weights, T * k, send_weights_.data());

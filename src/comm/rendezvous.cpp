@@ -156,9 +156,12 @@ Status serve(int port, int world_size, std::vector<uint8_t>* blob, Clock::time_p
     set_nonblocking(peer.fd());
     uint32_t magic = 0, rank = 0, size = 0;
     const std::string who = "a rank connecting to port " + std::to_string(port);
-    if (!recv_u32(peer.fd(), &magic, deadline, who).ok() || magic != kMagic) continue;  // not ours
-    if (Status st = recv_u32(peer.fd(), &rank, deadline, who); !st.ok()) return st;
-    if (Status st = recv_u32(peer.fd(), &size, deadline, who); !st.ok()) return st;
+    // A connection that is not a moekit rank (silent, or another greeting) is dropped after
+    // at most a few seconds, not waited on until the deadline.
+    const Clock::time_point hello_by = std::min(deadline, Clock::now() + std::chrono::seconds(5));
+    if (!recv_u32(peer.fd(), &magic, hello_by, who).ok() || magic != kMagic ||
+        !recv_u32(peer.fd(), &rank, hello_by, who).ok() || !recv_u32(peer.fd(), &size, hello_by, who).ok())
+      continue;
     if (mismatch.ok()) {
       if (static_cast<int64_t>(size) != world_size)
         mismatch = comm_error("rendezvous: rank " + std::to_string(rank) + " has world size " +

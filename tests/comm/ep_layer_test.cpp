@@ -285,6 +285,26 @@ std::unique_ptr<EpLayer> one_rank_layer(const MoeSpec& s, const MoeWeights& full
   return EpLayer::create(s, full, std::move(comm), o);
 }
 
+TEST(EpLayer, UnknownNamesAndAMissingCommunicatorAreRefused) {
+  MoeSpec s = cases()[0].spec;
+  s.ep_size = 2;
+  const MoeWeights full = full_weights(s, 3);
+  auto codes = build_all(2, s, full, [](int, MoeWeights&, EpLayerOptions& o, Environment&) {
+    o.strategy = "ring";
+  });
+  EXPECT_EQ(codes, (std::vector<ErrorCode>{ErrorCode::kNotFound, ErrorCode::kNotFound}));
+  codes = build_all(2, s, full, [](int r, MoeWeights&, EpLayerOptions& o, Environment&) {
+    if (r == 0) o.backend = "no.such.implementation";
+  });
+  EXPECT_EQ(codes, (std::vector<ErrorCode>{ErrorCode::kNotFound, ErrorCode::kComm}));
+  try {
+    EpLayer::create(cases()[0].spec, full_weights(cases()[0].spec, 3), nullptr);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  }
+}
+
 TEST(EpLayer, ReleaseTwiceIsHarmlessAndTheCommunicatorStaysTheCallers) {
   MoeSpec s = cases()[0].spec;
   const MoeWeights full = full_weights(s, 3);

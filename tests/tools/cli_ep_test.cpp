@@ -44,6 +44,12 @@ TEST(CliEp, BadLauncherVariablesAreNamed) {
   }
 }
 
+TEST(CliEp, FilesAreRefusedUnderALauncherForNow) {
+  const auto r = moekit_with_env("", "--ep-size 2 --output out.safetensors");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("--output"), std::string::npos) << r.err;
+}
+
 TEST(CliEp, PartialShareOfOneRankStillRunsWithEpRank) {
   const auto r = moekit_with_env("", "--ep-size 2 --ep-rank 1");
   EXPECT_EQ(r.code, 0) << r.err;
