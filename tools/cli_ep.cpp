@@ -18,12 +18,13 @@ EpRunResult run_expert_parallel(const MoeSpec& spec, const LayerOptions& options
     rank_spec = comm::spec_for_rank(spec, launch.rank, launch.world_size);
   } catch (const Error& e) {
     if (launch.launcher != comm::Launcher::kNone || e.code() != ErrorCode::kInvalidArgument) throw;
-    throw Error(e.code(), std::string(e.what()) + ": start one process per rank, e.g. torchrun "
-                              "--nproc-per-node " + std::to_string(spec.ep_size * spec.tp_size) +
+    throw Error(e.code(), std::string(e.what()) +
+                              ": start one process per rank, e.g. torchrun "
+                              "--nproc-per-node " +
+                              std::to_string(spec.ep_size * spec.tp_size) +
                               " moekit run --ep-size " + std::to_string(spec.ep_size) + " ...");
   }
-  std::shared_ptr<comm::Communicator> comm =
-      comm::create_nccl(launch, std::chrono::seconds(120));
+  std::shared_ptr<comm::Communicator> comm = comm::create_nccl(launch, std::chrono::seconds(120));
   EpLayerOptions o;
   o.backend = options.backend;
   o.device_index = launch.local_rank;
@@ -37,10 +38,12 @@ EpRunResult run_expert_parallel(const MoeSpec& spec, const LayerOptions& options
   const HostInputs in = random_inputs(rank_spec, tokens, seed + 1 + launch.rank);
   std::vector<uint8_t> output(in.hidden.size());
   ForwardArgs a;
-  a.hidden = host_view(const_cast<uint8_t*>(in.hidden.data()), spec.act_dtype, {tokens, spec.hidden});
+  a.hidden =
+      host_view(const_cast<uint8_t*>(in.hidden.data()), spec.act_dtype, {tokens, spec.hidden});
   a.router_logits = host_view(const_cast<float*>(in.router_logits.data()), DType::kFloat32,
                               {tokens, spec.num_experts});
-  a.topk_ids = host_view(const_cast<int32_t*>(in.topk_ids.data()), DType::kInt32, {tokens, spec.top_k});
+  a.topk_ids =
+      host_view(const_cast<int32_t*>(in.topk_ids.data()), DType::kInt32, {tokens, spec.top_k});
   a.topk_weights =
       host_view(const_cast<float*>(in.topk_weights.data()), DType::kFloat32, {tokens, spec.top_k});
   a.output = host_view(output.data(), spec.act_dtype, {tokens, spec.hidden});

@@ -10,8 +10,8 @@ namespace moekit::cli {
 
 struct EpRunResult {
   int rank = 0, world_size = 1;
-  std::string strategy;  // the EP strategy all ranks run
-  RunResult run;         // this rank's tokens' output
+  std::string strategy;          // the EP strategy all ranks run
+  RunResult run;                 // this rank's tokens' output
   std::vector<float> reference;  // with check: the single-rank CPU reference on the same tokens
 };
 

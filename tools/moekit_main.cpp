@@ -305,7 +305,8 @@ int cmd_run_ep(const LayerOpts& lo, const RunOpts& ro, const MoeSpec& spec, int6
   if (!ro.input.empty() || !ro.weight_files.empty() || !ro.output.empty())
     throw Error(ErrorCode::kInvalidArgument,
                 "--input, --weights and --output are not supported with --ep-size " +
-                    std::to_string(spec.ep_size) + " under a launcher yet (random weights and tokens)");
+                    std::to_string(spec.ep_size) +
+                    " under a launcher yet (random weights and tokens)");
   if (tokens > spec.max_tokens)
     throw Error(ErrorCode::kInvalidArgument, "the batch of " + std::to_string(tokens) +
                                                  " tokens exceeds max_tokens " +
@@ -313,12 +314,14 @@ int cmd_run_ep(const LayerOpts& lo, const RunOpts& ro, const MoeSpec& spec, int6
   const EpRunResult r = run_expert_parallel(spec, lo.options(), lo.seed, tokens, ro.check);
   double abs_sum = 0;
   const double sum = checksum(r.run.output, &abs_sum);
-  std::printf("rank %d of %d  ep strategy %s  tokens %lld  checksum sum=%.6e abs=%.6e  time %.3f ms\n",
-              r.rank, r.world_size, r.strategy.c_str(), (long long)tokens, sum, abs_sum,
-              r.run.milliseconds);
+  std::printf(
+      "rank %d of %d  ep strategy %s  tokens %lld  checksum sum=%.6e abs=%.6e  time %.3f ms\n",
+      r.rank, r.world_size, r.strategy.c_str(), (long long)tokens, sum, abs_sum,
+      r.run.milliseconds);
   if (ro.check) {
     const double rel = relative_error(r.run.output, r.reference);
-    std::printf("rank %d check against the single-rank cpu.reference: relative error %.3e\n", r.rank, rel);
+    std::printf("rank %d check against the single-rank cpu.reference: relative error %.3e\n",
+                r.rank, rel);
     if (!(rel < 1e-2))
       throw Error(ErrorCode::kInternal,
                   "output differs from the CPU reference: relative error " + std::to_string(rel));

@@ -42,12 +42,12 @@ const char* to_string(EpRejectReason r);
 // What a strategy supports, as data (ep_strategies(), highest priority first).
 struct EpStrategyCapability {
   EpStrategy strategy = EpStrategy::kAllGatherReduceScatter;
-  bool host = false;             // runs with host implementations over the host transport
-  bool device = false;           // its device kernels are built (GPU implementations over NCCL)
+  bool host = false;                 // runs with host implementations over the host transport
+  bool device = false;               // its device kernels are built (GPU implementations over NCCL)
   bool needs_graph_capture = false;  // needs a CUDA-graph capturable transport
-  bool tensor_parallel = false;  // handles tp_size > 1
-  int max_world_size = 0;        // 0: no limit
-  int64_t max_tokens_per_rank = 0;  // 0: no limit
+  bool tensor_parallel = false;      // handles tp_size > 1
+  int max_world_size = 0;            // 0: no limit
+  int64_t max_tokens_per_rank = 0;   // 0: no limit
 };
 const std::vector<EpStrategyCapability>& ep_strategies();
 
@@ -70,8 +70,8 @@ struct EpCandidate {
   std::optional<EpRejection> rejection;
 };
 struct EpSelection {
-  std::string request;                 // "auto" or a strategy name
-  std::optional<EpStrategy> chosen;    // none: nothing eligible (or the forced one is not)
+  std::string request;                  // "auto" or a strategy name
+  std::optional<EpStrategy> chosen;     // none: nothing eligible (or the forced one is not)
   std::vector<EpCandidate> candidates;  // every strategy, in priority order
   bool ok() const { return chosen.has_value(); }
   std::string table() const;  // human-readable report

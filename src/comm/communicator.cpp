@@ -17,7 +17,8 @@ Status Communicator::usable(const char* what) const {
   const State s = state();
   if (s == State::kLive) return {};
   return Status(ErrorCode::kComm,
-                std::string(what) + " on rank " + std::to_string(rank_) + "'s communicator, which is " +
+                std::string(what) + " on rank " + std::to_string(rank_) +
+                    "'s communicator, which is " +
                     (s == State::kReleased ? "released" : "poisoned by a failed release") +
                     ": build a new one");
 }
@@ -34,8 +35,8 @@ Status Communicator::all_to_all_v(const void* send, const std::vector<int64_t>& 
                       std::to_string(world_size_));
   for (size_t r = 0; r < n; ++r) {
     if (send_bytes[r] < 0 || recv_bytes[r] < 0)
-      return Status(ErrorCode::kInvalidArgument, "all_to_all_v with a negative count for rank " +
-                                                     std::to_string(r));
+      return Status(ErrorCode::kInvalidArgument,
+                    "all_to_all_v with a negative count for rank " + std::to_string(r));
   }
   return do_all_to_all_v(send, send_bytes, recv, recv_bytes, stream);
 }
@@ -75,10 +76,14 @@ namespace {
 enum class Op : int { kAllToAllV, kAllGather, kReduceScatter, kExchange };
 const char* op_name(Op op) {
   switch (op) {
-    case Op::kAllToAllV: return "all_to_all_v";
-    case Op::kAllGather: return "all_gather";
-    case Op::kReduceScatter: return "reduce_scatter_sum";
-    case Op::kExchange: return "exchange_host";
+    case Op::kAllToAllV:
+      return "all_to_all_v";
+    case Op::kAllGather:
+      return "all_gather";
+    case Op::kReduceScatter:
+      return "reduce_scatter_sum";
+    case Op::kExchange:
+      return "exchange_host";
   }
   return "?";
 }
@@ -109,13 +114,13 @@ class HostWorld {
       cv_.notify_all();
       return {};
     }
-    const bool done = cv_.wait_for(lk, options_.timeout,
-                                   [&] { return generation_ != gen || broken_; });
+    const bool done =
+        cv_.wait_for(lk, options_.timeout, [&] { return generation_ != gen || broken_; });
     if (done && generation_ != gen) return {};
     if (!broken_) {
       broken_ = true;
-      why_ = "rank " + std::to_string(rank) + " waited " + std::to_string(options_.timeout.count()) +
-             " ms for the other ranks of the collective";
+      why_ = "rank " + std::to_string(rank) + " waited " +
+             std::to_string(options_.timeout.count()) + " ms for the other ranks of the collective";
       cv_.notify_all();
     }
     return broken_status();
@@ -152,11 +157,11 @@ class HostWorld {
       for (int s = 0; s < n_; ++s) {
         for (int d = 0; d < n_; ++d) {
           if (posts_[s].send_bytes[d] != posts_[d].recv_bytes[s])
-            return Status(ErrorCode::kComm,
-                          "all_to_all_v: rank " + std::to_string(s) + " sends " +
-                              std::to_string(posts_[s].send_bytes[d]) + " bytes to rank " +
-                              std::to_string(d) + ", which expects " +
-                              std::to_string(posts_[d].recv_bytes[s]));
+            return Status(ErrorCode::kComm, "all_to_all_v: rank " + std::to_string(s) + " sends " +
+                                                std::to_string(posts_[s].send_bytes[d]) +
+                                                " bytes to rank " + std::to_string(d) +
+                                                ", which expects " +
+                                                std::to_string(posts_[d].recv_bytes[s]));
         }
       }
     }
@@ -251,8 +256,9 @@ class HostCommunicator final : public Communicator {
   Status do_release() override {
     world_->depart(rank());
     if (rank() == world_->options().failing_release_rank)
-      return Status(ErrorCode::kComm, "rank " + std::to_string(rank()) +
-                                          "'s release failed (HostWorldOptions::failing_release_rank)");
+      return Status(ErrorCode::kComm,
+                    "rank " + std::to_string(rank()) +
+                        "'s release failed (HostWorldOptions::failing_release_rank)");
     return {};
   }
 

@@ -15,16 +15,17 @@ namespace {
 
 Status check_id(const ExpertPlacement& p, int64_t token, int64_t slot, int32_t id) {
   if (id >= 0 && id < p.num_experts) return {};
-  return Status(ErrorCode::kInvalidArgument,
-                "expert id " + std::to_string(id) + " of token " + std::to_string(token) + " slot " +
-                    std::to_string(slot) + " is outside [0, " + std::to_string(p.num_experts) + ")");
+  return Status(ErrorCode::kInvalidArgument, "expert id " + std::to_string(id) + " of token " +
+                                                 std::to_string(token) + " slot " +
+                                                 std::to_string(slot) + " is outside [0, " +
+                                                 std::to_string(p.num_experts) + ")");
 }
 
 Status check_placement(const ExpertPlacement& p) {
   if (p.ep_size < 1 || p.num_experts < p.ep_size || p.num_experts % p.ep_size != 0)
-    return Status(ErrorCode::kInvalidArgument,
-                  "ep_size " + std::to_string(p.ep_size) + " does not divide num_experts " +
-                      std::to_string(p.num_experts));
+    return Status(ErrorCode::kInvalidArgument, "ep_size " + std::to_string(p.ep_size) +
+                                                   " does not divide num_experts " +
+                                                   std::to_string(p.num_experts));
   return {};
 }
 
@@ -81,15 +82,17 @@ void combine_rows(const DispatchPlan& plan, const float* returned, int64_t token
   }
 }
 
-Status plan_masked(const ExpertPlacement& placement, int dest_rank, int64_t capacity,
-                   int64_t top_k, const std::vector<RankRoutingView>& sources, MaskedLayout* out) {
+Status plan_masked(const ExpertPlacement& placement, int dest_rank, int64_t capacity, int64_t top_k,
+                   const std::vector<RankRoutingView>& sources, MaskedLayout* out) {
   if (Status st = check_placement(placement); !st.ok()) return st;
   if (dest_rank < 0 || dest_rank >= placement.ep_size)
     return Status(ErrorCode::kInvalidArgument, "destination rank " + std::to_string(dest_rank) +
-                                                   " in a world of " + std::to_string(placement.ep_size));
+                                                   " in a world of " +
+                                                   std::to_string(placement.ep_size));
   if (capacity < 0 || top_k < 1)
-    return Status(ErrorCode::kInvalidArgument, "masked layout with capacity " + std::to_string(capacity) +
-                                                   " and top_k " + std::to_string(top_k));
+    return Status(ErrorCode::kInvalidArgument, "masked layout with capacity " +
+                                                   std::to_string(capacity) + " and top_k " +
+                                                   std::to_string(top_k));
   if (static_cast<int>(sources.size()) != placement.ep_size)
     return Status(ErrorCode::kInvalidArgument, std::to_string(sources.size()) +
                                                    " source ranks in a world of " +

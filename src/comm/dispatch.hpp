@@ -62,8 +62,8 @@ struct RankRoutingView {
   int64_t tokens = 0;
   const int32_t* ids = nullptr;
 };
-Status plan_masked(const ExpertPlacement& placement, int dest_rank, int64_t capacity,
-                   int64_t top_k, const std::vector<RankRoutingView>& sources, MaskedLayout* out);
+Status plan_masked(const ExpertPlacement& placement, int dest_rank, int64_t capacity, int64_t top_k,
+                   const std::vector<RankRoutingView>& sources, MaskedLayout* out);
 
 // The capacity per local expert that can never drop: every token of every rank may pick one
 // expert (a token picks an expert at most once).

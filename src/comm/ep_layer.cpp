@@ -32,11 +32,14 @@ std::vector<uint8_t> encode(const RankReport& r) {
 RankReport decode(const std::vector<uint8_t>& blob, int rank) {
   std::vector<std::string> f(1);
   for (uint8_t c : blob) {
-    if (c == static_cast<uint8_t>(kSep)) f.emplace_back();
-    else f.back() += static_cast<char>(c);
+    if (c == static_cast<uint8_t>(kSep))
+      f.emplace_back();
+    else
+      f.back() += static_cast<char>(c);
   }
   if (f.size() != 6)
-    throw Error(ErrorCode::kComm, "rank " + std::to_string(rank) + " sent a malformed build report");
+    throw Error(ErrorCode::kComm,
+                "rank " + std::to_string(rank) + " sent a malformed build report");
   RankReport r;
   r.code = static_cast<ErrorCode>(std::atoi(f[0].c_str()));
   r.message = f[1], r.strategy = f[2], r.implementation = f[3], r.fingerprint = f[4], r.spec = f[5];
@@ -52,8 +55,9 @@ void agree(comm::Communicator& comm, const RankReport& mine) {
   if (mine.code != ErrorCode::kOk) throw Error(mine.code, mine.message);  // its own error
   for (int r = 0; r < comm.world_size(); ++r) {
     if (all[r].code != ErrorCode::kOk)
-      throw Error(ErrorCode::kComm, "rank " + std::to_string(r) +
-                                        " could not build its share of the layer: " + all[r].message);
+      throw Error(ErrorCode::kComm,
+                  "rank " + std::to_string(r) +
+                      " could not build its share of the layer: " + all[r].message);
   }
   const std::pair<const char*, std::string RankReport::*> fields[] = {
       {"EP strategy", &RankReport::strategy},
@@ -63,9 +67,9 @@ void agree(comm::Communicator& comm, const RankReport& mine) {
   for (int r = 1; r < comm.world_size(); ++r) {
     for (const auto& [name, field] : fields) {
       if (all[r].*field != all[0].*field)
-        throw Error(ErrorCode::kComm, std::string("ranks disagree on the ") + name + ": rank 0 has '" +
-                                          all[0].*field + "', rank " + std::to_string(r) + " has '" +
-                                          all[r].*field + "'");
+        throw Error(ErrorCode::kComm, std::string("ranks disagree on the ") + name +
+                                          ": rank 0 has '" + all[0].*field + "', rank " +
+                                          std::to_string(r) + " has '" + all[r].*field + "'");
     }
   }
 }
@@ -101,13 +105,15 @@ std::unique_ptr<EpLayer> EpLayer::create(const MoeSpec& spec, const MoeWeights& 
     check_weights(layer->spec_, weights);
     const Resolution r = resolve(local, env, options.backend);
     if (!r.ok())
-      throw Error(ErrorCode::kUnsupported, "No implementation can run this rank's experts for backend '" +
-                                               options.backend + "'\n" + r.table());
+      throw Error(ErrorCode::kUnsupported,
+                  "No implementation can run this rank's experts for backend '" + options.backend +
+                      "'\n" + r.table());
     mine.implementation = r.chosen->id();
     if (r.chosen->device() != comm->device())
       throw Error(ErrorCode::kUnsupported,
-                  r.chosen->id() + " runs on the " + (r.chosen->device() == Device::kHost ? "host" : "GPU") +
-                      " but the " + comm->transport() + " communicator moves " +
+                  r.chosen->id() + " runs on the " +
+                      (r.chosen->device() == Device::kHost ? "host" : "GPU") + " but the " +
+                      comm->transport() + " communicator moves " +
                       (comm->device() == Device::kHost ? "host" : "GPU") + " memory");
     EpContext ctx;
     ctx.world_size = world;
@@ -153,10 +159,12 @@ std::unique_ptr<EpLayer> EpLayer::create(const MoeSpec& spec, const MoeWeights& 
     const int64_t H = layer->spec_.hidden, k = layer->spec_.top_k;
     const size_t row_bytes = static_cast<size_t>(H) * dtype_size(layer->spec_.act_dtype);
     const auto own = static_cast<size_t>(layer->spec_.max_tokens);
-    for (auto* v : {&layer->send_rows_, &layer->recv_rows_, &layer->partial_rows_}) v->resize(rows * row_bytes);
+    for (auto* v : {&layer->send_rows_, &layer->recv_rows_, &layer->partial_rows_})
+      v->resize(rows * row_bytes);
     for (auto* v : {&layer->send_ids_, &layer->recv_ids_}) v->resize(rows * k);
     for (auto* v : {&layer->send_weights_, &layer->recv_weights_}) v->resize(rows * k);
-    for (auto* v : {&layer->partial_f32_, &layer->returned_f32_, &layer->out_f32_}) v->resize(rows * H);
+    for (auto* v : {&layer->partial_f32_, &layer->returned_f32_, &layer->out_f32_})
+      v->resize(rows * H);
     layer->ids_.resize(own * k);
     layer->weights_.resize(own * k);
   } catch (const Error& e) {
@@ -181,7 +189,8 @@ void EpLayer::release() {
   local_.reset();
   for (auto* v : {&send_rows_, &recv_rows_, &partial_rows_}) std::vector<uint8_t>().swap(*v);
   for (auto* v : {&ids_, &send_ids_, &recv_ids_}) std::vector<int32_t>().swap(*v);
-  for (auto* v : {&weights_, &send_weights_, &recv_weights_, &partial_f32_, &returned_f32_, &out_f32_})
+  for (auto* v :
+       {&weights_, &send_weights_, &recv_weights_, &partial_f32_, &returned_f32_, &out_f32_})
     std::vector<float>().swap(*v);
 }
 
@@ -193,16 +202,18 @@ void EpLayer::forward(const ForwardArgs& a) {
       invalid(std::string(name) + " is on a GPU: the EP layer's dispatch runs on the host for now");
     if (v.dtype != dtype || v.shape.size() != 2 || v.shape[1] != cols ||
         (v.data == nullptr && v.shape[0] != 0))
-      invalid(std::string(name) + " must be a [tokens, " + std::to_string(cols) + "] " + to_string(dtype) +
-              " host tensor");
+      invalid(std::string(name) + " must be a [tokens, " + std::to_string(cols) + "] " +
+              to_string(dtype) + " host tensor");
   };
   check(a.hidden, "hidden", spec_.act_dtype, H);
   const int64_t T = a.hidden.shape[0];
   if (T < 0 || T > spec_.max_tokens)
-    invalid("tokens " + std::to_string(T) + " exceed the layer's max_tokens " + std::to_string(spec_.max_tokens));
+    invalid("tokens " + std::to_string(T) + " exceed the layer's max_tokens " +
+            std::to_string(spec_.max_tokens));
   check(a.output, "output", spec_.act_dtype, H);
   if (a.output.shape[0] != T)
-    invalid("output has " + std::to_string(a.output.shape[0]) + " rows, hidden " + std::to_string(T));
+    invalid("output has " + std::to_string(a.output.shape[0]) + " rows, hidden " +
+            std::to_string(T));
   if (spec_.routing.method == RoutingMethod::kExternal) {
     check(a.topk_ids, "topk_ids", DType::kInt32, k);
     check(a.topk_weights, "topk_weights", DType::kFloat32, k);
@@ -214,9 +225,10 @@ void EpLayer::forward(const ForwardArgs& a) {
   } else {
     check(a.router_logits, "router_logits", DType::kFloat32, E);
     if (a.router_logits.shape[0] != T) invalid("router_logits need " + std::to_string(T) + " rows");
-    throw_if_error(routing::route_host(spec_.routing, T, E, k, a.router_logits.as<const float>(),
-                                       spec_.routing.correction_bias ? routing_bias_.data() : nullptr,
-                                       ids_.data(), weights_.data()));
+    throw_if_error(
+        routing::route_host(spec_.routing, T, E, k, a.router_logits.as<const float>(),
+                            spec_.routing.correction_bias ? routing_bias_.data() : nullptr,
+                            ids_.data(), weights_.data()));
   }
   if (*selection_.chosen == EpStrategy::kAllToAll)
     forward_all_to_all(T, a.hidden.data, ids_.data(), weights_.data(), a.output);
@@ -245,7 +257,8 @@ void EpLayer::forward_all_to_all(int64_t T, const void* hidden, const int32_t* i
   throw_if_error(comm::plan_dispatch({spec_.num_experts, spec_.ep_size}, T, k, ids, &plan));
   // Counts first, so every rank knows what it receives.
   std::vector<int64_t> recv_counts(n), eight(n, 8);
-  throw_if_error(comm_->all_to_all_v(plan.send_counts.data(), eight, recv_counts.data(), eight, nullptr));
+  throw_if_error(
+      comm_->all_to_all_v(plan.send_counts.data(), eight, recv_counts.data(), eight, nullptr));
   auto scaled = [](const std::vector<int64_t>& counts, int64_t bytes) {
     std::vector<int64_t> out(counts.size());
     for (size_t i = 0; i < counts.size(); ++i) out[i] = counts[i] * bytes;
@@ -254,19 +267,22 @@ void EpLayer::forward_all_to_all(int64_t T, const void* hidden, const int32_t* i
   comm::pack_rows(plan, hidden, row_bytes, send_rows_.data());
   comm::pack_rows(plan, ids, k * 4, send_ids_.data());
   comm::pack_rows(plan, weights, k * 4, send_weights_.data());
-  throw_if_error(comm_->all_to_all_v(send_rows_.data(), scaled(plan.send_counts, row_bytes), recv_rows_.data(),
-                                     scaled(recv_counts, row_bytes), nullptr));
-  throw_if_error(comm_->all_to_all_v(send_ids_.data(), scaled(plan.send_counts, k * 4), recv_ids_.data(),
-                                     scaled(recv_counts, k * 4), nullptr));
+  throw_if_error(comm_->all_to_all_v(send_rows_.data(), scaled(plan.send_counts, row_bytes),
+                                     recv_rows_.data(), scaled(recv_counts, row_bytes), nullptr));
+  throw_if_error(comm_->all_to_all_v(send_ids_.data(), scaled(plan.send_counts, k * 4),
+                                     recv_ids_.data(), scaled(recv_counts, k * 4), nullptr));
   throw_if_error(comm_->all_to_all_v(send_weights_.data(), scaled(plan.send_counts, k * 4),
                                      recv_weights_.data(), scaled(recv_counts, k * 4), nullptr));
   int64_t received = 0;
   for (int64_t c : recv_counts) received += c;
-  local_forward(received, recv_rows_.data(), recv_ids_.data(), recv_weights_.data(), partial_f32_.data());
+  local_forward(received, recv_rows_.data(), recv_ids_.data(), recv_weights_.data(),
+                partial_f32_.data());
   // The results go back the way the rows came, in act_dtype, into send_rows_ (free again).
-  throw_if_error(comm_->all_to_all_v(partial_rows_.data(), scaled(recv_counts, row_bytes), send_rows_.data(),
-                                     scaled(plan.send_counts, row_bytes), nullptr));
-  view_to_f32(host_view(send_rows_.data(), spec_.act_dtype, {plan.total_rows(), H}), returned_f32_.data());
+  throw_if_error(comm_->all_to_all_v(partial_rows_.data(), scaled(recv_counts, row_bytes),
+                                     send_rows_.data(), scaled(plan.send_counts, row_bytes),
+                                     nullptr));
+  view_to_f32(host_view(send_rows_.data(), spec_.act_dtype, {plan.total_rows(), H}),
+              returned_f32_.data());
   comm::combine_rows(plan, returned_f32_.data(), T, H, out_f32_.data());
   f32_to_view(out_f32_.data(), output);
 }
@@ -295,7 +311,8 @@ void EpLayer::forward_all_gather(int64_t T, const void* hidden, const int32_t* i
   throw_if_error(comm_->all_gather(send_rows_.data(), P * row_bytes, recv_rows_.data(), nullptr));
   throw_if_error(comm_->all_gather(send_ids_.data(), P * k * 4, recv_ids_.data(), nullptr));
   throw_if_error(comm_->all_gather(send_weights_.data(), P * k * 4, recv_weights_.data(), nullptr));
-  local_forward(plan.rows(), recv_rows_.data(), recv_ids_.data(), recv_weights_.data(), partial_f32_.data());
+  local_forward(plan.rows(), recv_rows_.data(), recv_ids_.data(), recv_weights_.data(),
+                partial_f32_.data());
   throw_if_error(comm_->reduce_scatter_sum(partial_f32_.data(), P * H, out_f32_.data(), nullptr));
   f32_to_view(out_f32_.data(), output);
 }

@@ -8,9 +8,12 @@ namespace moekit {
 
 const char* to_string(EpStrategy s) {
   switch (s) {
-    case EpStrategy::kAllToAllLowLatency: return "all_to_all_low_latency";
-    case EpStrategy::kAllToAll: return "all_to_all";
-    case EpStrategy::kAllGatherReduceScatter: return "all_gather_reduce_scatter";
+    case EpStrategy::kAllToAllLowLatency:
+      return "all_to_all_low_latency";
+    case EpStrategy::kAllToAll:
+      return "all_to_all";
+    case EpStrategy::kAllGatherReduceScatter:
+      return "all_gather_reduce_scatter";
   }
   return "?";
 }
@@ -25,11 +28,16 @@ std::optional<EpStrategy> ep_strategy_from_string(std::string_view s) {
 
 const char* to_string(EpRejectReason r) {
   switch (r) {
-    case EpRejectReason::kTransport: return "transport";
-    case EpRejectReason::kBuild: return "build";
-    case EpRejectReason::kWorldSize: return "world_size";
-    case EpRejectReason::kTokens: return "tokens";
-    case EpRejectReason::kTensorParallel: return "tensor_parallel";
+    case EpRejectReason::kTransport:
+      return "transport";
+    case EpRejectReason::kBuild:
+      return "build";
+    case EpRejectReason::kWorldSize:
+      return "world_size";
+    case EpRejectReason::kTokens:
+      return "tokens";
+    case EpRejectReason::kTensorParallel:
+      return "tensor_parallel";
   }
   return "?";
 }

@@ -9,9 +9,12 @@ namespace moekit::comm {
 
 const char* to_string(Launcher l) {
   switch (l) {
-    case Launcher::kNone: return "none";
-    case Launcher::kTorchrun: return "torchrun";
-    case Launcher::kMpirun: return "mpirun";
+    case Launcher::kNone:
+      return "none";
+    case Launcher::kTorchrun:
+      return "torchrun";
+    case Launcher::kMpirun:
+      return "mpirun";
   }
   return "?";
 }
@@ -47,7 +50,9 @@ int parse_int(const std::string& name, const std::string& text, long lo, long hi
 int required_int(const EnvLookup& env, const std::string& name, const char* launcher, long lo,
                  long hi) {
   const std::optional<std::string> v = env(name);
-  if (!v) refuse(std::string(launcher) + " environment without " + name + " (it sets it for every process)");
+  if (!v)
+    refuse(std::string(launcher) + " environment without " + name +
+           " (it sets it for every process)");
   return parse_int(name, *v, lo, hi);
 }
 
@@ -90,13 +95,15 @@ LaunchEnv parse_launch_env(const EnvLookup& env, int visible_gpus) {
     if (addr->empty()) refuse("MASTER_ADDR='' is empty: expected a host name or address");
     out.master_addr = *addr;
   }
-  if (const auto port = env("MASTER_PORT")) out.master_port = parse_int("MASTER_PORT", *port, 1, 65535);
+  if (const auto port = env("MASTER_PORT"))
+    out.master_port = parse_int("MASTER_PORT", *port, 1, 65535);
   if (const auto port = env("MOEKIT_RENDEZVOUS_PORT")) {
     out.rendezvous_port = parse_int("MOEKIT_RENDEZVOUS_PORT", *port, 1, 65535);
   } else {
     if (out.master_port == 65535)
-      refuse("MASTER_PORT=65535 leaves no port for the rendezvous (MASTER_PORT + 1): set "
-             "MOEKIT_RENDEZVOUS_PORT");
+      refuse(
+          "MASTER_PORT=65535 leaves no port for the rendezvous (MASTER_PORT + 1): set "
+          "MOEKIT_RENDEZVOUS_PORT");
     out.rendezvous_port = out.master_port + 1;
   }
   return out;
@@ -107,9 +114,9 @@ MoeSpec spec_for_rank(const MoeSpec& spec, int rank, int world_size) {
   if (world_size < 1 || rank < 0 || rank >= world_size)
     refuse("rank " + std::to_string(rank) + " is not in a world of " + std::to_string(world_size));
   if (static_cast<int64_t>(spec.ep_size) * spec.tp_size != world_size)
-    refuse("ep_size " + std::to_string(spec.ep_size) + " x tp_size " + std::to_string(spec.tp_size) +
-           " does not equal the world size " + std::to_string(world_size) +
-           " (every rank holds one EP x TP shard)");
+    refuse("ep_size " + std::to_string(spec.ep_size) + " x tp_size " +
+           std::to_string(spec.tp_size) + " does not equal the world size " +
+           std::to_string(world_size) + " (every rank holds one EP x TP shard)");
   MoeSpec out = spec;
   out.ep_rank = rank / spec.tp_size;
   out.tp_rank = rank % spec.tp_size;

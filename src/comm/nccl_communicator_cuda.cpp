@@ -59,13 +59,13 @@ class NcclCommunicator final : public Communicator {
     Status first;
     for (int peer = 0; peer < world_size(); ++peer) {
       if (send_bytes[peer] > 0 && first.ok())
-        first = nccl_status(ncclSend(static_cast<const char*>(send) + out, send_bytes[peer], ncclUint8,
-                                     peer, comm_, s),
+        first = nccl_status(ncclSend(static_cast<const char*>(send) + out, send_bytes[peer],
+                                     ncclUint8, peer, comm_, s),
                             "ncclSend");
       if (recv_bytes[peer] > 0 && first.ok())
-        first = nccl_status(ncclRecv(static_cast<char*>(recv) + in, recv_bytes[peer], ncclUint8, peer,
-                                     comm_, s),
-                            "ncclRecv");
+        first = nccl_status(
+            ncclRecv(static_cast<char*>(recv) + in, recv_bytes[peer], ncclUint8, peer, comm_, s),
+            "ncclRecv");
       out += send_bytes[peer];
       in += recv_bytes[peer];
     }
@@ -74,10 +74,12 @@ class NcclCommunicator final : public Communicator {
   }
   Status do_all_gather(const void* send, int64_t bytes, void* recv, void* stream) override {
     DeviceGuard g(device_);
-    return nccl_status(ncclAllGather(send, recv, bytes, ncclUint8, comm_, static_cast<cudaStream_t>(stream)),
-                       "ncclAllGather");
+    return nccl_status(
+        ncclAllGather(send, recv, bytes, ncclUint8, comm_, static_cast<cudaStream_t>(stream)),
+        "ncclAllGather");
   }
-  Status do_reduce_scatter_sum(const float* send, int64_t count, float* recv, void* stream) override {
+  Status do_reduce_scatter_sum(const float* send, int64_t count, float* recv,
+                               void* stream) override {
     DeviceGuard g(device_);
     return nccl_status(ncclReduceScatter(send, recv, count, ncclFloat32, ncclSum, comm_,
                                          static_cast<cudaStream_t>(stream)),
@@ -89,7 +91,9 @@ class NcclCommunicator final : public Communicator {
     DeviceGuard g(device_);
     const int n = world_size();
     cudaStream_t s = nullptr;
-    if (Status st = cuda_status(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate"); !st.ok())
+    if (Status st =
+            cuda_status(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+        !st.ok())
       return st;
     void* dev = nullptr;
     Status st;
@@ -100,33 +104,46 @@ class NcclCommunicator final : public Communicator {
     };
     std::vector<int64_t> sizes(n);
     const int64_t my_size = static_cast<int64_t>(mine.size());
-    if (st = cuda_status(cudaMalloc(&dev, sizeof(int64_t) * (n + 1)), "cudaMalloc"); !st.ok()) return finish(st);
+    if (st = cuda_status(cudaMalloc(&dev, sizeof(int64_t) * (n + 1)), "cudaMalloc"); !st.ok())
+      return finish(st);
     auto* d = static_cast<int64_t*>(dev);
-    if (st = cuda_status(cudaMemcpyAsync(d + n, &my_size, 8, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync"); !st.ok())
+    if (st = cuda_status(cudaMemcpyAsync(d + n, &my_size, 8, cudaMemcpyHostToDevice, s),
+                         "cudaMemcpyAsync");
+        !st.ok())
       return finish(st);
-    if (st = nccl_status(ncclAllGather(d + n, d, 1, ncclInt64, comm_, s), "ncclAllGather"); !st.ok()) return finish(st);
-    if (st = cuda_status(cudaMemcpyAsync(sizes.data(), d, 8 * n, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync"); !st.ok())
+    if (st = nccl_status(ncclAllGather(d + n, d, 1, ncclInt64, comm_, s), "ncclAllGather");
+        !st.ok())
       return finish(st);
-    if (st = cuda_status(cudaStreamSynchronize(s), "cudaStreamSynchronize"); !st.ok()) return finish(st);
+    if (st = cuda_status(cudaMemcpyAsync(sizes.data(), d, 8 * n, cudaMemcpyDeviceToHost, s),
+                         "cudaMemcpyAsync");
+        !st.ok())
+      return finish(st);
+    if (st = cuda_status(cudaStreamSynchronize(s), "cudaStreamSynchronize"); !st.ok())
+      return finish(st);
     cudaFree(dev);
     dev = nullptr;
     int64_t widest = 1;
     for (int64_t v : sizes) widest = std::max(widest, v);
     std::vector<uint8_t> padded(widest, 0), gathered(widest * n);
     std::memcpy(padded.data(), mine.data(), mine.size());
-    if (st = cuda_status(cudaMalloc(&dev, widest * (n + 1)), "cudaMalloc"); !st.ok()) return finish(st);
+    if (st = cuda_status(cudaMalloc(&dev, widest * (n + 1)), "cudaMalloc"); !st.ok())
+      return finish(st);
     auto* b = static_cast<uint8_t*>(dev);
-    if (st = cuda_status(cudaMemcpyAsync(b + widest * n, padded.data(), widest, cudaMemcpyHostToDevice, s),
-                         "cudaMemcpyAsync");
+    if (st = cuda_status(
+            cudaMemcpyAsync(b + widest * n, padded.data(), widest, cudaMemcpyHostToDevice, s),
+            "cudaMemcpyAsync");
         !st.ok())
       return finish(st);
-    if (st = nccl_status(ncclAllGather(b + widest * n, b, widest, ncclUint8, comm_, s), "ncclAllGather"); !st.ok())
+    if (st = nccl_status(ncclAllGather(b + widest * n, b, widest, ncclUint8, comm_, s),
+                         "ncclAllGather");
+        !st.ok())
       return finish(st);
     if (st = cuda_status(cudaMemcpyAsync(gathered.data(), b, widest * n, cudaMemcpyDeviceToHost, s),
                          "cudaMemcpyAsync");
         !st.ok())
       return finish(st);
-    if (st = cuda_status(cudaStreamSynchronize(s), "cudaStreamSynchronize"); !st.ok()) return finish(st);
+    if (st = cuda_status(cudaStreamSynchronize(s), "cudaStreamSynchronize"); !st.ok())
+      return finish(st);
     all->assign(n, {});
     for (int r = 0; r < n; ++r)
       (*all)[r].assign(gathered.begin() + r * widest, gathered.begin() + r * widest + sizes[r]);
@@ -147,16 +164,17 @@ class NcclCommunicator final : public Communicator {
 }  // namespace
 
 std::unique_ptr<Communicator> wrap_nccl(void* nccl_comm, int device_index) {
-  if (nccl_comm == nullptr) throw Error(ErrorCode::kInvalidArgument, "wrap_nccl: a null ncclComm_t");
+  if (nccl_comm == nullptr)
+    throw Error(ErrorCode::kInvalidArgument, "wrap_nccl: a null ncclComm_t");
   auto comm = static_cast<ncclComm_t>(nccl_comm);
   int rank = 0, size = 0, device = -1;
   throw_if_error(nccl_status(ncclCommUserRank(comm, &rank), "ncclCommUserRank"));
   throw_if_error(nccl_status(ncclCommCount(comm, &size), "ncclCommCount"));
   throw_if_error(nccl_status(ncclCommCuDevice(comm, &device), "ncclCommCuDevice"));
   if (device != device_index)
-    throw Error(ErrorCode::kInvalidArgument,
-                "wrap_nccl: the NCCL communicator is bound to GPU " + std::to_string(device) +
-                    " but device_index is " + std::to_string(device_index));
+    throw Error(ErrorCode::kInvalidArgument, "wrap_nccl: the NCCL communicator is bound to GPU " +
+                                                 std::to_string(device) + " but device_index is " +
+                                                 std::to_string(device_index));
   return std::make_unique<NcclCommunicator>(comm, rank, size, device, /*owned=*/false);
 }
 
@@ -173,20 +191,25 @@ std::unique_ptr<Communicator> create_nccl(const LaunchEnv& env, std::chrono::mil
   std::vector<uint8_t> blob;
   if (env.rank == 0) {
     throw_if_error(nccl_status(ncclGetUniqueId(&id), "ncclGetUniqueId"));
-    blob.assign(reinterpret_cast<const uint8_t*>(&id), reinterpret_cast<const uint8_t*>(&id) + sizeof id);
+    blob.assign(reinterpret_cast<const uint8_t*>(&id),
+                reinterpret_cast<const uint8_t*>(&id) + sizeof id);
   }
-  throw_if_error(tcp_rendezvous(env.master_addr, env.rendezvous_port, env.rank, env.world_size, &blob, timeout));
+  throw_if_error(tcp_rendezvous(env.master_addr, env.rendezvous_port, env.rank, env.world_size,
+                                &blob, timeout));
   if (blob.size() != sizeof id)
-    throw Error(ErrorCode::kComm, "rendezvous: an NCCL unique id of " + std::to_string(blob.size()) +
-                                      " bytes (expected " + std::to_string(sizeof id) + ")");
+    throw Error(ErrorCode::kComm, "rendezvous: an NCCL unique id of " +
+                                      std::to_string(blob.size()) + " bytes (expected " +
+                                      std::to_string(sizeof id) + ")");
   std::memcpy(&id, blob.data(), sizeof id);
   ncclComm_t comm = nullptr;
-  const Status init = nccl_status(ncclCommInitRank(&comm, env.world_size, id, env.rank), "ncclCommInitRank");
+  const Status init =
+      nccl_status(ncclCommInitRank(&comm, env.world_size, id, env.rank), "ncclCommInitRank");
   if (!init.ok()) {
     if (comm != nullptr) ncclCommAbort(comm);  // nothing half-made stays behind
     throw Error(init);
   }
-  return std::make_unique<NcclCommunicator>(comm, env.rank, env.world_size, env.local_rank, /*owned=*/true);
+  return std::make_unique<NcclCommunicator>(comm, env.rank, env.world_size, env.local_rank,
+                                            /*owned=*/true);
 }
 
 #else  // CUDA without NCCL

@@ -20,8 +20,8 @@ namespace moekit::comm {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr uint32_t kMagic = 0x6d6f6531;        // "moe1"
-constexpr uint32_t kMaxBlobBytes = 1u << 20;   // far above NCCL's 128-byte unique id
+constexpr uint32_t kMagic = 0x6d6f6531;       // "moe1"
+constexpr uint32_t kMaxBlobBytes = 1u << 20;  // far above NCCL's 128-byte unique id
 constexpr uint32_t kOk = 0, kMismatch = 1;
 
 // Closes the descriptor on every path.
@@ -67,13 +67,16 @@ bool wait_ready(int fd, short events, Clock::time_point deadline) {
   }
 }
 
-Status send_all(int fd, const void* data, size_t n, Clock::time_point deadline, const std::string& peer) {
+Status send_all(int fd, const void* data, size_t n, Clock::time_point deadline,
+                const std::string& peer) {
   const auto* p = static_cast<const uint8_t*>(data);
   while (n > 0) {
-    if (!wait_ready(fd, POLLOUT, deadline)) return comm_error("rendezvous: timed out sending to " + peer);
+    if (!wait_ready(fd, POLLOUT, deadline))
+      return comm_error("rendezvous: timed out sending to " + peer);
     const ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
     if (k < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
-    if (k <= 0) return comm_error("rendezvous: sending to " + peer + " failed: " + std::strerror(errno));
+    if (k <= 0)
+      return comm_error("rendezvous: sending to " + peer + " failed: " + std::strerror(errno));
     p += k;
     n -= static_cast<size_t>(k);
   }
@@ -83,11 +86,13 @@ Status send_all(int fd, const void* data, size_t n, Clock::time_point deadline, 
 Status recv_all(int fd, void* data, size_t n, Clock::time_point deadline, const std::string& peer) {
   auto* p = static_cast<uint8_t*>(data);
   while (n > 0) {
-    if (!wait_ready(fd, POLLIN, deadline)) return comm_error("rendezvous: timed out waiting for " + peer);
+    if (!wait_ready(fd, POLLIN, deadline))
+      return comm_error("rendezvous: timed out waiting for " + peer);
     const ssize_t k = ::recv(fd, p, n, 0);
     if (k < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
     if (k == 0) return comm_error("rendezvous: " + peer + " closed the connection");
-    if (k < 0) return comm_error("rendezvous: receiving from " + peer + " failed: " + std::strerror(errno));
+    if (k < 0)
+      return comm_error("rendezvous: receiving from " + peer + " failed: " + std::strerror(errno));
     p += k;
     n -= static_cast<size_t>(k);
   }
@@ -119,7 +124,8 @@ Status serve(int port, int world_size, std::vector<uint8_t>* blob, Clock::time_p
   Socket listener(::socket(AF_INET6, SOCK_STREAM, 0));
   bool v6 = listener.fd() >= 0;
   if (!v6) listener = Socket(::socket(AF_INET, SOCK_STREAM, 0));
-  if (listener.fd() < 0) return comm_error(std::string("rendezvous: socket() failed: ") + std::strerror(errno));
+  if (listener.fd() < 0)
+    return comm_error(std::string("rendezvous: socket() failed: ") + std::strerror(errno));
   const int one = 1, zero = 0;
   ::setsockopt(listener.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   int rc;
@@ -160,12 +166,14 @@ Status serve(int port, int world_size, std::vector<uint8_t>* blob, Clock::time_p
     // at most a few seconds, not waited on until the deadline.
     const Clock::time_point hello_by = std::min(deadline, Clock::now() + std::chrono::seconds(5));
     if (!recv_u32(peer.fd(), &magic, hello_by, who).ok() || magic != kMagic ||
-        !recv_u32(peer.fd(), &rank, hello_by, who).ok() || !recv_u32(peer.fd(), &size, hello_by, who).ok())
+        !recv_u32(peer.fd(), &rank, hello_by, who).ok() ||
+        !recv_u32(peer.fd(), &size, hello_by, who).ok())
       continue;
     if (mismatch.ok()) {
       if (static_cast<int64_t>(size) != world_size)
-        mismatch = comm_error("rendezvous: rank " + std::to_string(rank) + " has world size " +
-                              std::to_string(size) + " but rank 0 has " + std::to_string(world_size));
+        mismatch =
+            comm_error("rendezvous: rank " + std::to_string(rank) + " has world size " +
+                       std::to_string(size) + " but rank 0 has " + std::to_string(world_size));
       else if (rank == 0 || rank >= size || seen[rank])
         mismatch = comm_error("rendezvous: rank " + std::to_string(rank) +
                               " arrived twice or is out of range in a world of " +
@@ -184,13 +192,17 @@ Status serve(int port, int world_size, std::vector<uint8_t>* blob, Clock::time_p
       (void)send_all(p.fd(), m.data(), m.size(), deadline, who);
       continue;
     }
-    if (Status st = send_u32s(p.fd(), {kOk, static_cast<uint32_t>(blob->size())}, deadline, who); !st.ok()) return st;
-    if (Status st = send_all(p.fd(), blob->data(), blob->size(), deadline, who); !st.ok()) return st;
+    if (Status st = send_u32s(p.fd(), {kOk, static_cast<uint32_t>(blob->size())}, deadline, who);
+        !st.ok())
+      return st;
+    if (Status st = send_all(p.fd(), blob->data(), blob->size(), deadline, who); !st.ok())
+      return st;
   }
   if (!mismatch.ok()) return mismatch;
   for (Socket& p : peers) {  // one byte back: the blob arrived
     uint8_t ack = 0;
-    if (Status st = recv_all(p.fd(), &ack, 1, deadline, "a rank's acknowledgement"); !st.ok()) return st;
+    if (Status st = recv_all(p.fd(), &ack, 1, deadline, "a rank's acknowledgement"); !st.ok())
+      return st;
   }
   return {};
 }
@@ -244,15 +256,17 @@ Status join(const std::string& addr, int port, int rank, int world_size, std::ve
   Socket s;
   if (Status st = connect_until(addr, port, deadline, timeout, &s); !st.ok()) return st;
   const std::string peer = "rank 0 at " + where(addr, port);
-  if (Status st = send_u32s(s.fd(), {kMagic, static_cast<uint32_t>(rank), static_cast<uint32_t>(world_size)},
-                            deadline, peer);
+  if (Status st = send_u32s(
+          s.fd(), {kMagic, static_cast<uint32_t>(rank), static_cast<uint32_t>(world_size)},
+          deadline, peer);
       !st.ok())
     return st;
   uint32_t verdict = 0, n = 0;
   if (Status st = recv_u32(s.fd(), &verdict, deadline, peer); !st.ok()) return st;
   if (Status st = recv_u32(s.fd(), &n, deadline, peer); !st.ok()) return st;
   if (n > kMaxBlobBytes)
-    return comm_error("rendezvous: " + peer + " announced " + std::to_string(n) + " bytes (not a moekit rank 0?)");
+    return comm_error("rendezvous: " + peer + " announced " + std::to_string(n) +
+                      " bytes (not a moekit rank 0?)");
   std::vector<uint8_t> payload(n);
   if (Status st = recv_all(s.fd(), payload.data(), n, deadline, peer); !st.ok()) return st;
   if (verdict != kOk) return comm_error(std::string(payload.begin(), payload.end()));
@@ -269,8 +283,8 @@ Status tcp_rendezvous(const std::string& addr, int port, int rank, int world_siz
     return Status(ErrorCode::kInvalidArgument, "rendezvous: rank " + std::to_string(rank) +
                                                    " in a world of " + std::to_string(world_size));
   if (port < 1 || port > 65535)
-    return Status(ErrorCode::kInvalidArgument, "rendezvous: port " + std::to_string(port) +
-                                                   " is outside 1..65535");
+    return Status(ErrorCode::kInvalidArgument,
+                  "rendezvous: port " + std::to_string(port) + " is outside 1..65535");
   if (rank == 0 && blob->size() > kMaxBlobBytes)
     return Status(ErrorCode::kInvalidArgument,
                   "rendezvous: a blob of " + std::to_string(blob->size()) + " bytes (at most " +

@@ -60,7 +60,8 @@ TEST(HostCommunicator, AllGatherReduceScatterAndExchange) {
       std::vector<std::vector<uint8_t>> blobs;
       throw_if_error(c.exchange_host(blob, &blobs));
       ASSERT_EQ(static_cast<int>(blobs.size()), n);
-      for (int s = 0; s < n; ++s) EXPECT_EQ(blobs[s], std::vector<uint8_t>(s, static_cast<uint8_t>(s)));
+      for (int s = 0; s < n; ++s)
+        EXPECT_EQ(blobs[s], std::vector<uint8_t>(s, static_cast<uint8_t>(s)));
     });
     for (ErrorCode c : codes) EXPECT_EQ(c, ErrorCode::kOk);
   }
@@ -80,7 +81,8 @@ TEST(HostCommunicator, DifferentCollectivesFailOnEveryRank) {
   auto world = make_host_world(2);
   const auto codes = run_ranks(world, [&](int r, Communicator& c) {
     std::vector<uint8_t> buf(16);
-    if (r == 0) throw_if_error(c.all_gather(buf.data(), 4, buf.data() + 8, nullptr));
+    if (r == 0)
+      throw_if_error(c.all_gather(buf.data(), 4, buf.data() + 8, nullptr));
     else {
       std::vector<std::vector<uint8_t>> all;
       throw_if_error(c.exchange_host(buf, &all));
@@ -93,7 +95,8 @@ TEST(HostCommunicator, BadArgumentsAreRefusedBeforeCommunicating) {
   auto world = make_host_world(2);
   uint8_t b[8];
   EXPECT_EQ(world[0]->all_to_all_v(b, {1}, b, {1, 1}, nullptr).code(), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(world[0]->all_to_all_v(b, {1, -1}, b, {1, 1}, nullptr).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(world[0]->all_to_all_v(b, {1, -1}, b, {1, 1}, nullptr).code(),
+            ErrorCode::kInvalidArgument);
   EXPECT_EQ(world[0]->all_gather(b, -1, b, nullptr).code(), ErrorCode::kInvalidArgument);
   float f[2];
   EXPECT_EQ(world[0]->reduce_scatter_sum(f, -2, f, nullptr).code(), ErrorCode::kInvalidArgument);

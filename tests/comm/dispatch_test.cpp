@@ -60,7 +60,7 @@ TEST(DispatchPlan, PackAndCombineRoundTrip) {
 }
 
 TEST(MaskedLayout, FillsInRankThenTokenOrderAndCountsOverflow) {
-  const ExpertPlacement p{4, 2};  // experts 0, 1 on rank 0
+  const ExpertPlacement p{4, 2};      // experts 0, 1 on rank 0
   const int32_t r0[] = {0, 2, 1, 0};  // rank 0: token 0 -> 0, 2; token 1 -> 1, 0
   const int32_t r1[] = {0, 3, 3, 1};  // rank 1: token 0 -> 0, 3; token 1 -> 3, 1
   MaskedLayout m;

@@ -98,8 +98,8 @@ std::vector<float> ep_layer(const MoeSpec& s, const MoeWeights& full, Batch& b, 
         std::vector<uint8_t> out(T * s.hidden * esz);
         ForwardArgs a;
         a.hidden = host_view(b.hidden.data() + first * s.hidden * esz, s.act_dtype, {T, s.hidden});
-        a.router_logits = host_view(b.logits.data() + first * s.num_experts, DType::kFloat32,
-                                    {T, s.num_experts});
+        a.router_logits =
+            host_view(b.logits.data() + first * s.num_experts, DType::kFloat32, {T, s.num_experts});
         a.output = host_view(out.data(), s.act_dtype, {T, s.hidden});
         layer->forward(a);
         layer->forward(a);  // twice: the buffers are reused
@@ -169,8 +169,8 @@ TEST(EpLayer, EveryWorldSizeAndStrategyEqualsTheSingleRankLayer) {
         SCOPED_TRACE(c.name + " world " + std::to_string(world) + " " + strategy);
         std::vector<EpStrategy> chosen;
         const std::vector<float> got = ep_layer(s, full, b, world, strategy, &chosen);
-        const EpStrategy expected = strategy == "auto" ? EpStrategy::kAllToAll
-                                                       : *ep_strategy_from_string(strategy);
+        const EpStrategy expected =
+            strategy == "auto" ? EpStrategy::kAllToAll : *ep_strategy_from_string(strategy);
         for (EpStrategy e : chosen) EXPECT_EQ(e, expected);
         EXPECT_LT(rel_err(got, want), c.tol);
       }
@@ -192,9 +192,9 @@ TEST(EpLayer, TensorParallelInsideEpGroupsFallsBackToAllGather) {
 }
 
 // Builds one EP layer per rank with per-rank changes; returns each rank's error code.
-std::vector<ErrorCode> build_all(int world, const MoeSpec& spec, const MoeWeights& full,
-                                 const std::function<void(int, MoeWeights&, EpLayerOptions&,
-                                                          Environment&)>& change) {
+std::vector<ErrorCode> build_all(
+    int world, const MoeSpec& spec, const MoeWeights& full,
+    const std::function<void(int, MoeWeights&, EpLayerOptions&, Environment&)>& change) {
   auto comms = shared_world(world);
   std::vector<ErrorCode> codes(world, ErrorCode::kOk);
   std::vector<std::thread> threads;
@@ -237,9 +237,10 @@ TEST(EpLayer, DifferingEnvironmentsFailOnEveryRank) {
   s.ep_size = 2;
   const MoeWeights full = full_weights(s, 3);
   const uint64_t before = registry::engines_created();
-  const auto codes = build_all(2, s, full, [](int r, MoeWeights&, EpLayerOptions&, Environment& env) {
-    if (r == 1) env.library_version = "0.0.1-other";
-  });
+  const auto codes =
+      build_all(2, s, full, [](int r, MoeWeights&, EpLayerOptions&, Environment& env) {
+        if (r == 1) env.library_version = "0.0.1-other";
+      });
   EXPECT_EQ(codes, (std::vector<ErrorCode>{ErrorCode::kComm, ErrorCode::kComm}));
   EXPECT_EQ(registry::engines_created(), before);
 }
@@ -259,7 +260,8 @@ TEST(EpLayer, ALayoutThatDoesNotFitTheWorldFailsOnEveryRank) {
   s.ep_size = 4;  // in a world of 2
   const MoeWeights full = full_weights(s, 3);
   const auto codes = build_all(2, s, full, [](int, MoeWeights&, EpLayerOptions&, Environment&) {});
-  EXPECT_EQ(codes, (std::vector<ErrorCode>{ErrorCode::kInvalidArgument, ErrorCode::kInvalidArgument}));
+  EXPECT_EQ(codes,
+            (std::vector<ErrorCode>{ErrorCode::kInvalidArgument, ErrorCode::kInvalidArgument}));
 }
 
 TEST(EpLayer, WeightsRefusedOnOneRankFailEveryRank) {
@@ -289,9 +291,8 @@ TEST(EpLayer, UnknownNamesAndAMissingCommunicatorAreRefused) {
   MoeSpec s = cases()[0].spec;
   s.ep_size = 2;
   const MoeWeights full = full_weights(s, 3);
-  auto codes = build_all(2, s, full, [](int, MoeWeights&, EpLayerOptions& o, Environment&) {
-    o.strategy = "ring";
-  });
+  auto codes = build_all(
+      2, s, full, [](int, MoeWeights&, EpLayerOptions& o, Environment&) { o.strategy = "ring"; });
   EXPECT_EQ(codes, (std::vector<ErrorCode>{ErrorCode::kNotFound, ErrorCode::kNotFound}));
   codes = build_all(2, s, full, [](int r, MoeWeights&, EpLayerOptions& o, Environment&) {
     if (r == 0) o.backend = "no.such.implementation";

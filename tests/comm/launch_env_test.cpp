@@ -117,12 +117,13 @@ TEST(LaunchEnv, EveryBadValueIsNamed) {
       {"port too big", with(ok, "MASTER_PORT", "65536"), 4, "MASTER_PORT", "65536"},
       {"port leaves no rendezvous port", with(ok, "MASTER_PORT", "65535"), 4, "MASTER_PORT",
        "65535"},
-      {"rendezvous port bad", with(ok, "MOEKIT_RENDEZVOUS_PORT", "-5"), 4,
-       "MOEKIT_RENDEZVOUS_PORT", "-5"},
+      {"rendezvous port bad", with(ok, "MOEKIT_RENDEZVOUS_PORT", "-5"), 4, "MOEKIT_RENDEZVOUS_PORT",
+       "-5"},
       {"master addr empty", with(ok, "MASTER_ADDR", ""), 4, "MASTER_ADDR", "''"},
       {"mpi rank not a number", with(mpi, "OMPI_COMM_WORLD_RANK", "r1"), 2, "OMPI_COMM_WORLD_RANK",
        "r1"},
-      {"mpi size missing", without(mpi, "OMPI_COMM_WORLD_SIZE"), 2, "OMPI_COMM_WORLD_SIZE", "mpirun"},
+      {"mpi size missing", without(mpi, "OMPI_COMM_WORLD_SIZE"), 2, "OMPI_COMM_WORLD_SIZE",
+       "mpirun"},
       {"mpi local >= gpus", mpi, 1, "OMPI_COMM_WORLD_LOCAL_RANK", "1"},
   };
   for (const Bad& c : cases) {

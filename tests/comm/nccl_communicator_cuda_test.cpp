@@ -112,7 +112,8 @@ TEST_F(NcclWorld, CollectivesMoveWhatTheHostTransportDoes) {
     // Host blobs of different lengths.
     std::vector<std::vector<uint8_t>> blobs;
     ASSERT_TRUE(c.exchange_host(std::vector<uint8_t>(r, static_cast<uint8_t>(r)), &blobs).ok());
-    for (int q = 0; q < n; ++q) EXPECT_EQ(blobs[q], std::vector<uint8_t>(q, static_cast<uint8_t>(q)));
+    for (int q = 0; q < n; ++q)
+      EXPECT_EQ(blobs[q], std::vector<uint8_t>(q, static_cast<uint8_t>(q)));
     for (void* p : {static_cast<void*>(dsend), static_cast<void*>(drecv), static_cast<void*>(drs),
                     static_cast<void*>(dout), static_cast<void*>(dmine), static_cast<void*>(dall)})
       cudaFree(p);

@@ -31,7 +31,8 @@ int free_port() {
 }
 
 std::vector<Status> run(int world, const std::vector<int>& claimed_world, int port,
-                        std::vector<std::vector<uint8_t>>* blobs, std::chrono::milliseconds timeout) {
+                        std::vector<std::vector<uint8_t>>* blobs,
+                        std::chrono::milliseconds timeout) {
   std::vector<Status> out(world);
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
@@ -84,7 +85,8 @@ TEST(TcpRendezvous, MissingPeersTimeOut) {
 TEST(TcpRendezvous, BadArgumentsAreNamed) {
   std::vector<uint8_t> blob;
   EXPECT_EQ(tcp_rendezvous("127.0.0.1", 0, 0, 2, &blob, 1s).code(), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(tcp_rendezvous("127.0.0.1", 70000, 0, 2, &blob, 1s).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(tcp_rendezvous("127.0.0.1", 70000, 0, 2, &blob, 1s).code(),
+            ErrorCode::kInvalidArgument);
   EXPECT_EQ(tcp_rendezvous("127.0.0.1", 1234, 2, 2, &blob, 1s).code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ(tcp_rendezvous("no-such-host.invalid", 1234, 1, 2, &blob, 1s).code(),
             ErrorCode::kInvalidArgument);

@@ -18,7 +18,8 @@ inline MoeSpec qwen3_30b_spec() {
 }
 
 // A small fp32 layer (fp32 weights, top-k softmax routing): host tests of the layer's plumbing.
-inline MoeSpec small_fp32_spec(int64_t experts, int64_t top_k, int64_t hidden, int64_t intermediate) {
+inline MoeSpec small_fp32_spec(int64_t experts, int64_t top_k, int64_t hidden,
+                               int64_t intermediate) {
   MoeSpec s;
   s.num_experts = experts;
   s.top_k = top_k;

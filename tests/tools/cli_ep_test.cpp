@@ -11,12 +11,13 @@ namespace {
 testcmd::Ran moekit_with_env(const std::string& env, const std::string& args) {
   const std::string dir = testcmd::test_dir("cli_ep");
   // env -u: the test's own launcher variables (if any) must not leak in.
-  return testcmd::run(dir, "env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u OMPI_COMM_WORLD_RANK "
-                           "-u OMPI_COMM_WORLD_SIZE -u OMPI_COMM_WORLD_LOCAL_RANK -u MASTER_PORT " +
-                               env + " " + testcmd::program("MOEKIT_TEST_CLI", MOEKIT_CLI_PATH) +
-                               " run --preset mixtral-8x7b --hidden 128 --intermediate 128 "
-                               "--tokens 4 --backend reference " +
-                               args);
+  return testcmd::run(dir,
+                      "env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u OMPI_COMM_WORLD_RANK "
+                      "-u OMPI_COMM_WORLD_SIZE -u OMPI_COMM_WORLD_LOCAL_RANK -u MASTER_PORT " +
+                          env + " " + testcmd::program("MOEKIT_TEST_CLI", MOEKIT_CLI_PATH) +
+                          " run --preset mixtral-8x7b --hidden 128 --intermediate 128 "
+                          "--tokens 4 --backend reference " +
+                          args);
 }
 
 TEST(CliEp, WithoutALauncherSaysHowToStartIt) {
