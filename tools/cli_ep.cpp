@@ -51,6 +51,7 @@ EpRunResult run_expert_parallel(const MoeSpec& spec, const LayerOptions& options
   layer->forward(a);
   out.run.milliseconds =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  out.stats = layer->last_forward_stats();
   out.run.output.resize(tokens * spec.hidden);
   view_to_f32(a.output, out.run.output.data());
   if (check) {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "cli_common.hpp"
+#include "moekit/ep.hpp"
 
 namespace moekit::cli {
 
@@ -12,6 +13,7 @@ struct EpRunResult {
   int rank = 0, world_size = 1;
   std::string strategy;          // the EP strategy all ranks run
   RunResult run;                 // this rank's tokens' output
+  EpForwardStats stats;          // the stages' times and the bytes moved
   std::vector<float> reference;  // with check: the single-rank CPU reference on the same tokens
 };
 

@@ -318,6 +318,11 @@ int cmd_run_ep(const LayerOpts& lo, const RunOpts& ro, const MoeSpec& spec, int6
       "rank %d of %d  ep strategy %s  tokens %lld  checksum sum=%.6e abs=%.6e  time %.3f ms\n",
       r.rank, r.world_size, r.strategy.c_str(), (long long)tokens, sum, abs_sum,
       r.run.milliseconds);
+  std::printf(
+      "rank %d  dispatch %.3f ms  experts %.3f ms (%lld rows)  combine %.3f ms  "
+      "sent %lld bytes  received %lld bytes\n",
+      r.rank, r.stats.dispatch_ms, r.stats.experts_ms, (long long)r.stats.rows_computed,
+      r.stats.combine_ms, (long long)r.stats.bytes_sent, (long long)r.stats.bytes_received);
   if (ro.check) {
     const double rel = relative_error(r.run.output, r.reference);
     std::printf("rank %d check against the single-rank cpu.reference: relative error %.3e\n",

@@ -83,6 +83,16 @@ std::optional<EpRejection> ep_reject(const EpStrategyCapability& cap, const EpCo
 // rejection in candidates. An unknown name throws Error(kNotFound) naming it.
 EpSelection select_ep_strategy(const EpContext& ctx, const std::string& request);
 
+// What this rank's last forward did. Times are the host clock around each stage (the host path
+// runs them synchronously); bytes are those that crossed to or from other ranks, every
+// collective's payload counted (counts, rows, ids, weights, results), what a rank keeps for
+// itself not counted.
+struct EpForwardStats {
+  double dispatch_ms = 0, experts_ms = 0, combine_ms = 0;
+  int64_t rows_computed = 0;  // rows the local experts ran (received, or gathered with padding)
+  int64_t bytes_sent = 0, bytes_received = 0;
+};
+
 struct EpLayerOptions {
   std::string backend = "auto";   // the local layer's implementation (LayerOptions::backend)
   std::string strategy = "auto";  // "auto" or an EpStrategy name
@@ -128,6 +138,7 @@ class EpLayer {
   const EpSelection& selection() const { return selection_; }
   EpStrategy strategy() const { return *selection_.chosen; }
   const MoeLayer& local_layer() const { return *local_; }
+  const EpForwardStats& last_forward_stats() const { return stats_; }
 
  private:
   EpLayer() = default;
@@ -144,6 +155,7 @@ class EpLayer {
   std::vector<float> routing_bias_;
   std::shared_ptr<comm::Communicator> comm_;
   std::unique_ptr<MoeLayer> local_;
+  EpForwardStats stats_;
   // Host buffers sized at create() from max_tokens x world size.
   std::vector<uint8_t> send_rows_, recv_rows_, partial_rows_;
   std::vector<int32_t> ids_, send_ids_, recv_ids_;

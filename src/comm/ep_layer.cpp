@@ -1,5 +1,6 @@
 // EpLayer: dispatch -> local experts (any MoeLayer) -> combine, built collectively.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "comm/dispatch.hpp"
@@ -78,6 +79,18 @@ void agree(comm::Communicator& comm, const RankReport& mine) {
 std::string shared_spec_text(MoeSpec s) {
   s.ep_rank = s.tp_rank = 0;
   return spec_to_json(s);
+}
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+// Bytes of a per-rank list that cross the rank boundary: all but `self`'s.
+int64_t crossing(const std::vector<int64_t>& bytes, int self) {
+  int64_t n = 0;
+  for (size_t r = 0; r < bytes.size(); ++r) n += static_cast<int>(r) == self ? 0 : bytes[r];
+  return n;
 }
 
 }  // namespace
@@ -253,6 +266,9 @@ void EpLayer::forward_all_to_all(int64_t T, const void* hidden, const int32_t* i
   const int n = comm_->world_size();
   const int64_t H = spec_.hidden, k = spec_.top_k;
   const int64_t row_bytes = H * static_cast<int64_t>(dtype_size(spec_.act_dtype));
+  const int me = comm_->rank();
+  stats_ = EpForwardStats{};
+  Clock::time_point t = Clock::now();
   comm::DispatchPlan plan;
   throw_if_error(comm::plan_dispatch({spec_.num_experts, spec_.ep_size}, T, k, ids, &plan));
   // Counts first, so every rank knows what it receives.
@@ -273,10 +289,14 @@ void EpLayer::forward_all_to_all(int64_t T, const void* hidden, const int32_t* i
                                      recv_ids_.data(), scaled(recv_counts, k * 4), nullptr));
   throw_if_error(comm_->all_to_all_v(send_weights_.data(), scaled(plan.send_counts, k * 4),
                                      recv_weights_.data(), scaled(recv_counts, k * 4), nullptr));
+  stats_.dispatch_ms = ms_since(t);
   int64_t received = 0;
   for (int64_t c : recv_counts) received += c;
+  t = Clock::now();
   local_forward(received, recv_rows_.data(), recv_ids_.data(), recv_weights_.data(),
                 partial_f32_.data());
+  stats_.experts_ms = ms_since(t);
+  t = Clock::now();
   // The results go back the way the rows came, in act_dtype, into send_rows_ (free again).
   throw_if_error(comm_->all_to_all_v(partial_rows_.data(), scaled(recv_counts, row_bytes),
                                      send_rows_.data(), scaled(plan.send_counts, row_bytes),
@@ -285,6 +305,14 @@ void EpLayer::forward_all_to_all(int64_t T, const void* hidden, const int32_t* i
               returned_f32_.data());
   comm::combine_rows(plan, returned_f32_.data(), T, H, out_f32_.data());
   f32_to_view(out_f32_.data(), output);
+  stats_.combine_ms = ms_since(t);
+  stats_.rows_computed = received;
+  // Counts (8 bytes per peer), then rows, ids and weights out; results back (rows the other way).
+  const int64_t out_bytes = row_bytes + 8 * k, peers = n - 1;
+  stats_.bytes_sent = 8 * peers + crossing(scaled(plan.send_counts, out_bytes), me) +
+                      crossing(scaled(recv_counts, row_bytes), me);
+  stats_.bytes_received = 8 * peers + crossing(scaled(recv_counts, out_bytes), me) +
+                          crossing(scaled(plan.send_counts, row_bytes), me);
 }
 
 void EpLayer::forward_all_gather(int64_t T, const void* hidden, const int32_t* ids,
@@ -292,6 +320,8 @@ void EpLayer::forward_all_gather(int64_t T, const void* hidden, const int32_t* i
   const int n = comm_->world_size();
   const int64_t H = spec_.hidden, k = spec_.top_k;
   const int64_t row_bytes = H * static_cast<int64_t>(dtype_size(spec_.act_dtype));
+  stats_ = EpForwardStats{};
+  Clock::time_point t = Clock::now();
   std::vector<int64_t> tokens_of(n);
   throw_if_error(comm_->all_gather(&T, 8, tokens_of.data(), nullptr));
   const comm::GatherPlan plan = comm::plan_gather(tokens_of);
@@ -311,10 +341,19 @@ void EpLayer::forward_all_gather(int64_t T, const void* hidden, const int32_t* i
   throw_if_error(comm_->all_gather(send_rows_.data(), P * row_bytes, recv_rows_.data(), nullptr));
   throw_if_error(comm_->all_gather(send_ids_.data(), P * k * 4, recv_ids_.data(), nullptr));
   throw_if_error(comm_->all_gather(send_weights_.data(), P * k * 4, recv_weights_.data(), nullptr));
+  stats_.dispatch_ms = ms_since(t);
+  t = Clock::now();
   local_forward(plan.rows(), recv_rows_.data(), recv_ids_.data(), recv_weights_.data(),
                 partial_f32_.data());
+  stats_.experts_ms = ms_since(t);
+  t = Clock::now();
   throw_if_error(comm_->reduce_scatter_sum(partial_f32_.data(), P * H, out_f32_.data(), nullptr));
   f32_to_view(out_f32_.data(), output);
+  stats_.combine_ms = ms_since(t);
+  stats_.rows_computed = plan.rows();
+  // The count, the padded rows, ids and weights to every peer; fp32 partial sums of each peer's
+  // rows to it.
+  stats_.bytes_sent = stats_.bytes_received = (n - 1) * (8 + P * (row_bytes + 8 * k) + P * H * 4);
 }
 
 }  // namespace moekit

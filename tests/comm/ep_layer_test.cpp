@@ -74,7 +74,11 @@ std::vector<std::shared_ptr<comm::Communicator>> shared_world(int n) {
 // Runs every rank's EP layer on its slice of the batch; returns the outputs as fp32 and each
 // rank's chosen strategy.
 std::vector<float> ep_layer(const MoeSpec& s, const MoeWeights& full, Batch& b, int world,
-                            const std::string& strategy, std::vector<EpStrategy>* chosen) {
+                            const std::string& strategy, std::vector<EpStrategy>* chosen,
+                            std::vector<EpForwardStats>* stats = nullptr) {
+  std::vector<EpForwardStats> own_stats;
+  if (stats == nullptr) stats = &own_stats;
+  stats->assign(world, EpForwardStats{});
   const Environment env = Environment::cpu_only();
   auto comms = shared_world(world);
   std::vector<float> got(b.total * s.hidden, NAN);
@@ -103,6 +107,7 @@ std::vector<float> ep_layer(const MoeSpec& s, const MoeWeights& full, Batch& b, 
         a.output = host_view(out.data(), s.act_dtype, {T, s.hidden});
         layer->forward(a);
         layer->forward(a);  // twice: the buffers are reused
+        (*stats)[r] = layer->last_forward_stats();
         view_to_f32(a.output, got.data() + first * s.hidden);
       } catch (const Error& e) {
         errors[r] = e.what();
@@ -173,6 +178,35 @@ TEST(EpLayer, EveryWorldSizeAndStrategyEqualsTheSingleRankLayer) {
             strategy == "auto" ? EpStrategy::kAllToAll : *ep_strategy_from_string(strategy);
         for (EpStrategy e : chosen) EXPECT_EQ(e, expected);
         EXPECT_LT(rel_err(got, want), c.tol);
+      }
+    }
+  }
+}
+
+TEST(EpLayer, BytesMovedBalanceAcrossRanks) {
+  MoeSpec s = cases()[0].spec;
+  const MoeWeights full = full_weights(s, 5);
+  for (int world : {1, 2, 4}) {
+    s.ep_size = world;
+    Batch b = make_batch(s, world, 5);
+    for (const std::string strategy : {"all_to_all", "all_gather_reduce_scatter"}) {
+      SCOPED_TRACE(strategy + " world " + std::to_string(world));
+      std::vector<EpStrategy> chosen;
+      std::vector<EpForwardStats> stats;
+      ep_layer(s, full, b, world, strategy, &chosen, &stats);
+      int64_t sent = 0, received = 0, rows = 0;
+      for (const EpForwardStats& st : stats) {
+        sent += st.bytes_sent;
+        received += st.bytes_received;
+        rows += st.rows_computed;
+        EXPECT_GE(st.dispatch_ms, 0.0);
+      }
+      EXPECT_EQ(sent, received);  // what leaves one rank arrives at another
+      if (world == 1) EXPECT_EQ(sent, 0);
+      if (strategy == "all_to_all") {
+        // Each token's row runs once per rank holding one of its experts: between 1 and k times.
+        EXPECT_GE(rows, b.total);
+        EXPECT_LE(rows, b.total * s.top_k);
       }
     }
   }
