@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "cli_common.hpp"
+#include "cli_ep.hpp"
 #include "moekit/environment.hpp"
 #include "moekit/io.hpp"
 #include "moekit/layer.hpp"
@@ -97,8 +98,10 @@ struct LayerOpts {
         "for)");
     opt("--tp-size", "tensor-parallel size (default 1)");
     opt("--tp-rank", "tensor-parallel rank (default 0)");
-    opt("--ep-size", "expert-parallel size (default 1)");
-    opt("--ep-rank", "expert-parallel rank (default 0)");
+    opt("--ep-size",
+        "expert-parallel size (default 1); run, above 1 and without --ep-rank: this process is "
+        "one rank of a run started by torchrun or mpirun (one process per GPU)");
+    opt("--ep-rank", "expert-parallel rank (default 0): that rank's partial output alone");
     sub->add_option("--backend", backend,
                     "auto, a family (reference, cutlass) or an implementation id")
         ->capture_default_str();
@@ -257,6 +260,17 @@ void print_tuning_problems(const Resolution& r) {
                  p.text().c_str());
 }
 
+// ||got - want|| / ||want|| over every element (what --check prints).
+double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const double d = double(got[i]) - want[i];
+    num += d * d;
+    den += double(want[i]) * want[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
 void print_degradation(const Resolution& r) {
   if (!r.degraded_from) return;
   const Degradation& d = *r.degraded_from;
@@ -291,6 +305,39 @@ struct RunOpts {
   bool check = false;
 };
 
+int cmd_run_ep(const LayerOpts& lo, const RunOpts& ro, const MoeSpec& spec, int64_t tokens) {
+  if (!ro.input.empty() || !ro.weight_files.empty() || !ro.output.empty())
+    throw Error(ErrorCode::kInvalidArgument,
+                "--input, --weights and --output are not supported with --ep-size " +
+                    std::to_string(spec.ep_size) +
+                    " under a launcher yet (random weights and tokens)");
+  if (tokens > spec.max_tokens)
+    throw Error(ErrorCode::kInvalidArgument, "the batch of " + std::to_string(tokens) +
+                                                 " tokens exceeds max_tokens " +
+                                                 std::to_string(spec.max_tokens));
+  const EpRunResult r = run_expert_parallel(spec, lo.options(), lo.seed, tokens, ro.check);
+  double abs_sum = 0;
+  const double sum = checksum(r.run.output, &abs_sum);
+  std::printf(
+      "rank %d of %d  ep strategy %s  tokens %lld  checksum sum=%.6e abs=%.6e  time %.3f ms\n",
+      r.rank, r.world_size, r.strategy.c_str(), (long long)tokens, sum, abs_sum,
+      r.run.milliseconds);
+  std::printf(
+      "rank %d  dispatch %.3f ms  experts %.3f ms (%lld rows)  combine %.3f ms  "
+      "sent %lld bytes  received %lld bytes\n",
+      r.rank, r.stats.dispatch_ms, r.stats.experts_ms, (long long)r.stats.rows_computed,
+      r.stats.combine_ms, (long long)r.stats.bytes_sent, (long long)r.stats.bytes_received);
+  if (ro.check) {
+    const double rel = relative_error(r.run.output, r.reference);
+    std::printf("rank %d check against the single-rank cpu.reference: relative error %.3e\n",
+                r.rank, rel);
+    if (!(rel < 1e-2))
+      throw Error(ErrorCode::kInternal,
+                  "output differs from the CPU reference: relative error " + std::to_string(rel));
+  }
+  return 0;
+}
+
 int cmd_run(const LayerOpts& lo, const RunOpts& ro) {
   int64_t tokens = parse_integer("--tokens", ro.tokens, 0);  // 0 tokens: a valid, empty batch
   const int layer_index = parse_int("--layer", ro.layer, 0);
@@ -309,6 +356,8 @@ int cmd_run(const LayerOpts& lo, const RunOpts& ro) {
     tokens = it->shape[0];
   }
   const MoeSpec spec = lo.spec(tokens);
+  // --ep-size N without --ep-rank: one rank of an expert-parallel run under torchrun / mpirun.
+  if (spec.ep_size > 1 && !lo.given("--ep-rank")) return cmd_run_ep(lo, ro, spec, tokens);
   if (tokens > spec.max_tokens)
     throw Error(ErrorCode::kInvalidArgument, "the batch of " + std::to_string(tokens) +
                                                  " tokens exceeds max_tokens " +
@@ -353,14 +402,7 @@ int cmd_run(const LayerOpts& lo, const RunOpts& ro) {
     LayerOptions ref_opts = lo.options();
     ref_opts.backend = "reference";
     auto ref_layer = MoeLayer::create(spec, w, ref_opts);
-    RunResult ref = run_layer(*ref_layer, in);
-    double num = 0, den = 0;
-    for (std::size_t i = 0; i < ref.output.size(); ++i) {
-      const double d = double(res.output[i]) - ref.output[i];
-      num += d * d;
-      den += double(ref.output[i]) * ref.output[i];
-    }
-    const double rel = std::sqrt(num / std::max(den, 1e-30));
+    const double rel = relative_error(res.output, run_layer(*ref_layer, in).output);
     std::printf("check against cpu.reference: relative error %.3e\n", rel);
     if (!(rel < 1e-2))
       throw Error(ErrorCode::kInternal,

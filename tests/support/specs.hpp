@@ -17,6 +17,19 @@ inline MoeSpec qwen3_30b_spec() {
   return s;
 }
 
+// A small fp32 layer (fp32 weights, top-k softmax routing): host tests of the layer's plumbing.
+inline MoeSpec small_fp32_spec(int64_t experts, int64_t top_k, int64_t hidden,
+                               int64_t intermediate) {
+  MoeSpec s;
+  s.num_experts = experts;
+  s.top_k = top_k;
+  s.hidden = hidden;
+  s.intermediate = intermediate;
+  s.act_dtype = DType::kFloat32;
+  s.weights.format = WeightFormat::kFP32;
+  return s;
+}
+
 // gpt-oss's clamped SwiGLU: alpha 1.702, beta 1, clamped at `limit`.
 inline void set_clamped_swiglu(MoeSpec& s, float limit = 7.0f) {
   s.activation.kind = ActivationKind::kSwiGLUClamped;

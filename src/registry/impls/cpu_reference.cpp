@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "common/numeric.hpp"
+#include "common/host_activations.hpp"
 #include "moekit/registry.hpp"
 #include "reference/reference.hpp"
 #include "registry/impls/impls.hpp"
@@ -45,44 +45,6 @@ Capability reference_capability() {
   return c;
 }
 
-void to_f32(const TensorView& v, float* out) {
-  const int64_t n = v.numel();
-  switch (v.dtype) {
-    case DType::kFloat32:
-      std::copy_n(v.as<const float>(), n, out);
-      return;
-    case DType::kBFloat16:
-      for (int64_t i = 0; i < n; ++i) out[i] = numeric::bf16_to_float(v.as<const uint16_t>()[i]);
-      return;
-    case DType::kFloat16:
-      for (int64_t i = 0; i < n; ++i) out[i] = numeric::fp16_to_float(v.as<const uint16_t>()[i]);
-      return;
-    default:
-      throw Error(ErrorCode::kInvalidArgument,
-                  std::string("cpu.reference cannot read activations of dtype ") +
-                      to_string(v.dtype) + ".");
-  }
-}
-
-void from_f32(const float* in, const TensorView& v) {
-  const int64_t n = v.numel();
-  switch (v.dtype) {
-    case DType::kFloat32:
-      std::copy_n(in, n, v.as<float>());
-      return;
-    case DType::kBFloat16:
-      for (int64_t i = 0; i < n; ++i) v.as<uint16_t>()[i] = numeric::float_to_bf16(in[i]);
-      return;
-    case DType::kFloat16:
-      for (int64_t i = 0; i < n; ++i) v.as<uint16_t>()[i] = numeric::float_to_fp16(in[i]);
-      return;
-    default:
-      throw Error(ErrorCode::kInvalidArgument,
-                  std::string("cpu.reference cannot write activations of dtype ") +
-                      to_string(v.dtype) + ".");
-  }
-}
-
 class ReferenceEngine final : public Engine {
  public:
   // Views are checked by MoeLayer::forward; the buffers are sized once here, from max_tokens.
@@ -101,7 +63,7 @@ class ReferenceEngine final : public Engine {
                                                    " exceed the layer's max_tokens " +
                                                    std::to_string(spec_.max_tokens) + ".");
     const int64_t k = spec_.top_k, pairs = tokens * k;
-    to_f32(a.hidden, hidden_.data());
+    view_to_f32(a.hidden, hidden_.data());
     if (spec_.routing.method == RoutingMethod::kExternal) {
       std::copy_n(a.topk_ids.as<const int32_t>(), pairs, ids_.data());
       throw_if_error(routing::validate_ids_host(tokens, spec_.num_experts, k, ids_.data()));
@@ -116,7 +78,7 @@ class ReferenceEngine final : public Engine {
     }
     throw_if_error(reference::forward(spec_, weights_, tokens, hidden_.data(), ids_.data(),
                                       route_weights_.data(), out_.data()));
-    from_f32(out_.data(), a.output);
+    f32_to_view(out_.data(), a.output);
   }
 
   std::size_t workspace_bytes() const override {

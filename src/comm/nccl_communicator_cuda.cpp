@@ -1,0 +1,226 @@
+// The NCCL transport: a caller-owned ncclComm_t, or one created from the launcher's
+// environment with the unique id exchanged by tcp_rendezvous. Without NCCL in the build (CUDA
+// found, NCCL not) both constructors are refused.
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <string>
+
+#include "moekit/comm.hpp"
+#ifdef MOEKIT_WITH_NCCL
+#include <nccl.h>
+#endif
+
+namespace moekit::comm {
+
+#ifdef MOEKIT_WITH_NCCL
+namespace {
+
+Status nccl_status(ncclResult_t r, const char* what) {
+  if (r == ncclSuccess) return {};
+  return Status(ErrorCode::kComm, std::string(what) + " failed: " + ncclGetErrorString(r));
+}
+Status cuda_status(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return {};
+  return Status(ErrorCode::kCuda, std::string(what) + " failed: " + cudaGetErrorString(e));
+}
+
+// Makes the communicator's GPU current for the duration of a call and restores the caller's.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    cudaGetDevice(&previous_);
+    if (previous_ != device) cudaSetDevice(device);
+  }
+  ~DeviceGuard() { cudaSetDevice(previous_); }
+
+ private:
+  int previous_ = 0;
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(ncclComm_t comm, int rank, int world_size, int device, bool owned)
+      : Communicator(rank, world_size), comm_(comm), device_(device), owned_(owned) {}
+  ~NcclCommunicator() override { release(); }
+  Device device() const override { return Device::kCuda; }
+  int device_index() const override { return device_; }
+  std::string transport() const override { return "nccl"; }
+  bool graph_capturable() const override { return true; }
+
+ protected:
+  // NCCL has no all-to-all-v: a group of sends and receives, one pair per peer.
+  Status do_all_to_all_v(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                         const std::vector<int64_t>& recv_bytes, void* stream) override {
+    DeviceGuard g(device_);
+    const auto s = static_cast<cudaStream_t>(stream);
+    if (Status st = nccl_status(ncclGroupStart(), "ncclGroupStart"); !st.ok()) return st;
+    int64_t out = 0, in = 0;
+    Status first;
+    for (int peer = 0; peer < world_size(); ++peer) {
+      if (send_bytes[peer] > 0 && first.ok())
+        first = nccl_status(ncclSend(static_cast<const char*>(send) + out, send_bytes[peer],
+                                     ncclUint8, peer, comm_, s),
+                            "ncclSend");
+      if (recv_bytes[peer] > 0 && first.ok())
+        first = nccl_status(
+            ncclRecv(static_cast<char*>(recv) + in, recv_bytes[peer], ncclUint8, peer, comm_, s),
+            "ncclRecv");
+      out += send_bytes[peer];
+      in += recv_bytes[peer];
+    }
+    const Status end = nccl_status(ncclGroupEnd(), "ncclGroupEnd");  // always closes the group
+    return first.ok() ? end : first;
+  }
+  Status do_all_gather(const void* send, int64_t bytes, void* recv, void* stream) override {
+    DeviceGuard g(device_);
+    return nccl_status(
+        ncclAllGather(send, recv, bytes, ncclUint8, comm_, static_cast<cudaStream_t>(stream)),
+        "ncclAllGather");
+  }
+  Status do_reduce_scatter_sum(const float* send, int64_t count, float* recv,
+                               void* stream) override {
+    DeviceGuard g(device_);
+    return nccl_status(ncclReduceScatter(send, recv, count, ncclFloat32, ncclSum, comm_,
+                                         static_cast<cudaStream_t>(stream)),
+                       "ncclReduceScatter");
+  }
+  // Host blobs over the GPU: lengths first (all-gather of one int64), then the padded blobs.
+  Status do_exchange_host(const std::vector<uint8_t>& mine,
+                          std::vector<std::vector<uint8_t>>* all) override {
+    DeviceGuard g(device_);
+    const int n = world_size();
+    cudaStream_t s = nullptr;
+    if (Status st =
+            cuda_status(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+        !st.ok())
+      return st;
+    void* dev = nullptr;
+    Status st;
+    auto finish = [&](Status result) {
+      if (dev) cudaFree(dev);
+      cudaStreamDestroy(s);
+      return result;
+    };
+    std::vector<int64_t> sizes(n);
+    const int64_t my_size = static_cast<int64_t>(mine.size());
+    if (st = cuda_status(cudaMalloc(&dev, sizeof(int64_t) * (n + 1)), "cudaMalloc"); !st.ok())
+      return finish(st);
+    auto* d = static_cast<int64_t*>(dev);
+    if (st = cuda_status(cudaMemcpyAsync(d + n, &my_size, 8, cudaMemcpyHostToDevice, s),
+                         "cudaMemcpyAsync");
+        !st.ok())
+      return finish(st);
+    if (st = nccl_status(ncclAllGather(d + n, d, 1, ncclInt64, comm_, s), "ncclAllGather");
+        !st.ok())
+      return finish(st);
+    if (st = cuda_status(cudaMemcpyAsync(sizes.data(), d, 8 * n, cudaMemcpyDeviceToHost, s),
+                         "cudaMemcpyAsync");
+        !st.ok())
+      return finish(st);
+    if (st = cuda_status(cudaStreamSynchronize(s), "cudaStreamSynchronize"); !st.ok())
+      return finish(st);
+    cudaFree(dev);
+    dev = nullptr;
+    int64_t widest = 1;
+    for (int64_t v : sizes) widest = std::max(widest, v);
+    std::vector<uint8_t> padded(widest, 0), gathered(widest * n);
+    std::memcpy(padded.data(), mine.data(), mine.size());
+    if (st = cuda_status(cudaMalloc(&dev, widest * (n + 1)), "cudaMalloc"); !st.ok())
+      return finish(st);
+    auto* b = static_cast<uint8_t*>(dev);
+    if (st = cuda_status(
+            cudaMemcpyAsync(b + widest * n, padded.data(), widest, cudaMemcpyHostToDevice, s),
+            "cudaMemcpyAsync");
+        !st.ok())
+      return finish(st);
+    if (st = nccl_status(ncclAllGather(b + widest * n, b, widest, ncclUint8, comm_, s),
+                         "ncclAllGather");
+        !st.ok())
+      return finish(st);
+    if (st = cuda_status(cudaMemcpyAsync(gathered.data(), b, widest * n, cudaMemcpyDeviceToHost, s),
+                         "cudaMemcpyAsync");
+        !st.ok())
+      return finish(st);
+    if (st = cuda_status(cudaStreamSynchronize(s), "cudaStreamSynchronize"); !st.ok())
+      return finish(st);
+    all->assign(n, {});
+    for (int r = 0; r < n; ++r)
+      (*all)[r].assign(gathered.begin() + r * widest, gathered.begin() + r * widest + sizes[r]);
+    return finish({});
+  }
+  Status do_release() override {
+    if (!owned_) return {};  // the caller's communicator: theirs to destroy
+    DeviceGuard g(device_);
+    return nccl_status(ncclCommDestroy(comm_), "ncclCommDestroy");
+  }
+
+ private:
+  ncclComm_t comm_;
+  int device_;
+  bool owned_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> wrap_nccl(void* nccl_comm, int device_index) {
+  if (nccl_comm == nullptr)
+    throw Error(ErrorCode::kInvalidArgument, "wrap_nccl: a null ncclComm_t");
+  auto comm = static_cast<ncclComm_t>(nccl_comm);
+  int rank = 0, size = 0, device = -1;
+  throw_if_error(nccl_status(ncclCommUserRank(comm, &rank), "ncclCommUserRank"));
+  throw_if_error(nccl_status(ncclCommCount(comm, &size), "ncclCommCount"));
+  throw_if_error(nccl_status(ncclCommCuDevice(comm, &device), "ncclCommCuDevice"));
+  if (device != device_index)
+    throw Error(ErrorCode::kInvalidArgument, "wrap_nccl: the NCCL communicator is bound to GPU " +
+                                                 std::to_string(device) + " but device_index is " +
+                                                 std::to_string(device_index));
+  return std::make_unique<NcclCommunicator>(comm, rank, size, device, /*owned=*/false);
+}
+
+std::unique_ptr<Communicator> create_nccl(const LaunchEnv& env, std::chrono::milliseconds timeout) {
+  int visible = 0;
+  throw_if_error(cuda_status(cudaGetDeviceCount(&visible), "cudaGetDeviceCount"));
+  if (env.local_rank < 0 || env.local_rank >= visible)
+    throw Error(ErrorCode::kInvalidArgument, "local rank " + std::to_string(env.local_rank) +
+                                                 " names a GPU this process cannot see (" +
+                                                 std::to_string(visible) + " visible)");
+  // Bind the launcher's GPU, never device 0 by accident.
+  throw_if_error(cuda_status(cudaSetDevice(env.local_rank), "cudaSetDevice"));
+  ncclUniqueId id{};
+  std::vector<uint8_t> blob;
+  if (env.rank == 0) {
+    throw_if_error(nccl_status(ncclGetUniqueId(&id), "ncclGetUniqueId"));
+    blob.assign(reinterpret_cast<const uint8_t*>(&id),
+                reinterpret_cast<const uint8_t*>(&id) + sizeof id);
+  }
+  throw_if_error(tcp_rendezvous(env.master_addr, env.rendezvous_port, env.rank, env.world_size,
+                                &blob, timeout));
+  if (blob.size() != sizeof id)
+    throw Error(ErrorCode::kComm, "rendezvous: an NCCL unique id of " +
+                                      std::to_string(blob.size()) + " bytes (expected " +
+                                      std::to_string(sizeof id) + ")");
+  std::memcpy(&id, blob.data(), sizeof id);
+  ncclComm_t comm = nullptr;
+  const Status init =
+      nccl_status(ncclCommInitRank(&comm, env.world_size, id, env.rank), "ncclCommInitRank");
+  if (!init.ok()) {
+    if (comm != nullptr) ncclCommAbort(comm);  // nothing half-made stays behind
+    throw Error(init);
+  }
+  return std::make_unique<NcclCommunicator>(comm, env.rank, env.world_size, env.local_rank,
+                                            /*owned=*/true);
+}
+
+#else  // CUDA without NCCL
+
+std::unique_ptr<Communicator> wrap_nccl(void*, int) {
+  throw Error(ErrorCode::kUnsupported, "this build of moekit found no NCCL (nccl.h, libnccl)");
+}
+std::unique_ptr<Communicator> create_nccl(const LaunchEnv&, std::chrono::milliseconds) {
+  throw Error(ErrorCode::kUnsupported, "this build of moekit found no NCCL (nccl.h, libnccl)");
+}
+
+#endif
+
+}  // namespace moekit::comm

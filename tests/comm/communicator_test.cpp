@@ -1,0 +1,166 @@
+// The host transport's collectives over worlds of 1, 2, 4 and 8 ranks (threads), mismatched
+// calls failing on every rank, and the teardown rules: idempotent release, a failed release
+// poisoning the communicator, a departed rank failing the others instead of hanging them.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "comm/ranks.hpp"
+
+namespace moekit::comm {
+namespace {
+
+using test::run_ranks;
+
+TEST(HostCommunicator, AllToAllVMovesEachSegmentToItsRank) {
+  for (int n : {1, 2, 4, 8}) {
+    SCOPED_TRACE(n);
+    auto world = make_host_world(n);
+    const auto codes = run_ranks(world, [&](int r, Communicator& c) {
+      EXPECT_EQ(c.rank(), r);
+      EXPECT_EQ(c.world_size(), n);
+      // Rank r sends (r + d) % 3 bytes to rank d, each byte 16 r + d.
+      std::vector<int64_t> sb(n), rb(n);
+      std::vector<uint8_t> send;
+      for (int d = 0; d < n; ++d) {
+        sb[d] = (r + d) % 3;
+        rb[d] = (d + r) % 3;
+        for (int64_t i = 0; i < sb[d]; ++i) send.push_back(static_cast<uint8_t>(16 * r + d));
+      }
+      std::vector<uint8_t> recv(std::accumulate(rb.begin(), rb.end(), int64_t{0}), 0xee);
+      throw_if_error(c.all_to_all_v(send.data(), sb, recv.data(), rb, nullptr));
+      size_t at = 0;
+      for (int s = 0; s < n; ++s) {
+        for (int64_t i = 0; i < rb[s]; ++i) EXPECT_EQ(recv[at++], 16 * s + r);
+      }
+    });
+    for (ErrorCode c : codes) EXPECT_EQ(c, ErrorCode::kOk);
+  }
+}
+
+TEST(HostCommunicator, AllGatherReduceScatterAndExchange) {
+  for (int n : {1, 2, 4, 8}) {
+    SCOPED_TRACE(n);
+    auto world = make_host_world(n);
+    const auto codes = run_ranks(world, [&](int r, Communicator& c) {
+      const int64_t mine[2] = {r, 100 + r};
+      std::vector<int64_t> all(2 * n);
+      throw_if_error(c.all_gather(mine, sizeof mine, all.data(), nullptr));
+      for (int s = 0; s < n; ++s) {
+        EXPECT_EQ(all[2 * s], s);
+        EXPECT_EQ(all[2 * s + 1], 100 + s);
+      }
+      std::vector<float> send(3 * n);
+      for (int i = 0; i < 3 * n; ++i) send[i] = static_cast<float>(r * 1000 + i);
+      float recv[3];
+      throw_if_error(c.reduce_scatter_sum(send.data(), 3, recv, nullptr));
+      const float ranks_sum = static_cast<float>(1000 * n * (n - 1) / 2);
+      for (int i = 0; i < 3; ++i) EXPECT_EQ(recv[i], ranks_sum + n * (3 * r + i));
+      std::vector<uint8_t> blob(r, static_cast<uint8_t>(r));  // lengths differ
+      std::vector<std::vector<uint8_t>> blobs;
+      throw_if_error(c.exchange_host(blob, &blobs));
+      ASSERT_EQ(static_cast<int>(blobs.size()), n);
+      for (int s = 0; s < n; ++s)
+        EXPECT_EQ(blobs[s], std::vector<uint8_t>(s, static_cast<uint8_t>(s)));
+    });
+    for (ErrorCode c : codes) EXPECT_EQ(c, ErrorCode::kOk);
+  }
+}
+
+TEST(HostCommunicator, MismatchedCountsFailOnEveryRank) {
+  auto world = make_host_world(2);
+  const auto codes = run_ranks(world, [&](int r, Communicator& c) {
+    std::vector<int64_t> sb = {4, 4}, rb = {4, r == 1 ? 8 : 4};  // rank 1 expects 8 from rank 1
+    std::vector<uint8_t> send(8), recv(12);
+    throw_if_error(c.all_to_all_v(send.data(), sb, recv.data(), rb, nullptr));
+  });
+  EXPECT_EQ(codes, (std::vector<ErrorCode>{ErrorCode::kComm, ErrorCode::kComm}));
+}
+
+TEST(HostCommunicator, DifferentCollectivesFailOnEveryRank) {
+  auto world = make_host_world(2);
+  const auto codes = run_ranks(world, [&](int r, Communicator& c) {
+    std::vector<uint8_t> buf(16);
+    if (r == 0)
+      throw_if_error(c.all_gather(buf.data(), 4, buf.data() + 8, nullptr));
+    else {
+      std::vector<std::vector<uint8_t>> all;
+      throw_if_error(c.exchange_host(buf, &all));
+    }
+  });
+  EXPECT_EQ(codes, (std::vector<ErrorCode>{ErrorCode::kComm, ErrorCode::kComm}));
+}
+
+TEST(HostCommunicator, BadArgumentsAreRefusedBeforeCommunicating) {
+  auto world = make_host_world(2);
+  uint8_t b[8];
+  EXPECT_EQ(world[0]->all_to_all_v(b, {1}, b, {1, 1}, nullptr).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(world[0]->all_to_all_v(b, {1, -1}, b, {1, 1}, nullptr).code(),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(world[0]->all_gather(b, -1, b, nullptr).code(), ErrorCode::kInvalidArgument);
+  float f[2];
+  EXPECT_EQ(world[0]->reduce_scatter_sum(f, -2, f, nullptr).code(), ErrorCode::kInvalidArgument);
+  try {
+    make_host_world(0);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  }
+}
+
+TEST(HostCommunicator, ReleaseTwiceIsHarmlessAndUseAfterReleaseFails) {
+  auto world = make_host_world(1);
+  Communicator& c = *world[0];
+  EXPECT_TRUE(c.release().ok());
+  EXPECT_TRUE(c.release().ok());
+  EXPECT_EQ(c.state(), Communicator::State::kReleased);
+  std::vector<std::vector<uint8_t>> all;
+  EXPECT_EQ(c.exchange_host({1}, &all).code(), ErrorCode::kComm);
+  uint8_t b[1];
+  EXPECT_EQ(c.all_gather(b, 1, b, nullptr).code(), ErrorCode::kComm);
+}
+
+TEST(HostCommunicator, FailedReleasePoisons) {
+  HostWorldOptions o;
+  o.failing_release_rank = 0;
+  auto world = make_host_world(1, o);
+  Communicator& c = *world[0];
+  const Status first = c.release();
+  EXPECT_EQ(first.code(), ErrorCode::kComm);
+  EXPECT_EQ(c.state(), Communicator::State::kPoisoned);
+  // No second attempt: the same status, and nothing usable.
+  EXPECT_EQ(c.release().code(), ErrorCode::kComm);
+  EXPECT_EQ(c.state(), Communicator::State::kPoisoned);
+  std::vector<std::vector<uint8_t>> all;
+  EXPECT_EQ(c.exchange_host({1}, &all).code(), ErrorCode::kComm);
+}
+
+TEST(HostCommunicator, ADepartedRankFailsTheOthersInsteadOfHangingThem) {
+  HostWorldOptions o;
+  o.timeout = std::chrono::seconds(20);  // far beyond the test: the departure must end the wait
+  auto world = make_host_world(3, o);
+  const auto codes = run_ranks(world, [&](int r, Communicator& c) {
+    if (r == 2) {
+      throw_if_error(c.release());
+      return;
+    }
+    std::vector<std::vector<uint8_t>> all;
+    throw_if_error(c.exchange_host({1}, &all));
+  });
+  EXPECT_EQ(codes, (std::vector<ErrorCode>{ErrorCode::kComm, ErrorCode::kComm, ErrorCode::kOk}));
+}
+
+TEST(HostCommunicator, AMissingRankTimesOut) {
+  HostWorldOptions o;
+  o.timeout = std::chrono::milliseconds(100);
+  auto world = make_host_world(2, o);
+  std::vector<std::vector<uint8_t>> all;
+  const Status st = world[0]->exchange_host({1}, &all);  // rank 1 never comes
+  EXPECT_EQ(st.code(), ErrorCode::kComm);
+  EXPECT_NE(st.message().find("100 ms"), std::string::npos) << st.message();
+  // The world stays broken for every rank.
+  EXPECT_EQ(world[1]->exchange_host({1}, &all).code(), ErrorCode::kComm);
+}
+
+}  // namespace
+}  // namespace moekit::comm
