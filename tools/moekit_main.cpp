@@ -357,7 +357,9 @@ int cmd_run(const LayerOpts& lo, const RunOpts& ro) {
   }
   const MoeSpec spec = lo.spec(tokens);
   // --ep-size N without --ep-rank: one rank of an expert-parallel run under torchrun / mpirun.
-  if (spec.ep_size > 1 && !lo.given("--ep-rank")) return cmd_run_ep(lo, ro, spec, tokens);
+  // A spec file's ep_size and ep_rank name one rank's partial output, as --ep-rank does.
+  if (lo.given("--ep-size") && spec.ep_size > 1 && !lo.given("--ep-rank"))
+    return cmd_run_ep(lo, ro, spec, tokens);
   if (tokens > spec.max_tokens)
     throw Error(ErrorCode::kInvalidArgument, "the batch of " + std::to_string(tokens) +
                                                  " tokens exceeds max_tokens " +
