@@ -43,6 +43,13 @@ void quantize_group(const float* x, float fixed, uint8_t* codes, float* scale) {
   *scale = s;
 }
 
+// The host's per-token scale of a row: max(amax / 448, 1 / (448 * 512)).
+float token_scale(const std::vector<float>& x) {
+  float amax = 0.0f;
+  for (float v : x) amax = std::max(amax, std::fabs(v));
+  return std::max(amax / 448.0f, 1.0f / (448.0f * 512.0f));
+}
+
 // Rows of H values with the special groups the rule must get right, then random ones; a NaN in
 // row 2 where `with_nan`.
 std::vector<float> special_rows(int64_t rows, int64_t H, std::mt19937_64& rng, bool with_nan) {
@@ -129,12 +136,7 @@ TEST_F(Fp8QuantizeTest, GatherMatchesTheHostBitForBit) {
         std::vector<float> x(hidden.begin() + (s / k) * H, hidden.begin() + (s / k + 1) * H);
         if (on_input)
           for (auto& v : x) v = round_bf16(v * weights[s]);
-        float row_scale = 0.0f;  // per token: max(amax / 448, 1 / (448 * 512))
-        if (per_token) {
-          float amax = 0.0f;
-          for (float v : x) amax = std::max(amax, std::fabs(v));
-          row_scale = std::max(amax / 448.0f, 1.0f / (448.0f * 512.0f));
-        }
+        const float row_scale = per_token ? token_scale(x) : 0.0f;
         for (int64_t g = 0; g < groups; ++g) {
           uint8_t want[kGroup];
           float want_scale = 0;
@@ -244,12 +246,7 @@ TEST_F(Fp8QuantizeTest, ActivationMatchesTheHost) {
                 v = activation::apply_gated(a.params, y(j), y(I + j));
               x[j] = round_bf16(v);
             }
-            float row_scale = 0.0f;  // per token: max(amax / 448, 1 / (448 * 512))
-            if (per_token) {
-              float amax = 0.0f;
-              for (float v : x) amax = std::max(amax, std::fabs(v));
-              row_scale = std::max(amax / 448.0f, 1.0f / (448.0f * 512.0f));
-            }
+            const float row_scale = per_token ? token_scale(x) : 0.0f;
             for (int64_t g = 0; g < groups; ++g) {
               uint8_t want[kGroup];
               float want_scale = 0;
