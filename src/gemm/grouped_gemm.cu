@@ -136,23 +136,6 @@ Status validate(const GroupedShape& s) {
   return {};
 }
 
-// Restores the caller's current device.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    if (cudaGetDevice(&prev_) != cudaSuccess) prev_ = -1;
-    ok_ = cudaSetDevice(device);
-  }
-  ~DeviceGuard() {
-    if (prev_ >= 0) cudaSetDevice(prev_);
-  }
-  cudaError_t status() const { return ok_; }
-
- private:
-  int prev_ = -1;
-  cudaError_t ok_ = cudaSuccess;
-};
-
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 // A checked call's arguments for its tactic.
@@ -229,8 +212,6 @@ GroupedGemm::GroupedGemm(const GroupedShape& shape, int device,
                                                  " is not one of the " + std::to_string(count) +
                                                  " visible devices");
   DeviceGuard guard(device);
-  if (guard.status() != cudaSuccess)
-    throw Error(detail::cuda_status(guard.status(), "cudaSetDevice", what));
   int major = 0, minor = 0;
   err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
   if (err == cudaSuccess)

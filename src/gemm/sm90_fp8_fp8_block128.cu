@@ -325,10 +325,6 @@ std::vector<Fp8Entry> fp8_tactics() {
           entry<Fp8Cfg<128, 128, false, float>>(), entry<Fp8Cfg<128, 32, true, float>>()};
 }
 
-void check_cuda(cudaError_t e, const std::string& what) {
-  if (e != cudaSuccess) throw Error(ErrorCode::kCuda, what + " failed: " + cudaGetErrorString(e));
-}
-
 }  // namespace
 
 struct Fp8GroupedGemm::State {
@@ -363,13 +359,7 @@ Fp8GroupedGemm::Fp8GroupedGemm(const Fp8GroupedShape& shape, int device)
   throw_if_error(validate(shape));
   state_->shape = shape;
   state_->device = device;
-  int previous = 0;
-  check_cuda(cudaGetDevice(&previous), "querying the current CUDA device");
-  check_cuda(cudaSetDevice(device), "selecting CUDA device " + std::to_string(device));
-  struct Restore {
-    int dev;
-    ~Restore() { cudaSetDevice(dev); }
-  } restore{previous};
+  DeviceGuard guard(device);
   cudaDeviceProp prop{};
   check_cuda(cudaGetDeviceProperties(&prop, device), "querying the device");
   if (prop.major != 9 || prop.minor != 0)

@@ -1,6 +1,6 @@
-// Host-side pieces every device engine of src/pipeline shares: the current-device guard, device
-// allocations, the workspace carver, the checks of the caller's views and of the layer's arrays.
-// C++17.
+// Host-side pieces every device engine of src/pipeline shares (with common/cuda_status.hpp's
+// check_cuda and DeviceGuard): device allocations, the workspace carver, the checks of the
+// caller's views and of the layer's arrays. C++17.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -13,34 +13,12 @@
 #include <cuda_runtime_api.h>
 
 #include "activation/activation_math.hpp"
+#include "common/cuda_status.hpp"
 #include "moekit/registry.hpp"
 #include "permute/permute.hpp"
 #include "routing/routing_device.hpp"
 
 namespace moekit::pipeline {
-
-inline void check_cuda(cudaError_t e, const std::string& what) {
-  if (e != cudaSuccess) throw Error(ErrorCode::kCuda, what + " failed: " + cudaGetErrorString(e));
-}
-
-// Makes `device` current for a scope and restores the caller's device after it.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) : device_(device) {
-    check_cuda(cudaGetDevice(&previous_), "querying the current CUDA device");
-    if (previous_ != device_)
-      check_cuda(cudaSetDevice(device_), "selecting CUDA device " + std::to_string(device_));
-  }
-  ~DeviceGuard() {
-    if (previous_ != device_) cudaSetDevice(previous_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int device_;
-  int previous_ = 0;
-};
 
 struct CudaFree {
   void operator()(void* p) const { cudaFree(p); }
@@ -181,8 +159,8 @@ inline void check_routing_limits(const MoeSpec& spec, const LocalProblem& lp, co
   RoutingParams without_bias = spec.routing;
   without_bias.correction_bias = false;
   routing::DeviceRouting probe;
-  throw_if_error(routing::make_device_routing(without_bias, static_cast<int>(lp.num_experts_global),
-                                              static_cast<int>(lp.top_k), nullptr, &probe));
+  throw_if_error(
+      routing::make_device_routing(without_bias, lp.num_experts_global, lp.top_k, nullptr, &probe));
   if (lp.num_experts > permute::kMaxLocalExperts)
     throw Error(ErrorCode::kUnsupported, "local experts " + std::to_string(lp.num_experts) +
                                              " exceed the " + engine + "'s " +

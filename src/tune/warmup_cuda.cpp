@@ -12,8 +12,7 @@
 namespace moekit::tune {
 
 void warm_up_device_engine(Engine& engine, const MoeSpec& spec, int device) {
-  using pipeline::check_cuda;
-  pipeline::DeviceGuard guard(device);
+  DeviceGuard guard(device);
   const int64_t T = spec.max_tokens, H = spec.hidden, E = spec.num_experts, k = spec.top_k;
   const std::size_t elem = dtype_size(spec.act_dtype);
   const bool external = spec.routing.method == RoutingMethod::kExternal;
