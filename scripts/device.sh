@@ -2,7 +2,7 @@
 # Runs on the H200 device machine, from the repository root, with .carry/ (scripts/carry.sh)
 # carried along: builds every tactic, runs the GPU tests, compute-sanitizer's four tools over the
 # GPU tests (step "sanitize", below), and the benchmarks. Logs go to $OUT (at most 8 files come back). Usage:
-#   MOEKIT_COMMIT=<sha> bash scripts/device.sh [variants] [build | prebuilt] [check] [test] [python] [sanitize] [bench] [sweep] [torch] [ab] [clocks] [envab] [ncu] [ncu-gemm] [ncu-source] [ncu-forward] [hang]
+#   MOEKIT_COMMIT=<sha> bash scripts/device.sh [variants] [build | prebuilt] [check] [test] [python] [sanitize] [bench] [sweep] [torch] [ab] [clocks] [tune] [envab] [ncu] [ncu-gemm] [ncu-source] [ncu-forward] [hang]
 #   (default: build test sanitize bench sweep torch)
 # Step "prebuilt" instead of "build": the programs from .prebuilt/ (scripts/prebuild.sh, a full
 # build on the CPU machine, carried along), which saves the ~3 minutes of a build here. The
@@ -231,7 +231,37 @@ if want ab; then
     done; } >>"$summary"
 fi
 
-# Step "envab": the bench for MOEKIT_BENCH_PRESETS x MOEKIT_BENCH_TOKENS (default 4096,16384) with
+# Step "tune": for each routing profile of MOEKIT_TUNE_PROFILES (default "uniform zipf:1.2"),
+# `moekit tune` of MOEKIT_BENCH_PRESETS up to MOEKIT_TUNE_MAX_TOKENS (default 4096) into
+# tuning-<profile>.json, then the bench at MOEKIT_TUNE_BENCH_TOKENS (default 1,8,64,512,4096) with
+# the same profile, without and with that file in turn (MOEKIT_AB_ROUNDS rounds, default 2), one
+# process per run, so both compare on one machine; tune-<profile>.txt has the tuner's table and
+# every bench table, the summary one line per run. MOEKIT_TUNE_TIMEOUT (s, default 240) bounds
+# each tune and each bench.
+if want tune; then
+  presets=${MOEKIT_BENCH_PRESETS:-qwen3-30b-a3b,mixtral-8x7b,deepseek-v3,gpt-oss-120b}
+  for profile in ${MOEKIT_TUNE_PROFILES:-uniform zipf:1.2}; do
+    tag=${profile/:/-}
+    file="$OUT/tuning-$tag.json" txt="$OUT/tune-$tag.txt"
+    timeout "${MOEKIT_TUNE_TIMEOUT:-240}" $bin/tools/moekit tune --preset "$presets" \
+      --max-tokens "${MOEKIT_TUNE_MAX_TOKENS:-4096}" --routing-profile "$profile" --out "$file" >"$txt" 2>&1
+    echo "tune $profile: rc=$? ($(grep -c '"tactic"' "$file" 2>/dev/null || echo 0) entries)" >>"$summary"
+    for ((r = 1; r <= ${MOEKIT_AB_ROUNDS:-2}; r++)); do
+      for with in without with; do
+        args=(); [[ $with == with ]] && args=(--tuning-file "$file")
+        echo "######## bench $profile round $r $with the tuning file" >>"$txt"
+        line=$(timeout "${MOEKIT_TUNE_TIMEOUT:-240}" $bin/tools/moekit bench --preset "$presets" \
+          --tokens "${MOEKIT_TUNE_BENCH_TOKENS:-1,8,64,512,4096}" --flush "${MOEKIT_FLUSH:-read}" \
+          --routing-profile "$profile" "${args[@]}" 2>&1 | tee -a "$txt" |
+          awk '$2 ~ /^[0-9]+$/ && $3 ~ /^[0-9.]+$/ {printf "%s %s %s; ", $1, $2, $3} END {print ""}')
+        echo "tune $profile round $r $with file: $line" >>"$summary"
+      done
+    done
+  done
+fi
+
+# Step "envab": the bench for MOEKIT_BENCH_PRESETS x MOEKIT_BENCH_TOKENS (default 4096,16384; in
+# MOEKIT_BENCH_FORMAT with MOEKIT_BENCH_ROUTING where set) with
 # each environment of MOEKIT_AB_ENVS in turn (';' between them, each 'VAR=value VAR2=value' or
 # '-' for none; 'cli=<path>' runs that moekit instead, e.g. an older build carried in
 # .prebuilt/), MOEKIT_AB_ROUNDS rounds (default 2), one process per run, so variants compare on
@@ -245,7 +275,8 @@ if want envab; then
       for v in "${vars[@]}"; do [[ "$v" == cli=* ]] && cli=${v#cli=}; done
       line=$(env "${vars[@]}" timeout 300 "$cli" bench \
         --preset "${MOEKIT_BENCH_PRESETS:-qwen3-30b-a3b,mixtral-8x7b,deepseek-v3,gpt-oss-120b}" \
-        --tokens "${MOEKIT_BENCH_TOKENS:-4096,16384}" --flush "${MOEKIT_FLUSH:-read}" 2>&1 |
+        --tokens "${MOEKIT_BENCH_TOKENS:-4096,16384}" --flush "${MOEKIT_FLUSH:-read}" \
+        ${MOEKIT_BENCH_FORMAT:+--weights-format "$MOEKIT_BENCH_FORMAT"} ${MOEKIT_BENCH_ROUTING:+--routing "$MOEKIT_BENCH_ROUTING"} 2>&1 |
         awk '$2 ~ /^[0-9]+$/ && $3 ~ /^[0-9.]+$/ {printf "%s %s %s; ", $1, $2, $3} END {print ""}')
       echo "round $r [$e]: $line"
     done

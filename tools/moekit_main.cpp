@@ -472,8 +472,12 @@ void refuse_unless_device(const MoeSpec& spec, const std::string& name, const st
 }
 
 int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& flush_text,
-              const std::string& json_path, const std::string& trace_text) {
+              const std::string& json_path, const std::string& trace_text,
+              const std::string& profile_text) {
   const int trace_replays = parse_int("--trace", trace_text, 0);
+  // The routing the timed batches follow, as `moekit tune` draws it: a tuning file measured
+  // under skew is judged under the same skew.
+  const tune::RoutingProfile profile = tune::parse_routing_profile(profile_text);
   const std::vector<int64_t> tokens = parse_tokens(tokens_list);
   const L2Flush flush = parse_l2_flush(flush_text);
   // The workspace: --max-tokens where given (as a server sizes it for its largest batch; the
@@ -507,11 +511,12 @@ int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& f
       floors.gpu_name.c_str(), floors.read_bytes_per_s / 1e12, floors.copy_bytes_per_s / 1e12,
       floors.gemm_flops_per_s / 1e12, floors.fp8_gemm_flops_per_s / 1e12, floors.launch_us);
   std::printf(
-      "# median of graph replays, L2 flush before each: %s; routing included; random router "
+      "# median of graph replays, L2 flush before each: %s; routing included; %s router "
       "logits; workspace for %lld tokens\n",
       flush == L2Flush::kRead    ? "256 MiB read (L2 left clean)"
       : flush == L2Flush::kWrite ? "256 MiB written (L2 left dirty)"
                                  : "none",
+      profile.zipf_s == 0.0 ? "random" : (profile.text() + "-skewed").c_str(),
       static_cast<long long>(workspace));
   std::printf(
       "# hit: experts the batch routes to; floor_us: the larger of the bytes (the hit experts' "
@@ -544,6 +549,7 @@ int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& f
     const double gemm_rate = gemm_floor_rate(floors, spec.weights.format, &gemm_name);
     for (int64_t t : tokens) {
       HostInputs in = random_inputs(spec, t, lo.seed + t);
+      apply_routing_profile(in, spec, profile, lo.seed + t);
       BenchRow row;
       row.preset = name;
       row.tokens = t;
@@ -590,6 +596,7 @@ int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& f
                       {"floor_us", floor_us},
                       {"implementation", layer->resolution().chosen->id()},
                       {"l2_flush", to_string(flush)},
+                      {"routing_profile", profile.text()},
                       {"max_tokens", spec.max_tokens},
                       {"trace", traced}});
     }
@@ -801,7 +808,8 @@ int main(int argc, char** argv) {
 
   LayerOpts bench_lo;
   bench_lo.preset = "qwen3-30b-a3b,mixtral-8x7b,deepseek-v3,gpt-oss-120b";
-  std::string tokens = "1,8,64,512,4096,16384", json_path, flush = "read", trace_replays = "0";
+  std::string tokens = "1,8,64,512,4096,16384", json_path, flush = "read", trace_replays = "0",
+              bench_profile = "uniform";
   auto* bench =
       app.add_subcommand("bench", "time full forwards (CUDA graph replays) of presets on the GPU");
   bench_lo.add_to(bench);
@@ -811,6 +819,11 @@ int main(int argc, char** argv) {
       ->add_option("--flush", flush,
                    "how L2 is emptied before each replay: read (256 MiB read, L2 left clean), "
                    "write (256 MiB written, L2 left dirty), none")
+      ->capture_default_str();
+  bench
+      ->add_option("--routing-profile", bench_profile,
+                   "how the timed batches route, as tune: uniform (random logits), zipf or "
+                   "zipf:<s>")
       ->capture_default_str();
   bench->add_option("--trace", trace_replays,
                     "then replay each forward this many more times with CUPTI recording every "
@@ -854,7 +867,7 @@ int main(int argc, char** argv) {
     ro.tokens_given = run_tokens->count() > 0;
     if (*run) return cmd_run(run_lo, ro);
     if (*res) return cmd_resolve(res_lo, json);
-    if (*bench) return cmd_bench(bench_lo, tokens, flush, json_path, trace_replays);
+    if (*bench) return cmd_bench(bench_lo, tokens, flush, json_path, trace_replays, bench_profile);
     if (*tune) return cmd_tune(tune_lo, tune_opts);
   } catch (const moekit::Error& e) {
     std::fprintf(stderr, "moekit: error: %s\n", e.what());

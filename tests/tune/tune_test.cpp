@@ -712,6 +712,11 @@ TEST(TuneCli, TuneRefusesBadFlagsAndMachinesWithoutADeviceImplementation) {
                                       std::string(profile) + " --out " + out);
     EXPECT_EQ(r.code, 1) << profile;
     EXPECT_NE(r.err.find(profile), std::string::npos) << r.err;
+    // bench takes the same profiles, refused the same way before anything is timed.
+    const testcmd::Ran b = moekit_cli("bench --preset qwen3-30b-a3b --tokens 1 --routing-profile " +
+                                      std::string(profile));
+    EXPECT_EQ(b.code, 1) << profile;
+    EXPECT_NE(b.err.find(profile), std::string::npos) << b.err;
   }
   const testcmd::Ran dp = moekit_cli("tune --preset qwen3-30b-a3b --dp-factor 0 --out " + out);
   EXPECT_EQ(dp.code, 1);
