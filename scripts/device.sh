@@ -180,16 +180,26 @@ if want check; then
   cat "$OUT/check.txt" >>"$summary"
 fi
 
-# Step "python": the Python module built into $bin (after step "build", with .carry/nanobind
-# from scripts/carry.sh) and the package's GPU tests (tests/python -k gpu: torch tensors in and
-# out without copies, the caller's stream, graph capture, torch.compile, the call's overhead).
+# Step "python": the Python module and the CLI built into build/python (with .carry/nanobind
+# from scripts/carry.sh; MOEKIT_ONE_TACTIC=ON builds one tactic per GEMM, in about half the
+# time) and the package's GPU tests (tests/python -k gpu: torch tensors in and out without
+# copies, the caller's stream, graph capture, torch.compile, the call's overhead beside that
+# build's `moekit bench`).
 if want python; then
-  { cmake -S . -B $bin -DMOEKIT_PYTHON=ON -Dnanobind_DIR="$PWD/.carry/nanobind/nanobind/cmake" \
-      -DPython_EXECUTABLE="$(command -v python3)" >/dev/null &&
-    cmake --build $bin -j "$(nproc)" --target _moekit moekit_cli &&
-    PYTHONPATH=$bin/python MOEKIT_CLI=$bin/tools/moekit timeout 400 python3 -m pytest tests/python -k gpu -s -q; } \
+  t0=$(date +%s)
+  python3 -c 'import sys, sysconfig, os; i = sysconfig.get_paths()["include"]; print("python:", sys.version.split()[0], i, "Python.h", os.path.exists(i + "/Python.h"))' >>"$summary" 2>&1
+  pybin=build/python
+  { cmake -S . -B $pybin -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOEKIT_CUDA=ON \
+      -DMOEKIT_ONE_TACTIC="${MOEKIT_ONE_TACTIC:-OFF}" \
+      -DMOEKIT_CUTLASS_DIR="$PWD/.carry/cutlass" -DCMAKE_PREFIX_PATH="$PWD/.carry/prefix" \
+      -DCMAKE_CUDA_COMPILER=$(command -v nvcc) -DMOEKIT_PYTHON=ON \
+      -Dnanobind_DIR="$PWD/.carry/nanobind/nanobind/cmake" -DPython_EXECUTABLE="$(command -v python3)" &&
+    cmake --build $pybin -j "$(nproc)" --target _moekit moekit_cli &&
+    echo "python: built in $(( $(date +%s) - t0 )) s" &&
+    pypath=$pybin/python && { python3 -c 'import pytest' 2>/dev/null || pypath+=":$PWD/.carry/pytest"; } &&
+    PYTHONPATH=$pypath MOEKIT_CLI=$pybin/tools/moekit timeout 400 python3 -m pytest tests/python -k gpu -s -q; } \
     >"$OUT/python.log" 2>&1
-  echo "python: rc=$?" >>"$summary"
+  echo "python: rc=$? in $(( $(date +%s) - t0 )) s" >>"$summary"
   tail -30 "$OUT/python.log" >>"$summary"
 fi
 
