@@ -247,14 +247,15 @@ fi
 # the same profile, without and with that file in turn (MOEKIT_AB_ROUNDS rounds, default 2), one
 # process per run, so both compare on one machine; tune-<profile>.txt has the tuner's table and
 # every bench table, the summary one line per run. MOEKIT_TUNE_TIMEOUT (s, default 240) bounds
-# each tune and each bench.
+# each tune and each bench; MOEKIT_TUNE_BUDGET_MS is tune's --budget-ms.
 if want tune; then
   presets=${MOEKIT_BENCH_PRESETS:-qwen3-30b-a3b,mixtral-8x7b,deepseek-v3,gpt-oss-120b}
   for profile in ${MOEKIT_TUNE_PROFILES:-uniform zipf:1.2}; do
     tag=${profile/:/-}
     file="$OUT/tuning-$tag.json" txt="$OUT/tune-$tag.txt"
     timeout "${MOEKIT_TUNE_TIMEOUT:-240}" $bin/tools/moekit tune --preset "$presets" \
-      --max-tokens "${MOEKIT_TUNE_MAX_TOKENS:-4096}" --routing-profile "$profile" --out "$file" >"$txt" 2>&1
+      --max-tokens "${MOEKIT_TUNE_MAX_TOKENS:-4096}" --routing-profile "$profile" \
+      --budget-ms "${MOEKIT_TUNE_BUDGET_MS:-200}" --out "$file" >"$txt" 2>&1
     echo "tune $profile: rc=$? ($(grep -c '"tactic"' "$file" 2>/dev/null || echo 0) entries)" >>"$summary"
     for ((r = 1; r <= ${MOEKIT_AB_ROUNDS:-2}; r++)); do
       for with in without with; do
