@@ -262,13 +262,20 @@ TEST_F(GroupedGemmActivation, EveryTacticAppliesBiasAndGatedActivation) {
     for (const auto& [n, k] : std::vector<std::pair<int64_t, int64_t>>{qwen3, {208, 40}})
       for (const auto& dist : distributions(rng)) {
         if (dist.counts.size() == 4) continue;  // all_empty: covered by the store test
+        // Under the sanitizers (racecheck: past 8 minutes, H100 2026-12-07) two distributions,
+        // the tiles' and the GEMVs', and each kind once, with or without a bias in turn: every
+        // kernel and epilogue still runs, each on fewer data.
+        const std::string dist_name = dist.name;
+        if (sanitizer_run() && dist_name != "uneven" && dist_name != "decode") continue;
         SCOPED_TRACE(std::string(elem_name(elem)) + " n " + std::to_string(n) + " k " +
                      std::to_string(k) + " distribution " + dist.name);
         const Problem p = make_problem(elem, n, k, dist.counts, rng);
         DeviceProblem dp(p);
         const int64_t half = n / 2;
-        for (const KindCase& kc : kinds)
+        for (std::size_t kind_index = 0; kind_index < kinds.size(); ++kind_index)
           for (bool with_bias : {false, true}) {
+            const KindCase& kc = kinds[kind_index];
+            if (sanitizer_run() && with_bias != (kind_index % 2 == 1)) continue;
             SCOPED_TRACE("kind " + std::to_string(int(kc.kind)) + (with_bias ? " bias" : ""));
             std::vector<float> bias(with_bias ? p.groups * n : 0);
             for (auto& b : bias) b = normal(rng);

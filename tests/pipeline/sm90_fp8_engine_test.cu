@@ -135,11 +135,13 @@ class Sm90Fp8EngineTest : public GpuTest {
   std::vector<uint16_t> check_inputs(Layer& l, const DequantizedLayer* dq, const Inputs& in) {
     const std::vector<float> ref = reference_out(l, in);
     const std::vector<uint16_t> out = run_forward(l, in);
-    expect_close(l.spec, out, ref, 1e-2);
+    expect_close(l.spec, out, ref, tolerance(l.spec));
     if (dq != nullptr) {
       SCOPED_TRACE("against bf16 activations and the dequantized weights");
       const std::vector<float> bf16_ref = reference_out(dq->spec, dq->weights, in);
+      active_error_pool() = nullptr;  // pooled apart, below
       const double rel = expect_close(l.spec, out, bf16_ref, kBf16ActivationsPerForward);
+      active_error_pool() = &exact_;
       double norm = 0;
       for (const float v : bf16_ref) norm += double(v) * v;
       Pooled& p = pooled_[l.spec.weights.format == WeightFormat::kFP8Block128 ? 0 : 1];
@@ -161,9 +163,24 @@ class Sm90Fp8EngineTest : public GpuTest {
     }
   }
 
-  // The pooled relative error against bf16 activations of this test, per format: checked,
-  // printed and recorded (bf16_activation_rel_error_<format>).
+  void SetUp() override {
+    GpuTest::SetUp();
+    active_error_pool() = &exact_;
+  }
+
+  // The pooled relative errors of this test: against the exact reference (every forward, both
+  // formats; engine_check.hpp: kFp8Pooled), and against bf16 activations per format. Checked,
+  // printed and recorded (exact_rel_error, bf16_activation_rel_error_<format>).
   void TearDown() override {
+    active_error_pool() = nullptr;
+    if (exact_.squared_norm > 0) {
+      EXPECT_LT(exact_.rel(), kFp8Pooled) << "all outputs against the exact reference";
+      std::printf("[ moekit ] %s: ||out - ref|| / ||ref|| against the exact reference %.2e over "
+                  "all forwards, %.2e at worst in one\n",
+                  ::testing::UnitTest::GetInstance()->current_test_info()->name(), exact_.rel(),
+                  exact_.worst_forward);
+      RecordProperty("exact_rel_error", std::to_string(exact_.rel()));
+    }
     const char* names[] = {"fp8_block128", "fp8"};
     for (int f = 0; f < 2; ++f) {
       const Pooled& p = pooled_[f];
@@ -184,6 +201,7 @@ class Sm90Fp8EngineTest : public GpuTest {
     double squared_error = 0, squared_norm = 0, worst_forward = 0;
   };
   Pooled pooled_[2];  // [kFP8Block128, kFP8PerTensor]
+  ErrorPool exact_;
 };
 
 TEST_F(Sm90Fp8EngineTest, PresetRoutingAcrossTokenCounts) {
@@ -360,7 +378,8 @@ TEST_F(Sm90Fp8EngineTest, AllZeroHiddenRows) {
         for (const int64_t t : zero_rows) {
           SCOPED_TRACE("zero row " + std::to_string(t));
           expect_close(s, std::vector<uint16_t>(out.begin() + t * H, out.begin() + (t + 1) * H),
-                       std::vector<float>(ref.begin() + t * H, ref.begin() + (t + 1) * H), 1e-2);
+                       std::vector<float>(ref.begin() + t * H, ref.begin() + (t + 1) * H),
+                       tolerance(s));
         }
       }
     }

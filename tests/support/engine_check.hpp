@@ -214,6 +214,32 @@ struct DeviceRun {
 
 inline double tolerance(DType t) { return t == DType::kFloat16 ? 3e-3 : 1e-2; }
 
+// The formats that round FC2's input to e4m3 inside the forward (W8A8). The tensor cores sum
+// FP8 products in their own order and precision, so an intermediate value next to an e4m3
+// rounding boundary can land one e4m3 step (6-12%) away from the reference's; in a forward of a
+// few tokens and a few hundred intermediate columns one such value moves the output by 1-3%
+// (up to 3.3e-2 seen, H100 2026-12-07), while over many tokens the error stays near 5e-3. So such
+// a forward is held to kFp8PerForward, and the outputs of a test pooled (ErrorPool) to 1e-2.
+constexpr double kFp8PerForward = 5e-2, kFp8Pooled = 1e-2;
+inline bool quantizes_activations(const MoeSpec& s) {
+  return s.weights.format == WeightFormat::kFP8Block128 ||
+         s.weights.format == WeightFormat::kFP8PerTensor;
+}
+inline double tolerance(const MoeSpec& s) {
+  return quantizes_activations(s) ? kFp8PerForward : tolerance(s.act_dtype);
+}
+
+// Squared error and squared norm of every expect_close while one is active (a test sets it for
+// its duration), for a bound on all of a test's outputs at once.
+struct ErrorPool {
+  double squared_error = 0, squared_norm = 0, worst_forward = 0;
+  double rel() const { return squared_norm > 0 ? std::sqrt(squared_error / squared_norm) : 0.0; }
+};
+inline ErrorPool*& active_error_pool() {
+  static ErrorPool* pool = nullptr;
+  return pool;
+}
+
 // Compares a device output with the reference: no NaN (every element written), exact zeros
 // where the reference has a zero row (tokens with no local expert), relative error
 // ||out - ref|| / ||ref|| below tol. Returns that relative error (0 for an all-zero reference).
@@ -250,6 +276,11 @@ inline double expect_close(const MoeSpec& s, const std::vector<uint16_t>& out,
   EXPECT_EQ(nonzero_in_zero_rows, 0) << "tokens whose reference is a zero row must be exact zeros ("
                                      << zero_rows << " such tokens)";
   const double rel = norm > 0 ? std::sqrt(diff / norm) : 0.0;
+  if (ErrorPool* pool = active_error_pool()) {
+    pool->squared_error += diff;
+    pool->squared_norm += norm;
+    pool->worst_forward = std::max(pool->worst_forward, rel);
+  }
   if (norm > 0 && !(rel < tol)) {
     // The worst token's columns whose error is over 8x the overall rms error.
     const double rms = std::sqrt(diff / double(ref.size()));
@@ -290,7 +321,7 @@ inline void check_forward(Layer& l, int64_t T, Ids mode, std::mt19937_64& rng,
                std::to_string(static_cast<int>(mode)));
   const Inputs in = make_inputs(l, T, mode, rng);
   const std::vector<float> ref = reference_out(l, in);
-  expect_close(l.spec, run_forward(l, in, stream), ref, tolerance(l.spec.act_dtype));
+  expect_close(l.spec, run_forward(l, in, stream), ref, tolerance(l.spec));
 }
 
 // Every TP rank of `s` (tp_size > 1) on the same inputs: each against its own reference, and
@@ -311,12 +342,12 @@ inline void check_tensor_parallel_ranks(MoeSpec s, uint64_t seed, int64_t T, std
     Layer l = make_engine_layer(s, seed, make, edit);
     SCOPED_TRACE(describe(s) + " T" + std::to_string(T));
     const std::vector<uint16_t> out = run_forward(l, in);
-    expect_close(s, out, reference_out(l, in), tolerance(s.act_dtype));
+    expect_close(s, out, reference_out(l, in), tolerance(s));
     for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += from_bits(s.act_dtype, out[i]);
   }
   std::vector<uint16_t> sum_bits(sum.size());
   for (std::size_t i = 0; i < sum.size(); ++i) sum_bits[i] = to_bits(s.act_dtype, sum[i]);
-  expect_close(full, sum_bits, ref, tolerance(s.act_dtype));
+  expect_close(full, sum_bits, ref, tolerance(s));
 }
 
 // Captures the very first forward of `l`'s engine (fresh: never called), replays it, and
@@ -342,7 +373,7 @@ inline void check_graph(Layer& l, int64_t T, std::mt19937_64& rng) {
     ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     const auto replayed = run.result();
-    expect_close(s, replayed, reference_out(l, in), tolerance(s.act_dtype));
+    expect_close(s, replayed, reference_out(l, in), tolerance(s));
     run.out.poison();
     l.engine->forward(run.args);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
@@ -382,7 +413,7 @@ inline void check_bad_ids(Layer& l, int64_t T, std::mt19937_64& rng) {
   DeviceRun run(l, in, nullptr);
   l.engine->forward(run.args);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  expect_close(s, run.result(), ref, tolerance(s.act_dtype));
+  expect_close(s, run.result(), ref, tolerance(s));
   const Status st = l.engine->poll_errors();
   EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
   EXPECT_NE(st.message().find("[2, 1]"), std::string::npos) << st.message();

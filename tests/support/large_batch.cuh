@@ -146,13 +146,13 @@ void check_tokens_times_hidden_past_2_to_31(MoeSpec s, const std::vector<std::st
                            cudaMemcpyDeviceToHost),
                 cudaSuccess);
     // Each sampled token alone too, so that a wrong row past 2^31 cannot hide in the others.
-    expect_close(s, out, ref, tolerance(s.act_dtype));
+    expect_close(s, out, ref, tolerance(s));
     for (int64_t j = 0; j < n; ++j) {
       if (sampled[j] < first_past) continue;
       SCOPED_TRACE("token " + std::to_string(sampled[j]) + " (its row starts past 2^31 elements)");
       expect_close(s, std::vector<uint16_t>(out.begin() + j * H, out.begin() + (j + 1) * H),
                    std::vector<float>(ref.begin() + j * H, ref.begin() + (j + 1) * H),
-                   tolerance(s.act_dtype));
+                   tolerance(s));
     }
   }
 }
