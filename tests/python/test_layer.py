@@ -67,8 +67,8 @@ def test_weights_paths_agree():
     spec = small_spec()
     w = moekit.Weights.random(spec, seed=3)
     args = inputs(spec, tokens=4)
-    a = forward(moekit.MoeLayer(spec, w), args)
-    b = forward(moekit.MoeLayer(spec, w.tensors()), args)
+    a = forward(moekit.MoeLayer(spec, w, device="cpu"), args)
+    b = forward(moekit.MoeLayer(spec, w.tensors(), device="cpu"), args)
     assert np.array_equal(a, b)
 
 
@@ -80,8 +80,8 @@ def test_load_weights_from_a_checkpoint(tmp_path):
     # The preset's family (qwen3_moe) by default; a folder works like a file.
     loaded = moekit.load_weights(str(tmp_path), spec, layer=3)
     args = inputs(spec, tokens=3)
-    assert np.array_equal(forward(moekit.MoeLayer(spec, loaded), args),
-                          forward(moekit.MoeLayer(spec, w), args))
+    assert np.array_equal(forward(moekit.MoeLayer(spec, loaded, device="cpu"), args),
+                          forward(moekit.MoeLayer(spec, w, device="cpu"), args))
     with pytest.raises(moekit.BadFileError):
         moekit.load_weights([str(tmp_path / "model.safetensors")], spec, layer=4)
     with pytest.raises(moekit.FileAccessError):
@@ -94,7 +94,7 @@ def test_load_weights_from_a_checkpoint(tmp_path):
 
 def test_out_is_written_in_place():
     spec = small_spec()
-    layer = moekit.MoeLayer(spec, moekit.Weights.random(spec, 1))
+    layer = moekit.MoeLayer(spec, moekit.Weights.random(spec, 1), device="cpu")
     args = inputs(spec, tokens=6)
     out = np.full_like(args["hidden"], np.nan)
     pointer = out.__array_interface__["data"][0]
@@ -105,7 +105,8 @@ def test_out_is_written_in_place():
 
 def test_empty_batch_and_max_tokens():
     spec = small_spec()
-    layer = moekit.MoeLayer(spec, moekit.Weights.random(spec, 1), max_tokens=4)
+    layer = moekit.MoeLayer(spec, moekit.Weights.random(spec, 1), max_tokens=4,
+                            device="cpu")
     assert layer.spec.max_tokens == 4
     assert forward(layer, inputs(spec, tokens=0)).shape == (0, 64)
     with pytest.raises(moekit.InvalidArgumentError) as e:
@@ -115,7 +116,7 @@ def test_empty_batch_and_max_tokens():
 
 def test_layer_reports_its_resolution():
     spec = small_spec()
-    layer = moekit.MoeLayer(spec, moekit.Weights.random(spec, 1))
+    layer = moekit.MoeLayer(spec, moekit.Weights.random(spec, 1), device="cpu")
     r = layer.resolution
     assert r.chosen == layer.implementation and r.spec == spec
     assert layer.workspace_bytes >= 0
@@ -125,7 +126,8 @@ def test_layer_reports_its_resolution():
 @pytest.fixture(scope="module")
 def layer_and_args():
     spec = small_spec()
-    return moekit.MoeLayer(spec, moekit.Weights.random(spec, 1)), inputs(spec, tokens=4)
+    return (moekit.MoeLayer(spec, moekit.Weights.random(spec, 1), device="cpu"),
+            inputs(spec, tokens=4))
 
 
 def _code(exc_info):
@@ -173,7 +175,7 @@ def test_bad_outputs_are_invalid_argument(layer_and_args):
 
 def test_external_ids_out_of_range():
     spec = small_spec(routing={"method": "external"})
-    layer = moekit.MoeLayer(spec, moekit.Weights.random(spec, 1))
+    layer = moekit.MoeLayer(spec, moekit.Weights.random(spec, 1), device="cpu")
     args = inputs(spec, tokens=3)
     args["topk_ids"][1, 0] = 99
     with pytest.raises(moekit.InvalidArgumentError) as e:
@@ -240,7 +242,7 @@ def test_nothing_fits():
 
 def test_hidden_that_is_not_a_tensor():
     spec = small_spec()
-    layer = moekit.MoeLayer(spec, moekit.Weights.random(spec, 1))
+    layer = moekit.MoeLayer(spec, moekit.Weights.random(spec, 1), device="cpu")
     args = inputs(spec, tokens=2)
     with pytest.raises(moekit.InvalidArgumentError):
         layer(args["hidden"].tolist(), args["router_logits"])

@@ -38,7 +38,7 @@ def torch_inputs(spec, tokens, device="cpu", dtype=None, seed=0):
 
 def test_torch_cpu_tensors_match_numpy():
     spec = small_spec()
-    layer = moekit.MoeLayer(spec, moekit.Weights.random(spec, 1))
+    layer = moekit.MoeLayer(spec, moekit.Weights.random(spec, 1), device="cpu")
     args = inputs(spec, tokens=5)
     expected = layer(args["hidden"], args["router_logits"])
     h, lg = torch.from_numpy(args["hidden"]), torch.from_numpy(args["router_logits"])
@@ -57,12 +57,13 @@ def test_torch_weights_dict_and_bf16():
                for k, v in w.tensors().items()}
     assert tensors["fc1.values"].dtype == torch.bfloat16
     h, lg = torch_inputs(spec, 4)
-    assert torch.equal(moekit.MoeLayer(spec, tensors)(h, lg), moekit.MoeLayer(spec, w)(h, lg))
+    assert torch.equal(moekit.MoeLayer(spec, tensors, device="cpu")(h, lg),
+                       moekit.MoeLayer(spec, w, device="cpu")(h, lg))
 
 
 def test_torch_op_schema_and_fake():
     spec = small_spec()
-    layer = moekit.MoeLayer(spec, moekit.Weights.random(spec, 1))
+    layer = moekit.MoeLayer(spec, moekit.Weights.random(spec, 1), device="cpu")
     h, lg = torch_inputs(spec, 3)
     torch.library.opcheck(torch.ops.moekit.moe_forward.default,
                           (layer._torch_op_id(), h, lg, None, None))
@@ -83,7 +84,7 @@ class MoeBlock(torch.nn.Module):
 
 def test_torch_compile_traces_the_op():
     spec = small_spec()
-    block = MoeBlock(moekit.MoeLayer(spec, moekit.Weights.random(spec, 1)))
+    block = MoeBlock(moekit.MoeLayer(spec, moekit.Weights.random(spec, 1), device="cpu"))
     h, lg = torch_inputs(spec, 4)
     compiled = torch.compile(block, backend="aot_eager", fullgraph=True)
     assert torch.equal(compiled(h, lg), block(h, lg))
@@ -99,7 +100,7 @@ def test_torch_compile_traces_the_op():
 
 def test_torch_errors():
     spec = small_spec()
-    layer = moekit.MoeLayer(spec, moekit.Weights.random(spec, 1))
+    layer = moekit.MoeLayer(spec, moekit.Weights.random(spec, 1), device="cpu")
     h, lg = torch_inputs(spec, 4)
     with pytest.raises(moekit.InvalidArgumentError):
         layer(h.float(), lg)
