@@ -120,9 +120,10 @@ uint32_t word_at(const uint8_t* base, int64_t i) {
   throw Error(code, "safetensors file " + h.file->path() + ": tensor '" + name + "' " + what);
 }
 
-// GPTQ's g_idx [K]: in feature k's group. Only the trivial k / group maps onto contiguous groups;
-// act-order (desc_act) checkpoints permute it (AutoGPTQ's quantizer, GPTQ.fasterquant with
-// actorder: g_idx = perm // groupsize, then invperm), which moekit's int formats cannot hold.
+// GPTQ's g_idx [K]: in feature k's group. Only the trivial k / group maps onto contiguous groups.
+// AutoGPTQ auto_gptq/quantization/gptq.py, GPTQ.fasterquant: with actorder (desc_act) the
+// columns are quantized in a permuted order and g_idx = [i // groupsize][invperm], which is not
+// trivial, unless static_groups, where g_idx = [perm[i] // groupsize][invperm] = k / groupsize.
 void check_g_idx(const TensorIndex& idx, const std::string& name, int64_t cols, int group) {
   if (!idx.find(name)) return;  // optional: trivial when absent
   const auto h = idx.expect(name, StDtype::kI32, {cols});
