@@ -66,7 +66,9 @@ std::map<std::string, std::string> read_metadata(const std::string& file);
 enum class ExpertStorage : int {
   // One 2-D tensor per expert and projection, [out, in] (nn.Linear): Mixtral, Qwen3-MoE,
   // DeepSeek-V3. Dense formats, or fp8 block-128 (F8_E4M3) with a scale tensor named weight
-  // name + suffix, [ceil(out/128), ceil(in/128)], fp32 (bf16 / fp16 read and widened).
+  // name + suffix, [ceil(out/128), ceil(in/128)], fp32 (bf16 / fp16 read and widened), or
+  // ModelOpt's NVFP4 (below), or int4_group / int8_group as AWQ or GPTQ packs them (read only:
+  // see "AWQ and GPTQ checkpoints").
   kPerExpert = 1,
   // One tensor per projection for all experts (gpt-oss, Llama-4). Dense formats are stored
   // in-features first, as torch.bmm reads them: gate_up [E, H, fc1 rows], down [E, I, H].
@@ -117,6 +119,68 @@ const ModelFamily& find_model_family(std::string_view name);
 // A name template with {L} and {e} filled in.
 std::string expand_tensor_name(std::string_view pattern, int layer, int64_t expert = 0);
 
+// ---- AWQ and GPTQ checkpoints ------------------------------------------------------------------
+//
+// int4_group / int8_group weights of a kPerExpert family (mixtral, qwen3_moe, deepseek_v3) are read
+// from the tensors AutoAWQ's GEMM layout or GPTQ's layout write beside each projection in place
+// of its `weight` (the projection's prefix, e.g. "...experts.3.w1."), and unpacked into moekit's
+// canonical layout (include/moekit/types.hpp). Out features N = rows, in features K = cols:
+//  - AWQ (AutoAWQ awq/modules/linear/gemm.py, WQLinear_GEMM; awq/utils/packing_utils.py):
+//    qweight I32 [K, N/8], eight 4-bit values of consecutive out features per word in AWQ's
+//    order (nibble i holds out feature 8c + AWQ_ORDER[i], AWQ_ORDER = 0 2 4 6 1 3 5 7); qzeros
+//    I32 [K/group, N/8] packed the same; scales [K/group, N]; w = (q - z) * s. 4-bit only.
+//  - GPTQ (AutoGPTQ auto_gptq/nn_modules/qlinear/qlinear_cuda_old.py, QuantLinear.pack):
+//    qweight I32 [K * bits/32, N], 32/bits values of consecutive in features per word, lowest
+//    bits first; qzeros I32 [K/group, N * bits/32] packed along N the same way; scales
+//    [K/group, N]; optional g_idx I32 [K]. bits 4 or 8. The "gptq" checkpoint format stores each
+//    zero point minus one (AutoGPTQ's `zeros -= 1`; readers add one back), "gptq_v2" (GPTQModel)
+//    stores it as is; w = (q - z) * s.
+// Scales may be F16 (as both write them), BF16 or F32, and are widened to fp32 exactly. A
+// `pre_quant_scale` [K] (F32, BF16 or F16) beside a projection is an AWQ smoothing scale that
+// multiplies the activations (ModelOpt's and TensorRT-LLM's name and meaning): it is loaded when
+// the spec has weights.pre_quant_scale (gate and up must then hold the same one, since they share
+// FC1's) and refused (kFormatMismatch) otherwise, never dropped.
+// With weights.zero_points the zero points are kept (0..2^bits-1); without, every zero point must
+// be the midpoint 2^(bits-1) (GPTQ's sym = true) and the values become signed q - 2^(bits-1), the
+// same weights; an asymmetric file then is Error(kFormatMismatch) naming tensor, expert and group.
+// A g_idx whose entry k is not k / group (GPTQ's desc_act = true act-order reorders the groups)
+// is Error(kUnsupported): moekit's groups are contiguous columns. The config's sym and desc_act
+// are not consulted; the zero points and g_idx themselves are checked.
+// Errors beyond load_layer_weights' own: the config (before any tensor is read) kBadFile when
+// none is found beside the files or its group size does not divide a projection's in features
+// (the tensor named), kInvalidArgument for a given config without quant_method, kUnsupported for
+// another quant_method, bits other than 4 / 8 (AWQ: 4), group size -1 or other than 32 / 64 /
+// 128, AWQ version other than gemm (gemv, gemv_fast, marlin pack otherwise), GPTQ format other
+// than gptq / gptq_v2 (marlin, bitblas), kFormatMismatch for bits or group size other than the
+// spec's; the tensors (file and tensor named) kBadFile for one missing or of another dtype or
+// shape (qzeros included) and a stored zero point that reads past 2^bits - 1 (the gptq format's
+// stored 2^bits - 1), kUnsupported for an act-order g_idx and gate and up pre-quant scales that
+// differ, kFormatMismatch for an asymmetric zero point without weights.zero_points and a tensor
+// beside a projection that is not read (a g_idx beside AWQ packs, a bias, a pre_quant_scale).
+//
+// What a checkpoint's quantization config says about how its int weights are packed.
+struct QuantizationConfig {
+  std::string source;        // the file it was read from; "" when none held one
+  std::string quant_method;  // "awq", "gptq" or another quantizer's name; "" when none
+  int bits = 0;              // 0: not stated
+  int group_size = 0;        // 0: not stated; -1: one group per row
+  // AWQ's "version" (gemm, gemv, gemv_fast, marlin) or GPTQ's "checkpoint_format" (gptq,
+  // gptq_v2, marlin, bitblas; "marlin" too for AutoGPTQ's is_marlin_format), lower case; ""
+  // when not stated, which means gemm for AWQ and gptq (zero points stored minus one) for GPTQ.
+  std::string format;
+};
+
+// The quantization config of the checkpoint in `folder` (a file's path: its folder): the
+// `quantization_config` object of config.json (transformers' AwqConfig / GPTQConfig and what
+// AutoAWQ, AutoGPTQ and GPTQModel write there), else quantize_config.json (AutoGPTQ, GPTQModel;
+// quant_method gptq unless it says otherwise), else quant_config.json (AutoAWQ: w_bit,
+// q_group_size, version; quant_method awq). quant_method "" when none of them holds one.
+// Error(kBadFile) naming the file (and the key) when a file is not a JSON object (the same checks
+// as a checkpoint index) or a key has the wrong type; Error(kIo) when one cannot be read.
+QuantizationConfig read_quantization_config(const std::string& folder);
+
+// ---- Loading and saving one layer ------------------------------------------------------------
+
 // Reads layer `layer`'s experts for `spec` from the checkpoint shards `files` (a tensor may be in
 // any of them; each file is mapped, only the needed bytes are read).
 // Loads the LOCAL shard for spec's TP/EP rank: local experts [first, first + E/ep) only, and the
@@ -130,11 +194,20 @@ std::string expand_tensor_name(std::string_view pattern, int layer, int64_t expe
 // an e8m0 NaN scale 0xff of a local expert), kFormatMismatch (a kNative file of another format, or
 // a tensor of this layer's experts that the spec's options do not read: zero points, an AWQ scale,
 // another format's scales, a bias or correction bias the spec lacks; file and tensor are named).
+//
+// int4_group / int8_group on a kPerExpert family are AWQ or GPTQ checkpoints (below): this form
+// reads their quantization config with read_quantization_config() from the folder of files[0],
+// and only for those formats, so other checkpoints never need one.
 MoeWeights load_layer_weights(const std::vector<std::string>& files, const ModelFamily& family,
                               int layer, const MoeSpec& spec);
+// The same with the quantization config given (for files whose folder lacks it).
+MoeWeights load_layer_weights(const std::vector<std::string>& files, const ModelFamily& family,
+                              int layer, const MoeSpec& spec, const QuantizationConfig& quant);
 
 // The tensors `family` stores for layer `layer`, from the FULL weights of an unsharded spec
 // (tp_size = ep_size = 1, else Error(kInvalidArgument)). Metadata entries go to `metadata`.
+// int4_group / int8_group go to the moekit family only: a kPerExpert family's AWQ / GPTQ packs
+// are read, not written (Error(kUnsupported)).
 std::vector<NamedTensor> layer_weight_tensors(
     const ModelFamily& family, int layer, const MoeSpec& spec, const MoeWeights& weights,
     std::map<std::string, std::string>* metadata = nullptr);

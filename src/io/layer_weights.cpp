@@ -4,9 +4,11 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "io/awq_gptq.hpp"
 #include "io/model_family.hpp"
 #include "io/packing.hpp"
 #include "io/safetensors.hpp"
@@ -138,14 +140,24 @@ std::string per_expert_scale_name(const Ctx& c, const std::string& weight) {
                                                        : c.fam.block_scale_suffix);
 }
 
-void load_per_expert(const Ctx& c, const TensorIndex& idx, MoeWeights& w) {
+// `packed`: the AWQ / GPTQ layout of int formats (reads_packed_ints), else null.
+void load_per_expert(const Ctx& c, const TensorIndex& idx, MoeWeights& w,
+                     const PackedLayout* packed) {
   const Packing& pk = c.pk;
   const int64_t I = c.spec.intermediate, H = c.spec.hidden;
   const StDtype vd = value_dtype(c.spec.weights);
   const auto runs = fc1_load_runs(c, [](int p, int64_t i) { return std::make_pair(p, i); });
   // Block scales are fp32 in DeepSeek-V3; other fp8 exports use bf16 / fp16: widened here.
+  // AWQ / GPTQ projections are unpacked whole into moekit's layout first. One slot each for
+  // gate, up and down.
   std::vector<float> wide[3];
-  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, std::vector<float>& tmp) {
+  UnpackedProjection unpacked[3];
+  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, int slot) {
+    if (packed) {
+      unpack_projection(idx, *packed, pk, projection_prefix(name), rows, cols, unpacked[slot]);
+      return unpacked[slot].ref(rows, cols);
+    }
+    std::vector<float>& tmp = wide[slot];
     const auto v = idx.expect(name, vd, {rows, pk.value_cols(cols)});
     const uint8_t* s = nullptr;
     const std::vector<int64_t> scale_shape = {pk.scale_rows(rows), pk.scale_cols(cols)};
@@ -168,13 +180,20 @@ void load_per_expert(const Ctx& c, const TensorIndex& idx, MoeWeights& w) {
   for (int64_t el = 0; el < c.lp.num_experts; ++el) {
     const int64_t e = c.lp.first_expert + el;
     const std::string gname = c.name(c.fam.gate_proj, e), uname = c.name(c.fam.up_proj, e);
-    const MatRef src[2] = {matrix(gname, I, H, wide[0]), matrix(uname, I, H, wide[1])};
+    const MatRef src[2] = {matrix(gname, I, H, 0), matrix(uname, I, H, 1)};
     const MatOut o1 = expert_out(pk, w.fc1, el);
     for (const Run& r : runs)
       copy_rows(pk, src[r.src], r.src_row, o1, r.dst_row, r.count, 0, gname);
     const std::string dname = c.name(c.fam.down_proj, e);
-    copy_rows(pk, matrix(dname, H, I, wide[2]), 0, expert_out(pk, w.fc2, el), 0, H,
+    copy_rows(pk, matrix(dname, H, I, 2), 0, expert_out(pk, w.fc2, el), 0, H,
               c.lp.intermediate_offset, dname);
+    if (pk.pre_quant) {
+      const int64_t li = c.lp.intermediate;
+      load_pre_quant_scales(idx, projection_prefix(gname), projection_prefix(uname),
+                            projection_prefix(dname), H, I, c.lp.intermediate_offset, li,
+                            w.fc1.pre_quant_scale.data() + el * H,
+                            w.fc2.pre_quant_scale.data() + el * li);
+    }
     if (pk.global_scale) {
       // moekit's fused FC1 keeps one global scale per expert: gate and up must agree.
       const std::string g2 = gname + kModelOptGlobalScaleSuffix;
@@ -191,7 +210,7 @@ void load_per_expert(const Ctx& c, const TensorIndex& idx, MoeWeights& w) {
     }
   }
   // Whatever else sits beside the projections (another format's scales, zero points, an AWQ
-  // scale, a bias) is refused, not ignored.
+  // scale, a GPTQ g_idx beside AWQ tensors, a bias) is refused, not ignored.
   const std::string options = options_text(c.spec);
   for (int64_t el = 0; el < c.lp.num_experts; ++el) {
     const int64_t e = c.lp.first_expert + el;
@@ -559,27 +578,33 @@ Ctx make_ctx(const ModelFamily& family, int layer, const MoeSpec& spec) {
              activation_is_gated(spec.activation.kind)};
 }
 
-}  // namespace
-}  // namespace io
-
-MoeWeights load_layer_weights(const std::vector<std::string>& files, const ModelFamily& family,
-                              int layer, const MoeSpec& spec) {
-  const io::Ctx c = io::make_ctx(family, layer, spec);
-  const io::TensorIndex idx(files);
+// `quant_config` is asked only where the spec's format needs it (reads_packed_ints).
+MoeWeights load_layer(const std::vector<std::string>& files, const ModelFamily& family, int layer,
+                      const MoeSpec& spec,
+                      const std::function<QuantizationConfig()>& quant_config) {
+  const Ctx c = make_ctx(family, layer, spec);
+  const TensorIndex idx(files);
+  std::optional<PackedLayout> packed;
+  if (reads_packed_ints(family, spec)) {
+    const int64_t e = c.lp.first_expert;
+    packed = packed_layout(quant_config(), spec,
+                           projection_prefix(c.name(family.gate_proj, e)) + "qweight",
+                           projection_prefix(c.name(family.down_proj, e)) + "qweight");
+  }
   MoeWeights w;
-  w.fc1 = io::alloc_tensor(spec.weights, c.lp.num_experts, c.lp.fc1_rows, c.lp.hidden);
-  w.fc2 = io::alloc_tensor(spec.weights, c.lp.num_experts, c.lp.hidden, c.lp.intermediate);
+  w.fc1 = alloc_tensor(spec.weights, c.lp.num_experts, c.lp.fc1_rows, c.lp.hidden);
+  w.fc2 = alloc_tensor(spec.weights, c.lp.num_experts, c.lp.hidden, c.lp.intermediate);
   if (family.storage == ExpertStorage::kPerExpert)
-    io::load_per_expert(c, idx, w);
+    load_per_expert(c, idx, w, packed ? &*packed : nullptr);
   else
-    io::load_fused(c, idx, w);
+    load_fused(c, idx, w);
   if (spec.routing.correction_bias) {
     const auto h = idx.expect_float(c.name(family.correction_bias), {spec.num_experts});
     w.routing_bias.resize(static_cast<std::size_t>(spec.num_experts));
-    io::load_floats(h, 0, spec.num_experts, w.routing_bias.data());
+    load_floats(h, 0, spec.num_experts, w.routing_bias.data());
   }
   // Biases the spec does not have are refused where the file holds them.
-  const std::string options = io::options_text(spec);
+  const std::string options = options_text(spec);
   for (const std::string* pattern :
        {&family.gate_up_bias, &family.down_bias, &family.correction_bias}) {
     if (!pattern->empty()) idx.refuse_present(c.name(*pattern), options);
@@ -588,10 +613,39 @@ MoeWeights load_layer_weights(const std::vector<std::string>& files, const Model
   return w;
 }
 
+}  // namespace
+}  // namespace io
+
+MoeWeights load_layer_weights(const std::vector<std::string>& files, const ModelFamily& family,
+                              int layer, const MoeSpec& spec) {
+  return io::load_layer(files, family, layer, spec, [&] {
+    QuantizationConfig q = read_quantization_config(files.front());
+    if (q.quant_method.empty()) {
+      throw Error(ErrorCode::kBadFile,
+                  "the folder of safetensors file " + files.front() +
+                      " holds no quantization config (quantization_config in config.json, "
+                      "quantize_config.json or quant_config.json), which says whether its " +
+                      to_string(spec.weights.format) + " projections are AWQ or GPTQ packs");
+    }
+    return q;
+  });
+}
+
+MoeWeights load_layer_weights(const std::vector<std::string>& files, const ModelFamily& family,
+                              int layer, const MoeSpec& spec, const QuantizationConfig& quant) {
+  return io::load_layer(files, family, layer, spec, [&] { return quant; });
+}
+
 std::vector<NamedTensor> layer_weight_tensors(const ModelFamily& family, int layer,
                                               const MoeSpec& spec, const MoeWeights& weights,
                                               std::map<std::string, std::string>* metadata) {
   const io::Ctx c = io::make_ctx(family, layer, spec);
+  if (io::reads_packed_ints(family, spec)) {
+    throw Error(ErrorCode::kUnsupported,
+                "model family " + family.name + " stores " + to_string(spec.weights.format) +
+                    " as AWQ or GPTQ packs, which moekit reads but does not write; save to the "
+                    "moekit family");
+  }
   if (spec.tp_size != 1 || spec.ep_size != 1) {
     throw Error(ErrorCode::kInvalidArgument,
                 "saving layer weights needs the full (unsharded) set, but the spec has tp_size " +

@@ -16,8 +16,10 @@ std::vector<ModelFamily> build_families() {
   ModelFamily per_expert;
   per_expert.storage = ExpertStorage::kPerExpert;
   // Dense checkpoints, the fine-grained fp8 ones (DeepSeek-V3, Qwen3-*-FP8: weight_scale_inv),
-  // and NVIDIA ModelOpt's NVFP4 exports (weight, weight_scale, weight_scale_2, input_scale).
-  per_expert.formats = {F::kBF16, F::kFP16, F::kFP32, F::kFP8Block128, F::kNVFP4};
+  // NVIDIA ModelOpt's NVFP4 exports (weight, weight_scale, weight_scale_2, input_scale), and
+  // AWQ / GPTQ int4 and int8 packs (qweight, qzeros, scales, g_idx; awq_gptq.hpp).
+  per_expert.formats = {F::kBF16,  F::kFP16,      F::kFP32,     F::kFP8Block128,
+                        F::kNVFP4, F::kInt4Group, F::kInt8Group};
   per_expert.block_scale_suffix = "_scale_inv";
 
   {
@@ -173,10 +175,12 @@ void check_family_supports(const ModelFamily& family, const MoeSpec& spec) {
                 to_string(f));
   }
   if (family.storage == ExpertStorage::kPerExpert && format_value_bits(f) < 16 &&
-      f != WeightFormat::kFP8Block128 && f != WeightFormat::kNVFP4) {
-    // Per-expert files hold dense tensors, fp8 with block scales (weight_scale_inv) or
-    // ModelOpt's NVFP4.
-    unsupported(std::string("stores one tensor per expert as dense, fp8 block-128 or nvfp4, not ") +
+      f != WeightFormat::kFP8Block128 && f != WeightFormat::kNVFP4 &&
+      f != WeightFormat::kInt4Group && f != WeightFormat::kInt8Group) {
+    // Per-expert files hold dense tensors, fp8 with block scales (weight_scale_inv),
+    // ModelOpt's NVFP4 or AWQ / GPTQ int packs.
+    unsupported(std::string("stores one tensor per expert as dense, fp8 block-128, nvfp4 or "
+                            "AWQ / GPTQ int4 / int8, not ") +
                 to_string(f));
   }
   if (family.storage == ExpertStorage::kPerExpert && format_row_block(f) > 1 &&

@@ -249,6 +249,33 @@ bool json_depth_within(std::string_view text, int max_depth) {
   return true;
 }
 
+nlohmann::json parse_untrusted_json(const std::string& text, const std::string& label) {
+  auto bad_json = [&](const std::string& what) {
+    throw Error(ErrorCode::kBadFile, label + ": " + what);
+  };
+  if (!json_depth_within(text, kMaxJsonDepth)) {
+    bad_json("nests arrays and objects deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  }
+  using json = nlohmann::json;
+  std::vector<std::set<std::string>> keys;  // per open object, by depth
+  std::string duplicate;
+  const json::parser_callback_t on_event = [&](int depth, json::parse_event_t event, json& parsed) {
+    const auto d = static_cast<std::size_t>(depth);
+    if (event == json::parse_event_t::object_start) {
+      keys.resize(d + 1);
+      keys[d].clear();
+    } else if (event == json::parse_event_t::key && d >= 1 && d <= keys.size() &&
+               !keys[d - 1].insert(parsed.get<std::string>()).second && duplicate.empty()) {
+      duplicate = parsed.get<std::string>();
+    }
+    return true;
+  };
+  json j = json::parse(text, on_event, /*allow_exceptions=*/false);
+  if (j.is_discarded()) bad_json("is not valid JSON");
+  if (!duplicate.empty()) bad_json("key '" + duplicate + "' appears twice in one object");
+  return j;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Reader
 

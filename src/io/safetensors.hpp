@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <span>
 #include <string>
@@ -139,5 +140,12 @@ std::string read_regular_file(const std::string& path, uint64_t max_bytes, const
 // that understands strings; it does not validate the JSON otherwise). Run before handing
 // untrusted text to a parser or a dump() that recurses per level.
 bool json_depth_within(std::string_view text, int max_depth);
+
+// Untrusted JSON text (a checkpoint index, a checkpoint's config.json) as a DOM: its nesting is
+// checked first (json_depth_within, kMaxJsonDepth), since nlohmann's dump() and comparisons
+// recurse per level, and a key that appears twice in one object is refused (the DOM would keep
+// one of them quietly). Error(kBadFile) "<label>: <what is wrong>" for either and for text that
+// is not JSON; `label` names the kind of file and its path.
+nlohmann::json parse_untrusted_json(const std::string& text, const std::string& label);
 
 }  // namespace moekit::io

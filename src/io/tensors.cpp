@@ -151,32 +151,10 @@ constexpr uint64_t kMaxIndexBytes = 100'000'000;
   throw Error(ErrorCode::kBadFile, "checkpoint index " + index + ": " + what);
 }
 
-// The weight_map of an index: tensor name -> shard name. The text is checked for nesting depth
-// before nlohmann parses it (its parser does not recurse, but dump() and comparisons do), and
-// every object for keys that appear twice (the DOM would keep one quietly).
+// The weight_map of an index: tensor name -> shard name.
 std::map<std::string, std::string> read_weight_map(const std::string& index) {
   const std::string text = io::read_regular_file(index, kMaxIndexBytes, "checkpoint index");
-  if (!io::json_depth_within(text, io::kMaxJsonDepth)) {
-    bad_index(index, "nests arrays and objects deeper than " + std::to_string(io::kMaxJsonDepth) +
-                         " levels");
-  }
-  using json = nlohmann::json;
-  std::vector<std::set<std::string>> keys;  // per open object, by depth
-  std::string duplicate;
-  const json::parser_callback_t on_event = [&](int depth, json::parse_event_t event, json& parsed) {
-    const auto d = static_cast<std::size_t>(depth);
-    if (event == json::parse_event_t::object_start) {
-      keys.resize(d + 1);
-      keys[d].clear();
-    } else if (event == json::parse_event_t::key && d >= 1 && d <= keys.size() &&
-               !keys[d - 1].insert(parsed.get<std::string>()).second && duplicate.empty()) {
-      duplicate = parsed.get<std::string>();
-    }
-    return true;
-  };
-  const json j = json::parse(text, on_event, /*allow_exceptions=*/false);
-  if (j.is_discarded()) bad_index(index, "is not valid JSON");
-  if (!duplicate.empty()) bad_index(index, "key '" + duplicate + "' appears twice in one object");
+  const nlohmann::json j = io::parse_untrusted_json(text, "checkpoint index " + index);
   if (!j.is_object()) bad_index(index, "is not a JSON object");
   const auto wm = j.find("weight_map");
   if (wm == j.end() || !wm->is_object()) bad_index(index, "has no weight_map object");

@@ -9,6 +9,7 @@
 
 #include "moekit/status.hpp"
 #include "quant/quant.hpp"
+#include "support/errors.hpp"
 
 namespace moekit {
 namespace {
@@ -39,18 +40,7 @@ MoeSpec small_spec(WeightFormat f, ActivationKind act = ActivationKind::kSwiGLU,
   return s;
 }
 
-template <class Fn>
-void expect_error(ErrorCode code, const std::vector<std::string>& needles, Fn&& fn) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected an Error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    for (const auto& n : needles)
-      EXPECT_NE(std::string(e.what()).find(n), std::string::npos)
-          << "message '" << e.what() << "' lacks '" << n << "'";
-  }
-}
+using test::expect_error;
 
 std::vector<float> dequant(const QuantizedTensor& t, int64_t e) {
   std::vector<float> out(static_cast<std::size_t>(t.rows * t.cols));

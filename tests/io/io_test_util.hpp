@@ -3,10 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
+
+#include "moekit/weights.hpp"
 
 namespace moekit::test {
 
@@ -56,6 +59,38 @@ inline std::vector<uint8_t> st_bytes(const std::string& header, const std::vecto
 }
 inline std::vector<uint8_t> st_bytes(const std::string& header, const std::vector<uint8_t>& data) {
   return st_bytes(header, data, header.size());
+}
+
+// Bit-equal weights, buffer by buffer.
+template <class T>
+void expect_same_vec(const std::vector<T>& a, const std::vector<T>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  EXPECT_TRUE(a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0) << what;
+}
+
+inline void expect_same_tensor(const QuantizedTensor& a, const QuantizedTensor& b,
+                               const std::string& w) {
+  EXPECT_EQ(a.format, b.format) << w;
+  EXPECT_EQ(a.experts, b.experts) << w;
+  EXPECT_EQ(a.rows, b.rows) << w;
+  EXPECT_EQ(a.cols, b.cols) << w;
+  EXPECT_EQ(a.group_size, b.group_size) << w;
+  expect_same_vec(a.values, b.values, w + ".values");
+  expect_same_vec(a.scales, b.scales, w + ".scales");
+  expect_same_vec(a.scale_bytes, b.scale_bytes, w + ".scale_bytes");
+  expect_same_vec(a.zeros, b.zeros, w + ".zeros");
+  expect_same_vec(a.weight_scale, b.weight_scale, w + ".weight_scale");
+  expect_same_vec(a.global_scale, b.global_scale, w + ".global_scale");
+  expect_same_vec(a.input_scale, b.input_scale, w + ".input_scale");
+  expect_same_vec(a.pre_quant_scale, b.pre_quant_scale, w + ".pre_quant_scale");
+}
+
+inline void expect_same(const MoeWeights& a, const MoeWeights& b, const std::string& what) {
+  expect_same_tensor(a.fc1, b.fc1, what + " fc1");
+  expect_same_tensor(a.fc2, b.fc2, what + " fc2");
+  expect_same_vec(a.fc1_bias, b.fc1_bias, what + " fc1_bias");
+  expect_same_vec(a.fc2_bias, b.fc2_bias, what + " fc2_bias");
+  expect_same_vec(a.routing_bias, b.routing_bias, what + " routing_bias");
 }
 
 }  // namespace moekit::test

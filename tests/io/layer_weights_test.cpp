@@ -18,42 +18,14 @@
 #include "moekit/weights.hpp"
 #include "quant/quant.hpp"
 #include "reference/reference.hpp"
+#include "support/errors.hpp"
 #include "support/specs.hpp"
 
 namespace moekit {
 namespace {
 
+using test::expect_same;
 using test::temp_path;
-
-template <class T>
-void expect_same_vec(const std::vector<T>& a, const std::vector<T>& b, const std::string& what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  EXPECT_TRUE(a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0) << what;
-}
-
-void expect_same_tensor(const QuantizedTensor& a, const QuantizedTensor& b, const std::string& w) {
-  EXPECT_EQ(a.format, b.format) << w;
-  EXPECT_EQ(a.experts, b.experts) << w;
-  EXPECT_EQ(a.rows, b.rows) << w;
-  EXPECT_EQ(a.cols, b.cols) << w;
-  EXPECT_EQ(a.group_size, b.group_size) << w;
-  expect_same_vec(a.values, b.values, w + ".values");
-  expect_same_vec(a.scales, b.scales, w + ".scales");
-  expect_same_vec(a.scale_bytes, b.scale_bytes, w + ".scale_bytes");
-  expect_same_vec(a.zeros, b.zeros, w + ".zeros");
-  expect_same_vec(a.weight_scale, b.weight_scale, w + ".weight_scale");
-  expect_same_vec(a.global_scale, b.global_scale, w + ".global_scale");
-  expect_same_vec(a.input_scale, b.input_scale, w + ".input_scale");
-  expect_same_vec(a.pre_quant_scale, b.pre_quant_scale, w + ".pre_quant_scale");
-}
-
-void expect_same(const MoeWeights& a, const MoeWeights& b, const std::string& what) {
-  expect_same_tensor(a.fc1, b.fc1, what + " fc1");
-  expect_same_tensor(a.fc2, b.fc2, what + " fc2");
-  expect_same_vec(a.fc1_bias, b.fc1_bias, what + " fc1_bias");
-  expect_same_vec(a.fc2_bias, b.fc2_bias, what + " fc2_bias");
-  expect_same_vec(a.routing_bias, b.routing_bias, what + " routing_bias");
-}
 
 void round_to_bf16(std::vector<float>& v) {
   for (float& x : v) x = numeric::bf16_to_float(numeric::float_to_bf16(x));
@@ -379,15 +351,7 @@ void edit_tensor(const std::string& path, const std::string& name,
 
 void expect_load_error(const std::string& path, const ModelFamily& fam, const MoeSpec& s,
                        ErrorCode code, const std::vector<std::string>& parts) {
-  try {
-    load_layer_weights({path}, fam, 0, s);
-    ADD_FAILURE() << "loaded without error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    for (const auto& p : parts)
-      EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
-          << "'" << p << "' not in: " << e.what();
-  }
+  test::expect_error(code, parts, [&] { load_layer_weights({path}, fam, 0, s); });
 }
 
 TEST(LayerWeights, MismatchNamesFileTensorExpectedAndFound) {
