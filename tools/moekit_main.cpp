@@ -717,6 +717,7 @@ int cmd_tune(LayerOpts lo, const TuneOpts& to) {
   cache.routing = profile.text();
   TuneProgress progress(total);
   std::vector<std::pair<std::string, TuningKey>> measured;  // layer name, key: the summary
+  std::vector<std::string> fused;  // "layer implementation gemm bucket": nothing to choose
   for (Plan& p : plans) {
     MoeSpec spec = p.spec;
     // The workspace holds the largest bucket (above max_tokens where dp_factor > 1).
@@ -731,6 +732,12 @@ int cmd_tune(LayerOpts lo, const TuneOpts& to) {
         for (const int64_t bucket : p.buckets) {
           progress.begin(p.name + " " + impl + " " + to_string(gemm) + " at " +
                          std::to_string(bucket) + " tokens");
+          // A fused path keeps its own kernels there: every tactic would time the same forward.
+          if (!layer->tactics_apply(gemm, bucket)) {
+            fused.push_back(p.name + " " + impl + " " + to_string(gemm) + " " +
+                            std::to_string(bucket));
+            continue;
+          }
           HostInputs in = random_inputs(spec, bucket, lo.seed + bucket);
           apply_routing_profile(in, spec, profile, lo.seed + bucket);
           const std::vector<TacticTime> times =
@@ -759,6 +766,10 @@ int cmd_tune(LayerOpts lo, const TuneOpts& to) {
                 e.key.implementation.c_str(), to_string(e.key.gemm),
                 static_cast<long long>(e.key.bucket), e.tactic.c_str(), e.time_us,
                 e.runner_up.c_str());
+  }
+  if (!fused.empty()) {
+    std::printf("fused paths (their own kernels at these buckets; nothing to choose):\n");
+    for (const std::string& f : fused) std::printf("  %s\n", f.c_str());
   }
   std::cout << "wrote " << to.out << " (" << cache.entries.size() << " entries)\n";
   return 0;

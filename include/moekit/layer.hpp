@@ -68,6 +68,10 @@ class MoeLayer {
   // what `moekit tune` times. Not while a forward or a captured graph of the layer is pending.
   std::vector<std::string> tactics(Gemm gemm) const { return engine_->tactics(gemm); }
   void set_tactics(const TacticChoices& choices) { engine_->set_tactics(choices); }
+  // Engine::tactics_apply: false at token counts where a fused path keeps its own kernels.
+  bool tactics_apply(Gemm gemm, int64_t tokens) const {
+    return engine_->tactics_apply(gemm, tokens);
+  }
 
   const MoeSpec& spec() const { return spec_; }
   const Resolution& resolution() const { return resolution_; }

@@ -113,6 +113,10 @@ class Engine {
   // Tuned choices (names from tactics()) that replace the built-in pick at their buckets; called
   // by MoeLayer::create before any forward. Engines without tactics ignore it.
   virtual void set_tactics(const TacticChoices& /*choices*/) {}
+  // Whether a choice of tactics for `gemm` (set_tactics) can change a forward of `tokens` tokens:
+  // false where a fused path runs its own kernels there (the BF16 engine's one-token slices and
+  // chained decode). `moekit tune` measures nothing at such buckets.
+  virtual bool tactics_apply(Gemm /*gemm*/, int64_t /*tokens*/) const { return true; }
 };
 
 class Implementation {

@@ -41,6 +41,9 @@ class Sm90Engine final : public Engine {
   Status poll_errors() override;
   std::vector<std::string> tactics(Gemm gemm) const override;
   void set_tactics(const TacticChoices& choices) override { tuned_ = choices; }
+  bool tactics_apply(Gemm, int64_t T) const override {
+    return !(T == 1 && slices_one_token()) && !chains(T);
+  }
 
  private:
   MoeSpec spec_;
@@ -79,6 +82,18 @@ class Sm90Engine final : public Engine {
   // One token through GroupedGemm::launch_sliced; false (nothing enqueued) where it does not
   // slice (no sliced tactic, or a permute that cannot hand over at its flag).
   bool forward_sliced(const ForwardArgs& args, permute::Inputs in, cudaStream_t stream);
+  // Whether one token runs sliced (forward_sliced), and T tokens as the chained decode GEMV:
+  // both keep their own kernels, whatever a tuning file chose.
+  bool slices_one_token() const {
+    return !slice_tactic_.empty() && permute::clears_expert_done(1) &&
+           permute::offsets_final_for_next_kernel(pcfg_, 1, permute::Path::kAuto, false) ==
+               permute::OffsetsFinal::kAtFlag;
+  }
+  bool chains(int64_t T) const {
+    const int64_t rows = T * std::min<int64_t>(lp_.top_k, lp_.num_experts);
+    return options_.chain_decode && permute::clears_expert_done(T) &&
+           (T > 1 || fc1_->chains_one_token(rows));
+  }
   // Rows per expert if routing were uniform: only a hint for the GEMMs' tactics.
   double hint_of(int64_t T) const {
     return static_cast<double>(T) * lp_.top_k / static_cast<double>(lp_.num_experts_global);
@@ -270,10 +285,7 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
 }
 
 bool Sm90Engine::forward_sliced(const ForwardArgs& args, permute::Inputs in, cudaStream_t stream) {
-  if (slice_tactic_.empty() || !permute::clears_expert_done(1) ||
-      permute::offsets_final_for_next_kernel(pcfg_, 1, permute::Path::kAuto, false) !=
-          permute::OffsetsFinal::kAtFlag)
-    return false;
+  if (!slices_one_token()) return false;
   // FC1 reads the caller's row from the permute's flag on: nothing is gathered.
   in.gather = false;
   throw_if_error(permute::run(pcfg_, pbuf_, 1, in, stream));
@@ -326,8 +338,7 @@ void Sm90Engine::forward(const ForwardArgs& args) {
   // Decode with the TMA GEMV on both: one kernel, FC2's weights streaming while FC1 ends
   // (its per-expert counters were cleared by the permute). From 8 tokens on it gained 0.5-5 us;
   // at one token only where FC1 has many items (GroupedGemm::chains_one_token).
-  const bool chain = options_.chain_decode && permute::clears_expert_done(T) &&
-                     (T > 1 || fc1_->chains_one_token(rows));
+  const bool chain = chains(T);
   const std::string fc1_picked = tuned_or(Gemm::kFc1, T, chain, fc1_->pick_tactic(hint, chain));
   // Past the single-block permute, FC1 reads the tokens' rows by index where its tactic has a
   // gathering variant: the permute then writes each row's token, not the row.

@@ -204,5 +204,47 @@ TEST_F(TuneWarmupTest, TunedTacticsRunAndCaptureAndUnknownOnesFallBack) {
   }
 }
 
+// Where the engine says a choice of tactics does not apply (its fused decode paths), any choice
+// gives the built-in forward bit for bit; where it does, the tuner measures. The BF16 engine has
+// such buckets at decode sizes and not at 100 tokens; the FP8 engine has none.
+TEST_F(TuneWarmupTest, TacticsApplyWhereAChoiceChangesTheForward) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0x7a20);
+  for (const MoeSpec& s : {bf16_spec(), fp8_spec()}) {
+    const MoeWeights w = quant::make_random_weights(s, rng());
+    auto layer = MoeLayer::create(s, w, LayerOptions{"cutlass"});
+    const bool bf16 = s.weights.format == WeightFormat::kBF16;
+    SCOPED_TRACE(layer->implementation().id());
+    int fused = 0;
+    for (const int64_t T : tuning_buckets(s.max_tokens)) {
+      const bool fc1 = layer->tactics_apply(Gemm::kFc1, T);
+      EXPECT_EQ(fc1, layer->tactics_apply(Gemm::kFc2, T)) << "T " << T;
+      if (fc1) continue;
+      ++fused;
+      SCOPED_TRACE("T " + std::to_string(T));
+      Batch b(s, T, rng);
+      layer->set_tactics(TacticChoices{});
+      layer->forward(b.args);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::vector<uint16_t> built_in = b.output();
+      for (const Gemm g : {Gemm::kFc1, Gemm::kFc2})
+        for (const std::string& tactic : {layer->tactics(g).front(), layer->tactics(g).back()}) {
+          layer->set_tactics(TacticChoices{{TacticChoice{g, T, tactic}}});
+          ASSERT_EQ(cudaMemset(b.d_out.ptr, 0xff, b.d_out.bytes), cudaSuccess);
+          layer->forward(b.args);
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          EXPECT_TRUE(b.output() == built_in) << tactic;
+        }
+    }
+    layer->set_tactics(TacticChoices{});
+    EXPECT_TRUE(layer->tactics_apply(Gemm::kFc1, s.max_tokens));
+    if (bf16) {
+      EXPECT_GT(fused, 0) << "no decode bucket runs a fused path";
+    } else {
+      EXPECT_EQ(fused, 0);
+    }
+    EXPECT_TRUE(layer->poll_errors().ok());
+  }
+}
+
 }  // namespace
 }  // namespace moekit
