@@ -756,6 +756,8 @@ int cmd_tune(LayerOpts lo, const TuneOpts& to) {
           measured.emplace_back(p.name, e.key);
         }
     }
+    // Each layer's entries are kept as it finishes: a tune cut short keeps what it measured.
+    cache.save(to.out);
   }
   cache.save(to.out);
   std::printf("%-16s %-32s %4s %7s  %-44s %10s  %s\n", "layer", "implementation", "gemm", "bucket",

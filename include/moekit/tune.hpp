@@ -119,7 +119,8 @@ struct TuningCache {
   static Loaded load(const std::string& path, const std::string& expected_fingerprint);
 
   std::string to_json() const;
-  // Writes to_json() to `path`; Error(kIo) naming the path when it cannot.
+  // Writes to_json() to `path` through a temporary beside it renamed onto it (a reader sees the
+  // old file or the new one); Error(kIo) naming the path when it cannot.
   void save(const std::string& path) const;
 
   const TuningEntry* lookup(const TuningKey& key) const;

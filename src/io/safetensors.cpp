@@ -734,6 +734,12 @@ class TempFile {
 
 }  // namespace
 
+void write_file_atomically(const std::string& path, std::string_view bytes) {
+  TempFile tmp(path);
+  tmp.write(bytes.data(), bytes.size());
+  tmp.commit();
+}
+
 void write_safetensors(const std::string& path, std::vector<TensorRef> tensors,
                        const std::map<std::string, std::string>& metadata) {
   std::sort(tensors.begin(), tensors.end(),

@@ -131,6 +131,11 @@ struct TensorRef {
 void write_safetensors(const std::string& path, std::vector<TensorRef> tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
+// `bytes` as the whole of `path`, written as write_safetensors writes: into a new temporary
+// beside it, then renamed onto it (a symlink at `path` is replaced, not followed; on failure
+// `path` is untouched). Error(kIo) when the OS refuses.
+void write_file_atomically(const std::string& path, std::string_view bytes);
+
 // The whole of a small regular file (a checkpoint index, a spec): Error(kIo) naming `what` and
 // `path` when it is missing, unreadable or not a regular file (a FIFO, a device, a folder: checked
 // before reading, so nothing blocks), Error(kBadFile) when longer than `max_bytes`.

@@ -2,6 +2,8 @@
 // the fallback rule that turns a cache into the engines' tactic choices.
 #include "moekit/tune.hpp"
 
+#include "io/safetensors.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -345,12 +347,8 @@ std::string TuningCache::to_json() const {
 }
 
 void TuningCache::save(const std::string& path) const {
-  const std::string text = to_json();
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw Error(ErrorCode::kIo, "cannot write the tuning file " + path);
-  out << text;
-  out.flush();
-  if (!out) throw Error(ErrorCode::kIo, "cannot write the tuning file " + path);
+  // A reader (a layer being created, a tune saving as it goes) sees the old file or the new one.
+  io::write_file_atomically(path, to_json());
 }
 
 const TuningEntry* TuningCache::lookup(const TuningKey& key) const {

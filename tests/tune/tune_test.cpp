@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -435,6 +437,27 @@ TEST(TuneCache, SaveToAnUnwritablePathIsAnIoError) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kIo);
   }
+}
+
+// save() replaces the file through a temporary renamed onto it: a symlink planted at the path is
+// replaced, never written through, and no temporary is left behind.
+TEST(TuneCache, SaveReplacesASymlinkAndLeavesNoTemporary) {
+  const std::string dir = tmp_dir() + "/save_atomic";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string victim = dir + "/victim.txt", path = dir + "/t.json";
+  std::ofstream(victim) << "untouched";
+  std::filesystem::create_symlink(victim, path);
+  const TuningCache c = cache_with("fp", {});
+  c.save(path);
+  EXPECT_FALSE(std::filesystem::is_symlink(path));
+  std::ifstream v(victim);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(v), {}), "untouched");
+  std::ifstream f(path);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(f), {}), c.to_json());
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) files += e.is_regular_file();
+  EXPECT_EQ(files, 2);  // victim.txt and t.json
 }
 
 TEST(TuneFallback, KnownTacticsAreChosenUnknownOnesReportedAndMissingOnesSilent) {
