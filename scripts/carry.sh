@@ -2,7 +2,7 @@
 # Lays out .carry/ (ignored by git) with what a build on the device machine needs and that machine
 # lacks: CUTLASS headers and a prefix with GoogleTest, nlohmann-json and CLI11 from this machine's
 # Debian packages, nanobind's sources for the Python module (cmake -DMOEKIT_PYTHON=ON
-# -Dnanobind_DIR=$PWD/.carry/nanobind/nanobind/cmake) and pytest's wheels unpacked. Pass `.carry` in the device tool's carry list.
+# -Dnanobind_DIR=$PWD/.carry/nanobind/nanobind/cmake). Pass `.carry` in the device tool's carry list.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -16,8 +16,5 @@ cp -r /usr/share/cmake/nlohmann_json /usr/share/cmake/CLI11 .carry/prefix/share/
 tmp=$(mktemp -d)
 python3 -m pip download --no-deps -q nanobind -d "$tmp"
 unzip -q -o "$tmp"/nanobind-*.whl 'nanobind/*' -d .carry/nanobind
-# pytest and what it imports, pure Python, for the device's python3 where it has none.
-python3 -m pip download -q --only-binary=:all: --python-version 3.12 pytest -d "$tmp/pytest"
-for whl in "$tmp"/pytest/*.whl; do unzip -q -o "$whl" -d .carry/pytest; done
 rm -rf "$tmp"
 du -sh .carry

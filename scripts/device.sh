@@ -196,8 +196,7 @@ if want python; then
       -Dnanobind_DIR="$PWD/.carry/nanobind/nanobind/cmake" -DPython_EXECUTABLE="$(command -v python3)" &&
     cmake --build $pybin -j "$(nproc)" --target _moekit moekit_cli &&
     echo "python: built in $(( $(date +%s) - t0 )) s" &&
-    pypath=$pybin/python && { python3 -c 'import pytest' 2>/dev/null || pypath+=":$PWD/.carry/pytest"; } &&
-    PYTHONPATH=$pypath MOEKIT_CLI=$pybin/tools/moekit timeout 400 python3 -m pytest tests/python -k gpu -s -q; } \
+    PYTHONPATH=$pybin/python MOEKIT_CLI=$pybin/tools/moekit timeout 400 python3 -m pytest tests/python -k gpu -s -q; } \
     >"$OUT/python.log" 2>&1
   echo "python: rc=$? in $(( $(date +%s) - t0 )) s" >>"$summary"
   tail -30 "$OUT/python.log" >>"$summary"
