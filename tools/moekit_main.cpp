@@ -759,7 +759,6 @@ int cmd_tune(LayerOpts lo, const TuneOpts& to) {
     // Each layer's entries are kept as it finishes: a tune cut short keeps what it measured.
     cache.save(to.out);
   }
-  cache.save(to.out);
   std::printf("%-16s %-32s %4s %7s  %-44s %10s  %s\n", "layer", "implementation", "gemm", "bucket",
               "tactic", "time_us", "runner-up");
   for (const auto& [name, key] : measured) {

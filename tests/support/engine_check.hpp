@@ -214,19 +214,15 @@ struct DeviceRun {
 
 inline double tolerance(DType t) { return t == DType::kFloat16 ? 3e-3 : 1e-2; }
 
-// The formats that round FC2's input to e4m3 inside the forward (W8A8). The tensor cores sum
-// FP8 products in their own order and precision, so an intermediate value next to an e4m3
-// rounding boundary can land one e4m3 step (6-12%) away from the reference's; in a forward of a
-// few tokens and a few hundred intermediate columns one such value moves the output by 1-3%
-// (up to 3.3e-2 seen, H100 2026-12-07), while over many tokens the error stays near 5e-3. So such
-// a forward is held to kFp8PerForward, and the outputs of a test pooled (ErrorPool) to 1e-2.
+// The formats that round FC2's input to e4m3 inside the forward (format_quantizes_activations).
+// The tensor cores sum FP8 products in their own order and precision, so an intermediate value
+// next to an e4m3 rounding boundary can land one e4m3 step (6-12%) away from the reference's; in a
+// forward of a few tokens and a few hundred intermediate columns one such value moves the output by
+// 1-3% (up to 3.3e-2 seen, H100 2026-12-07), while over many tokens the error stays near 5e-3. So
+// such a forward is held to kFp8PerForward, and the outputs of a test pooled (ErrorPool) to 1e-2.
 constexpr double kFp8PerForward = 5e-2, kFp8Pooled = 1e-2;
-inline bool quantizes_activations(const MoeSpec& s) {
-  return s.weights.format == WeightFormat::kFP8Block128 ||
-         s.weights.format == WeightFormat::kFP8PerTensor;
-}
 inline double tolerance(const MoeSpec& s) {
-  return quantizes_activations(s) ? kFp8PerForward : tolerance(s.act_dtype);
+  return format_quantizes_activations(s.weights.format) ? kFp8PerForward : tolerance(s.act_dtype);
 }
 
 // Squared error and squared norm of every expect_close while one is active (a test sets it for
