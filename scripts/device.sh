@@ -170,7 +170,7 @@ fi
 # presets' real shapes with random weights.
 if want check; then
   for preset in ${MOEKIT_CHECK_PRESETS:-qwen3-30b-a3b}; do
-    for fmt in ${MOEKIT_CHECK_FORMATS:-fp8_block128 fp8}; do
+    for fmt in ${MOEKIT_CHECK_FORMATS:-fp8_block128 fp8 int4_group int8_group}; do
       for t in ${MOEKIT_CHECK_TOKENS:-1 7 64 513}; do
         echo "== $preset $fmt T=$t"
         timeout 120 $bin/tools/moekit run --preset "$preset" --weights-format "$fmt" --tokens "$t" --check 2>&1 | tail -4

@@ -62,6 +62,11 @@ struct Capability {
   bool needs_cuda = false, needs_cutlass = false, needs_nccl = false;
   std::vector<WeightFormat> weight_formats;
   std::vector<DType> act_dtypes;
+  // kInt8Group / kInt4Group (WeightQuant): the group sizes it runs (empty: none), and whether it
+  // runs their zero points and their AWQ pre-quant scale. Not read for other formats.
+  std::vector<int> int_group_sizes;
+  bool int_zero_points = false;
+  bool int_pre_quant_scale = false;
   std::vector<ActivationKind> activations;
   std::vector<RoutingMethod> routings;
   // Applies RoutingParams::weight_placement kInput (the weight on the experts' input, Llama-4);

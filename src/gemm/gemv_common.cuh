@@ -1,5 +1,6 @@
 // What the decode GEMV kernels share (sm90_gemv.cu: weights through registers, split k;
-// sm90_gemv_tma.cu: weights through a TMA ring, whole k per warp): their parameters, the
+// sm90_gemv_tma.cu: weights through a TMA ring, whole k per warp; sm90_int_gemv.cu, the int
+// codes' GEMV, takes the streaming load alone): their parameters, the
 // m16n8k16 MMA, the stores of one C fragment entry (plain, or FC1's bias + gated activation),
 // and the host half of a tactic, which sizes a persistent grid over (live expert, row tile)
 // items.
@@ -48,6 +49,15 @@ __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
   }
+}
+
+// 16 bytes of weights, read once: kept out of L1.
+__device__ __forceinline__ uint4 load_stream(const void* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
 }
 
 template <bool kBF16>

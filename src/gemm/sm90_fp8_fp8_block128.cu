@@ -15,7 +15,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -36,6 +35,7 @@
 #include "cutlass/util/packed_stride.hpp"
 
 #include "common/cuda_status.hpp"
+#include "gemm/cutlass_setup.cuh"
 #include "gemm/fp8_grouped_gemm.hpp"
 
 namespace moekit::gemm {
@@ -172,7 +172,6 @@ class Fp8CutlassTactic final : public Fp8Tactic {
 
  public:
   ~Fp8CutlassTactic() override {
-    if (memory_ != nullptr) cudaFree(memory_);
     if (workspace_ != nullptr) cudaFree(workspace_);
   }
 
@@ -180,41 +179,15 @@ class Fp8CutlassTactic final : public Fp8Tactic {
     name_ = "fp8 tactic " + Cfg::name() + " (groups " + std::to_string(s.groups) + ", n " +
             std::to_string(s.n) + ", k " + std::to_string(s.k) + ")";
     const int g = s.groups, n = static_cast<int>(s.n), k = static_cast<int>(s.k);
-    // Carve the per-group arrays and the constant strides out of one allocation.
-    std::size_t used = 0;
-    auto take = [&used](std::size_t bytes) {
-      const std::size_t at = used;
-      used += (bytes + 255) / 256 * 256;
-      return at;
-    };
-    const std::size_t o_shapes = take(sizeof(typename K::UnderShape) * g);
-    const std::size_t o_ptrs = take(sizeof(void*) * 5 * g);
-    const std::size_t o_lsfa = take(sizeof(typename K::LayoutSFA) * g);
-    const std::size_t o_lsfb = take(sizeof(typename K::LayoutSFB) * g);
-    const std::size_t o_sa = take(sizeof(typename K::StrideA) * g);
-    const std::size_t o_sb = take(sizeof(typename K::StrideB) * g);
-    const std::size_t o_sd = take(sizeof(typename K::StrideD) * g);
-    memory_bytes_ = used;
-    cudaError_t err = cudaMalloc(&memory_, used);
-    if (err != cudaSuccess) return cuda_status(err, name_ + ": cudaMalloc(group arrays)");
-    // Zeroed once, so that the kernel never reads bytes nothing wrote (initcheck).
-    err = cudaMemset(memory_, 0, used);
-    if (err != cudaSuccess) return cuda_status(err, name_ + ": cudaMemset(group arrays)");
-    char* base = static_cast<char*>(memory_);
-    arrays_.shapes = reinterpret_cast<typename K::UnderShape*>(base + o_shapes);
-    // Five pointer arrays of `g` entries each, one after the other.
-    auto ptr_array = [&](int i) {
-      return static_cast<void*>(base + o_ptrs + sizeof(void*) * g * i);
-    };
-    arrays_.ptr_a = static_cast<const typename K::Element**>(ptr_array(0));
-    arrays_.ptr_b = static_cast<const typename K::Element**>(ptr_array(1));
-    arrays_.ptr_sfa = static_cast<const float**>(ptr_array(2));
-    arrays_.ptr_sfb = static_cast<const float**>(ptr_array(3));
-    arrays_.ptr_d = static_cast<typename K::ElementD**>(ptr_array(4));
-    arrays_.layout_sfa = reinterpret_cast<typename K::LayoutSFA*>(base + o_lsfa);
-    arrays_.layout_sfb = reinterpret_cast<typename K::LayoutSFB*>(base + o_lsfb);
-
-    // Strides do not depend on M_g (packed, K-major operands; D's leading dimension is n).
+    // The per-group arrays and the strides, which do not depend on M_g (packed, K-major
+    // operands; D's leading dimension is n).
+    const std::size_t o_shapes = arena_.take(sizeof(typename K::UnderShape) * g);
+    const std::size_t o_ptrs = arena_.take(sizeof(void*) * 5 * g);
+    const std::size_t o_lsfa = arena_.take(sizeof(typename K::LayoutSFA) * g);
+    const std::size_t o_lsfb = arena_.take(sizeof(typename K::LayoutSFB) * g);
+    const std::size_t o_sa = arena_.take(sizeof(typename K::StrideA) * g);
+    const std::size_t o_sb = arena_.take(sizeof(typename K::StrideB) * g);
+    const std::size_t o_sd = arena_.take(sizeof(typename K::StrideD) * g);
     typename K::StrideA sa;
     typename K::StrideB sb;
     typename K::StrideD sd;
@@ -227,27 +200,33 @@ class Fp8CutlassTactic final : public Fp8Tactic {
       sb = cutlass::make_cute_packed_stride(typename K::StrideB{}, {n, k, 1});
       sd = cutlass::make_cute_packed_stride(typename K::StrideD{}, {1, n, 1});
     }
-    std::vector<char> host(used - o_sa, 0);
-    for (int i = 0; i < g; ++i) {
-      std::memcpy(host.data() + i * sizeof(sa), &sa, sizeof(sa));
-      std::memcpy(host.data() + (o_sb - o_sa) + i * sizeof(sb), &sb, sizeof(sb));
-      std::memcpy(host.data() + (o_sd - o_sa) + i * sizeof(sd), &sd, sizeof(sd));
-    }
-    err = cudaMemcpy(base + o_sa, host.data(), host.size(), cudaMemcpyHostToDevice);
-    if (err != cudaSuccess) return cuda_status(err, name_ + ": cudaMemcpy(strides)");
+    Status st = arena_.allocate(name_);
+    if (st.ok()) st = arena_.fill(o_sa, sa, g, name_);
+    if (st.ok()) st = arena_.fill(o_sb, sb, g, name_);
+    if (st.ok()) st = arena_.fill(o_sd, sd, g, name_);
+    if (!st.ok()) return st;
+    arrays_.shapes = reinterpret_cast<typename K::UnderShape*>(arena_.at(o_shapes));
+    // Five pointer arrays of `g` entries each, one after the other.
+    auto ptr_array = [&](int i) {
+      return static_cast<void*>(arena_.at(o_ptrs + sizeof(void*) * g * i));
+    };
+    arrays_.ptr_a = static_cast<const typename K::Element**>(ptr_array(0));
+    arrays_.ptr_b = static_cast<const typename K::Element**>(ptr_array(1));
+    arrays_.ptr_sfa = static_cast<const float**>(ptr_array(2));
+    arrays_.ptr_sfb = static_cast<const float**>(ptr_array(3));
+    arrays_.ptr_d = static_cast<typename K::ElementD**>(ptr_array(4));
+    arrays_.layout_sfa = reinterpret_cast<typename K::LayoutSFA*>(arena_.at(o_lsfa));
+    arrays_.layout_sfb = reinterpret_cast<typename K::LayoutSFB*>(arena_.at(o_lsfb));
 
-    cutlass::KernelHardwareInfo hw;
-    hw.device_id = device;
-    hw.sm_count = sm_count;
     typename K::Gemm::Arguments args;
     args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
     args.problem_shape.num_groups = g;
     args.problem_shape.problem_shapes = arrays_.shapes;
     args.problem_shape.host_problem_shapes = nullptr;
     args.mainloop.ptr_A = arrays_.ptr_a;
-    args.mainloop.dA = reinterpret_cast<typename K::StrideA*>(base + o_sa);
+    args.mainloop.dA = reinterpret_cast<typename K::StrideA*>(arena_.at(o_sa));
     args.mainloop.ptr_B = arrays_.ptr_b;
-    args.mainloop.dB = reinterpret_cast<typename K::StrideB*>(base + o_sb);
+    args.mainloop.dB = reinterpret_cast<typename K::StrideB*>(arena_.at(o_sb));
     args.mainloop.ptr_SFA = arrays_.ptr_sfa;
     args.mainloop.layout_SFA = arrays_.layout_sfa;
     args.mainloop.ptr_SFB = arrays_.ptr_sfb;
@@ -257,50 +236,28 @@ class Fp8CutlassTactic final : public Fp8Tactic {
     args.epilogue.ptr_C = nullptr;
     args.epilogue.dC = nullptr;
     args.epilogue.ptr_D = arrays_.ptr_d;
-    args.epilogue.dD = reinterpret_cast<typename K::StrideD*>(base + o_sd);
-    args.hw_info = hw;
-
-    cutlass::Status st = gemm_.can_implement(args);
-    if (st != cutlass::Status::kSuccess)
-      return Status(ErrorCode::kUnsupported,
-                    name_ + ": CUTLASS can_implement failed: " + cutlassGetStatusString(st));
-    workspace_bytes_ = K::Gemm::get_workspace_size(args);
-    if (workspace_bytes_ > 0) {
-      err = cudaMalloc(&workspace_, workspace_bytes_);
-      if (err != cudaSuccess) return cuda_status(err, name_ + ": cudaMalloc(workspace)");
-      // Zeroed once: the per-SM TMA descriptors there (see sm90_grouped.cuh).
-      err = cudaMemset(workspace_, 0, workspace_bytes_);
-      if (err != cudaSuccess) return cuda_status(err, name_ + ": cudaMemset(workspace)");
-    }
-    st = gemm_.initialize(args, workspace_);
-    if (st != cutlass::Status::kSuccess)
-      return Status(ErrorCode::kCuda,
-                    name_ + ": CUTLASS initialize failed: " + cutlassGetStatusString(st) + " (" +
-                        cudaGetErrorString(cudaGetLastError()) + ")");
-    return {};
+    args.epilogue.dD = reinterpret_cast<typename K::StrideD*>(arena_.at(o_sd));
+    args.hw_info.device_id = device;
+    args.hw_info.sm_count = sm_count;
+    return moekit::gemm::detail::initialize_cutlass(gemm_, args, &workspace_, &workspace_bytes_,
+                                                    name_);
   }
 
   Status run(const ProblemArgs& p, cudaStream_t stream) override {
     const int threads = 128, blocks = (p.groups + threads - 1) / threads;
     write_fp8_problems<K, Cfg::kSwapAB><<<blocks, threads, 0, stream>>>(p, arrays_);
-    cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess) return cuda_status(err, name_ + ": launching the problem kernel");
-    const cutlass::Status st = gemm_.run(stream);
-    if (st != cutlass::Status::kSuccess)
-      return Status(ErrorCode::kCuda, name_ +
-                                          ": CUTLASS run failed: " + cutlassGetStatusString(st) +
-                                          " (" + cudaGetErrorString(cudaGetLastError()) + ")");
-    return {};
+    const Status st = cuda_status(cudaGetLastError(), name_ + ": launching the problem kernel");
+    return st.ok() ? moekit::gemm::detail::run_cutlass(gemm_, stream, name_) : st;
   }
 
-  std::size_t workspace_bytes() const override { return workspace_bytes_ + memory_bytes_; }
+  std::size_t workspace_bytes() const override { return workspace_bytes_ + arena_.bytes(); }
 
  private:
   typename K::Gemm gemm_;
   GroupArrays<K> arrays_{};
-  void* memory_ = nullptr;
+  moekit::gemm::detail::DeviceArena arena_;
   void* workspace_ = nullptr;
-  std::size_t memory_bytes_ = 0, workspace_bytes_ = 0;
+  std::size_t workspace_bytes_ = 0;
   std::string name_;
 };
 

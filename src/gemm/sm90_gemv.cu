@@ -46,15 +46,6 @@ constexpr int kSub = NT >= 4 ? 2 : 4;
 // Largest block item (16 * rw weight rows) that FC2 prefetches into L2 before its wait.
 constexpr int64_t kPrefetchMaxBytes = 48 * 1024;
 
-// Weights are read once: keep them out of L1.
-__device__ __forceinline__ uint4 load_stream(const uint16_t* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-
 template <bool kBF16, int NT, bool kAct>
 __global__ void __launch_bounds__(kThreads, 2) grouped_gemv_kernel(GemvParams p) {
   extern __shared__ int s_active[];  // [groups]: non-empty groups, in order

@@ -136,6 +136,28 @@ Status apply_weights_to_rows(const Config& c, const Buffers& b, int64_t tokens, 
 // Loads its kernel for `elem` (before any graph capture).
 Status prepare_apply_weights_to_rows(DType elem);
 
+// The AWQ pre-quant scale of an int group layer (WeightQuant::pre_quant_scale: it multiplies the
+// activations, include/moekit/types.hpp) on rows in expert order: each row r < offsets[L] of
+// `rows` (elem [max_rows, cols], 16-byte aligned) becomes round(float(row) * scales[row_expert[r],
+// :]) (fp32 products rounded to `elem` to nearest even), as quant::prepare_activations rounds
+// them for the reference. The int engine runs it on the gathered rows (FC1's input, after the
+// routing weights on the input) and on the activation's output (FC2's input). Launched with
+// programmatic dependent launch: it reads nothing before the previous kernel has ended; the next
+// kernel must not read the rows before its own wait. elem kBFloat16 or kFloat16 and cols a
+// multiple of 8, else kUnsupported.
+struct ColumnScales {
+  const int32_t* offsets = nullptr;     // [L + 1]: rows [0, offsets[L]) are scaled
+  const int32_t* row_expert = nullptr;  // [max_rows]
+  const float* scales = nullptr;        // [L, cols]
+  int local_experts = 0;
+  int64_t cols = 0;
+  DType elem = DType::kBFloat16;
+};
+Status apply_column_scales(const ColumnScales& c, void* rows, int64_t max_rows,
+                           cudaStream_t stream);
+// Loads its kernel for `c.elem` (before any graph capture).
+Status prepare_apply_column_scales(const ColumnScales& c);
+
 // The FP8 engines' gather, after a run() without it (Inputs::gather false): every slot with a
 // row here gets that row, the caller's bf16 hidden row of its token, quantized to e4m3 with one
 // fp32 scale per 128 columns (pipeline/fp8_quantize.cuh: dynamic, or the slot's expert's static

@@ -1,6 +1,8 @@
-// Routing weights applied to the gathered rows (permute.hpp, apply_weights_to_rows): the
-// experts' input placement of the weight (RouterWeightPlacement::kInput, Llama-4).
+// Products on the gathered rows (permute.hpp): the routing weights of the experts' input
+// placement (apply_weights_to_rows, RouterWeightPlacement::kInput, Llama-4) and the int group
+// formats' AWQ pre-quant scale per column (apply_column_scales).
 #include <algorithm>
+#include <string>
 
 #include "common/cuda_status.hpp"
 #include "permute/permute.hpp"
@@ -50,25 +52,95 @@ __global__ void __launch_bounds__(kWarps * 32) row_weights_kernel(RowWeightsArgs
   }
 }
 
-using RowWeightsKernel = void (*)(RowWeightsArgs);
-
-Status pick(DType elem, RowWeightsKernel* out) {
+// The kernel of `elem` (bf16 or fp16 rows), else kUnsupported naming it and `what`.
+template <class Kernel>
+Status pick_by_elem(DType elem, Kernel bf16, Kernel fp16, const char* what, Kernel* out) {
   switch (elem) {
     case DType::kBFloat16:
-      *out = row_weights_kernel<__nv_bfloat16>;
+      *out = bf16;
       return {};
     case DType::kFloat16:
-      *out = row_weights_kernel<__half>;
+      *out = fp16;
       return {};
     default:
       return Status(ErrorCode::kUnsupported,
-                    std::string("the routing weights on the experts' input take bf16 or fp16 rows, "
-                                "not ") +
-                        to_string(elem));
+                    std::string(what) + " take bf16 or fp16 rows, not " + to_string(elem));
   }
 }
 
+using RowWeightsKernel = void (*)(RowWeightsArgs);
+
+Status pick(DType elem, RowWeightsKernel* out) {
+  return pick_by_elem<RowWeightsKernel>(elem, row_weights_kernel<__nv_bfloat16>,
+                                        row_weights_kernel<__half>,
+                                        "the routing weights on the experts' input", out);
+}
+
+struct ColumnScalesArgs {
+  const int32_t* rows_end;  // &offsets[L]
+  const int32_t* row_expert;
+  const float* scales;  // [L, cols]
+  uint4* rows;
+  int64_t row_vecs;  // 16-byte vectors per row
+};
+
+// One thread per 16-byte vector of the filled rows (grid-stride): its 8 elements times their
+// columns' scales of the row's expert.
+template <class T>
+__global__ void __launch_bounds__(256) column_scales_kernel(ColumnScalesArgs a) {
+  pipeline::pdl_wait();  // the rows and the offsets come from earlier kernels
+  pipeline::pdl_launch_dependents();
+  const int64_t n = static_cast<int64_t>(*a.rows_end) * a.row_vecs;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = i / a.row_vecs, v = i - row * a.row_vecs;
+    const float* s = a.scales + static_cast<int64_t>(a.row_expert[row]) * a.row_vecs * 8 + 8 * v;
+    const float4 s0 = __ldg(reinterpret_cast<const float4*>(s));
+    const float4 s1 = __ldg(reinterpret_cast<const float4*>(s) + 1);
+    const float f[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
+    float x[8];
+    pipeline::unpack8<T>(a.rows[i], x);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) x[j] *= f[j];
+    a.rows[i] = pipeline::pack8<T>(x);
+  }
+}
+
+using ColumnScalesKernel = void (*)(ColumnScalesArgs);
+
+Status pick_column_scales(const ColumnScales& c, ColumnScalesKernel* out) {
+  if (c.cols <= 0 || c.cols % 8 != 0)
+    return Status(ErrorCode::kUnsupported, "the pre-quant scale's columns " +
+                                               std::to_string(c.cols) +
+                                               " are not a positive multiple of 8");
+  return pick_by_elem<ColumnScalesKernel>(c.elem, column_scales_kernel<__nv_bfloat16>,
+                                          column_scales_kernel<__half>,
+                                          "the pre-quant scale's products", out);
+}
+
 }  // namespace
+
+Status prepare_apply_column_scales(const ColumnScales& c) {
+  ColumnScalesKernel k = nullptr;
+  Status s = pick_column_scales(c, &k);
+  if (!s.ok()) return s;
+  cudaFuncAttributes attr;
+  return cuda_status(cudaFuncGetAttributes(&attr, k), "loading the column scales kernel");
+}
+
+Status apply_column_scales(const ColumnScales& c, void* rows, int64_t max_rows,
+                           cudaStream_t stream) {
+  ColumnScalesKernel k = nullptr;
+  Status s = pick_column_scales(c, &k);
+  if (!s.ok()) return s;
+  if (max_rows <= 0) return {};
+  const int64_t vecs = max_rows * (c.cols / 8);
+  const int blocks = static_cast<int>(std::clamp<int64_t>((vecs + 255) / 256, 1, 132 * 16));
+  ColumnScalesArgs a{c.offsets + c.local_experts, c.row_expert, c.scales, static_cast<uint4*>(rows),
+                     c.cols / 8};
+  return cuda_status(pipeline::launch_pdl(k, blocks, 256, 0, stream, a),
+                     "launching the column scales kernel");
+}
 
 Status prepare_apply_weights_to_rows(DType elem) {
   RowWeightsKernel k = nullptr;

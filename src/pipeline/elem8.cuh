@@ -1,5 +1,5 @@
 // Eight bf16 / fp16 elements moved as one 16-byte vector and computed on in fp32: the unit of
-// the activation and finalize kernels.
+// the activation and finalize kernels; and one element's conversions.
 #pragma once
 #include <cstdint>
 
@@ -27,6 +27,20 @@ struct Pair2<__half> {
     return __floats2half2_rn(a, b);
   }
 };
+
+// One element to fp32 and back (round to nearest even).
+__device__ __forceinline__ float elem_to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float elem_to_float(__half v) { return __half2float(v); }
+template <class T>
+__device__ __forceinline__ T float_to_elem(float v);
+template <>
+__device__ __forceinline__ __nv_bfloat16 float_to_elem<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+template <>
+__device__ __forceinline__ __half float_to_elem<__half>(float v) {
+  return __float2half_rn(v);
+}
 
 // Unpacks one 16-byte vector of 8 elements into f.
 template <class T>

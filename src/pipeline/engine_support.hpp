@@ -1,6 +1,7 @@
 // Host-side pieces every device engine of src/pipeline shares (with common/cuda_status.hpp's
 // check_cuda and DeviceGuard): device allocations, the workspace carver, the checks of the
-// caller's views and of the layer's arrays. C++17.
+// caller's views and of the layer's arrays, the permute's configuration and inputs, and the
+// base of the engines with two grouped GEMMs. C++17.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -188,6 +189,35 @@ inline permute::Buffers carve_permute_buffers(Carver& c, const permute::BufferCo
   return b;
 }
 
+// The permute's configuration for the layer: its routing (the routing bias on the device, or
+// null), local experts, the caller's rows of `row_bytes`, max_tokens. Throws on a routing the
+// device kernels do not run (check_routing_limits has refused it before).
+inline permute::Config permute_config(const MoeSpec& spec, const LocalProblem& lp,
+                                      const float* routing_bias, int64_t row_bytes) {
+  permute::Config c;
+  throw_if_error(routing::make_device_routing(spec.routing, lp.num_experts_global, lp.top_k,
+                                              routing_bias, &c.routing));
+  c.first_expert = static_cast<int>(lp.first_expert);
+  c.local_experts = static_cast<int>(lp.num_experts);
+  c.row_bytes = row_bytes;
+  c.max_tokens = spec.max_tokens;
+  return c;
+}
+
+// The permute's inputs of one forward: the caller's rows and its ids and weights (kExternal) or
+// router logits.
+inline permute::Inputs permute_inputs(const ForwardArgs& args, const MoeSpec& spec) {
+  permute::Inputs in;
+  in.hidden = args.hidden.data;
+  if (spec.routing.method == RoutingMethod::kExternal) {
+    in.ids = args.topk_ids.as<const int32_t>();
+    in.weights = args.topk_weights.as<const float>();
+  } else {
+    in.logits = args.router_logits.as<const float>();
+  }
+  return in;
+}
+
 // The first bad caller id the permute recorded since the last poll (then cleared), after
 // waiting for the device: poll_errors() of the engines.
 inline Status poll_permute_errors(const permute::Buffers& b, const LocalProblem& lp) {
@@ -205,5 +235,76 @@ inline Status poll_permute_errors(const permute::Buffers& b, const LocalProblem&
   return permute::decode_error(word, static_cast<int>(lp.num_experts_global),
                                static_cast<int>(lp.top_k));
 }
+
+// What an engine of two grouped GEMMs (FC1 and FC2 of type G: gemm::Fp8GroupedGemm,
+// gemm::IntGroupedGemm) does the same way: its workspace (one allocation, its size with the
+// GEMMs'), a test hook's poisoned span of it, the GEMMs' named tactics, a tuning file's choices
+// (MoeLayer::create: at their buckets they replace the GEMM's own pick), and the permute's error
+// word. The engine fills the protected members.
+template <class G>
+class TwoGemmEngine : public Engine {
+ public:
+  std::size_t workspace_bytes() const override {
+    return workspace_bytes_ + fc1_->workspace_bytes() + fc2_->workspace_bytes();
+  }
+  Status poll_errors() override {
+    DeviceGuard guard(device_);
+    return poll_permute_errors(pbuf_, lp_);
+  }
+  std::vector<std::string> tactics(Gemm gemm) const override {
+    return gemm == Gemm::kFc1 ? fc1_->tactics() : fc2_->tactics();
+  }
+  void set_tactics(const TacticChoices& choices) override { tuned_ = choices; }
+
+ protected:
+  explicit TwoGemmEngine(int device) : device_(device) {}
+  // Rows per expert if routing were uniform at T tokens: only a hint for the GEMMs' tactics.
+  double rows_hint(int64_t T) const {
+    return static_cast<double>(T) * lp_.top_k / static_cast<double>(lp_.num_experts_global);
+  }
+  // The most rows T tokens fill here (each token once per local expert it routes to).
+  int64_t rows_bound(int64_t T) const { return T * std::min<int64_t>(lp_.top_k, lp_.num_experts); }
+  // The tuning file's tactic for `gemm` at T tokens, or empty (the GEMM picks).
+  std::string tuned(Gemm gemm, int64_t T) const {
+    const std::string* t = tuned_.find(gemm, T);
+    return t ? *t : std::string();
+  }
+  // Sizes the workspace with `carve` (Carver& -> {the permute's Buffers, the offset where the
+  // span a poison hook fills starts}; it runs twice: sizing, then carving), allocates it once,
+  // zeroed, so that no kernel ever reads memory that was never written (the GEMMs' TMA tiles
+  // reach past a group's last row: read, never used), carves it into pbuf_ and the engine's
+  // pieces, clears the device error word, and keeps the poisoned span: from that offset to the
+  // end.
+  template <class Carve>
+  void allocate_workspace(const Carve& carve) {
+    Carver sizing;
+    carve(sizing);
+    workspace_bytes_ = sizing.used();
+    workspace_ = device_alloc(workspace_bytes_, "the MoE workspace");
+    Carver cut(static_cast<char*>(workspace_.get()));
+    const auto [buffers, poison_at] = carve(cut);
+    pbuf_ = buffers;
+    poison_begin_ = static_cast<char*>(workspace_.get()) + poison_at;
+    poison_bytes_ = workspace_bytes_ - poison_at;
+    check_cuda(cudaMemset(workspace_.get(), 0, workspace_bytes_), "clearing the MoE workspace");
+    check_cuda(cudaMemset(pbuf_.error_word, 0xff, sizeof(unsigned long long)),
+               "clearing the device error word");
+  }
+  // The test hook: NaN bytes (0xff) over the poisoned span, on `stream`.
+  void poison_workspace(cudaStream_t stream) const {
+    check_cuda(cudaMemsetAsync(poison_begin_, 0xff, poison_bytes_, stream),
+               "poisoning the engine's buffers");
+  }
+
+  TacticChoices tuned_;
+  LocalProblem lp_;
+  int device_;
+  permute::Buffers pbuf_;
+  DeviceMemory workspace_;
+  std::size_t workspace_bytes_ = 0;  // the engine's own allocation
+  void* poison_begin_ = nullptr;
+  std::size_t poison_bytes_ = 0;
+  std::unique_ptr<G> fc1_, fc2_;
+};
 
 }  // namespace moekit::pipeline

@@ -196,12 +196,7 @@ Sm90Engine::Sm90Engine(const MoeSpec& spec, const MoeWeights& weights, int devic
   w2_ = w2;
 
   // Stage configurations.
-  throw_if_error(routing::make_device_routing(spec.routing, E, k, routing_bias ? rb : nullptr,
-                                              &pcfg_.routing));
-  pcfg_.first_expert = static_cast<int>(lp_.first_expert);
-  pcfg_.local_experts = static_cast<int>(L);
-  pcfg_.row_bytes = H * es;
-  pcfg_.max_tokens = spec.max_tokens;
+  pcfg_ = permute_config(spec, lp_, routing_bias ? rb : nullptr, H * es);
   const int64_t P = pcfg_.max_rows();
 
   act_.elem = elem_;
@@ -304,7 +299,6 @@ bool Sm90Engine::forward_sliced(const ForwardArgs& args, permute::Inputs in, cud
 void Sm90Engine::forward(const ForwardArgs& args) {
   const int64_t H = lp_.hidden, k = lp_.top_k;
   const int64_t T = check_forward_views(args, spec_, lp_, elem_, device_);
-  const bool external = spec_.routing.method == RoutingMethod::kExternal;
   if (T == 0) return;
 
   DeviceGuard guard(device_);
@@ -324,14 +318,7 @@ void Sm90Engine::forward(const ForwardArgs& args) {
                     static_cast<void*>(pbuf_.slot_expert)})
       check_cuda(cudaMemsetAsync(p, 0xff, slot_count_ * 4, stream), "poisoning the slots");
   }
-  permute::Inputs in;
-  in.hidden = args.hidden.data;
-  if (external) {
-    in.ids = args.topk_ids.as<const int32_t>();
-    in.weights = args.topk_weights.as<const float>();
-  } else {
-    in.logits = args.router_logits.as<const float>();
-  }
+  permute::Inputs in = permute_inputs(args, spec_);
   const double hint = hint_of(T);
   if (T == 1 && forward_sliced(args, in, stream)) return;
   const int64_t rows = T * std::min<int64_t>(k, lp_.num_experts);

@@ -37,39 +37,21 @@ std::vector<float> block_scales(const QuantizedTensor& t, int64_t experts) {
   return s;
 }
 
-class Sm90Fp8Engine final : public Engine {
+class Sm90Fp8Engine final : public TwoGemmEngine<gemm::Fp8GroupedGemm> {
  public:
   Sm90Fp8Engine(const MoeSpec& spec, const MoeWeights& weights, int device,
                 const Sm90Fp8Options& options);
   void forward(const ForwardArgs& args) override;
-  std::size_t workspace_bytes() const override {
-    return workspace_bytes_ + fc1_->workspace_bytes() + fc2_->workspace_bytes();
-  }
-  Status poll_errors() override;
-  std::vector<std::string> tactics(Gemm gemm) const override {
-    return gemm == Gemm::kFc1 ? fc1_->tactics() : fc2_->tactics();
-  }
-  void set_tactics(const TacticChoices& choices) override { tuned_ = choices; }
 
  private:
   MoeSpec spec_;
   Sm90Fp8Options options_;
-  // A tuning file's choices (MoeLayer::create): at their buckets they replace pick_tactic's.
-  TacticChoices tuned_;
-  std::string tuned(Gemm gemm, int64_t T) const {
-    const std::string* t = tuned_.find(gemm, T);
-    return t ? *t : std::string();  // empty: Fp8GroupedGemm::run picks
-  }
-  LocalProblem lp_;
-  int device_;
-  DeviceMemory weight_memory_, workspace_;
-  std::size_t workspace_bytes_ = 0;
+  DeviceMemory weight_memory_;
   const void* w1_ = nullptr;          // e4m3 [L, fc1_rows, H]
   const float* w1_scales_ = nullptr;  // [L, fc1_rows / 128, H / 128]
   const void* w2_ = nullptr;          // e4m3 [L, H, I]
   const float* w2_scales_ = nullptr;  // [L, H / 128, I / 128]
   permute::Config pcfg_;
-  permute::Buffers pbuf_;
   permute::QuantizedRows rows_;  // FC1's input
   activation::DeviceActivation act_;
   activation::QuantizedActivations acts_;  // FC2's input
@@ -79,15 +61,11 @@ class Sm90Fp8Engine final : public Engine {
   DType fc1_dtype_ = DType::kBFloat16;
   void* fc1_out_ = nullptr;
   void* fc2_out_ = nullptr;  // bf16 [P, H]
-  // The spans the poison hook fills: the quantized rows and scales up to FC2's output.
-  void* poison_begin_ = nullptr;
-  std::size_t poison_bytes_ = 0;
-  std::unique_ptr<gemm::Fp8GroupedGemm> fc1_, fc2_;
 };
 
 Sm90Fp8Engine::Sm90Fp8Engine(const MoeSpec& spec, const MoeWeights& weights, int device,
                              const Sm90Fp8Options& options)
-    : spec_(spec), options_(options), device_(device) {
+    : TwoGemmEngine(device), spec_(spec), options_(options) {
   spec.validate_or_throw();
   const WeightFormat wf = spec.weights.format;
   if (spec.act_dtype != DType::kBFloat16 ||
@@ -158,12 +136,7 @@ Sm90Fp8Engine::Sm90Fp8Engine(const MoeSpec& spec, const MoeWeights& weights, int
   w2_scales_ = wp.s2;
 
   // Stage configurations.
-  throw_if_error(routing::make_device_routing(spec.routing, E, k, biases.routing ? wp.rb : nullptr,
-                                              &pcfg_.routing));
-  pcfg_.first_expert = static_cast<int>(lp_.first_expert);
-  pcfg_.local_experts = static_cast<int>(L);
-  pcfg_.row_bytes = H * 2;  // the caller's bf16 rows
-  pcfg_.max_tokens = spec.max_tokens;
+  pcfg_ = permute_config(spec, lp_, biases.routing ? wp.rb : nullptr, H * 2);  // bf16 rows
   const int64_t P = pcfg_.max_rows();
 
   act_.elem = DType::kBFloat16;
@@ -194,22 +167,9 @@ Sm90Fp8Engine::Sm90Fp8Engine(const MoeSpec& spec, const MoeWeights& weights, int
     acts_.values = c.take<uint8_t>(P * I);
     acts_.scales = c.take<float>(P * (I / kBlock));
     fc2_out_ = c.take<char>(P * H * 2);
-    poison_bytes_ = c.used() - poison_at;
     return std::make_pair(b, poison_at);
   };
-  Carver sizing;
-  carve(sizing);
-  workspace_bytes_ = sizing.used();
-  workspace_ = device_alloc(workspace_bytes_, "the MoE workspace");
-  Carver cut(static_cast<char*>(workspace_.get()));
-  const auto [buffers, poison_at] = carve(cut);
-  pbuf_ = buffers;
-  poison_begin_ = static_cast<char*>(workspace_.get()) + poison_at;
-  // Zeroed once, so that no kernel ever reads memory that was never written (the GEMMs' TMA
-  // tiles reach past a group's last row: read, never used).
-  check_cuda(cudaMemset(workspace_.get(), 0, workspace_bytes_), "clearing the MoE workspace");
-  check_cuda(cudaMemset(pbuf_.error_word, 0xff, sizeof(unsigned long long)),
-             "clearing the device error word");
+  allocate_workspace(carve);
   // Per-tensor weights: the static input scales, or per token (WeightQuant::dynamic_activations).
   rows_.static_scale = per_tensor && !per_token ? wp.in1 : nullptr;
   rows_.per_token = per_token;
@@ -237,41 +197,24 @@ void Sm90Fp8Engine::forward(const ForwardArgs& args) {
   if (T == 0) return;
   DeviceGuard guard(device_);
   cudaStream_t stream = static_cast<cudaStream_t>(args.stream);
-  if (options_.poison)
-    check_cuda(cudaMemsetAsync(poison_begin_, 0xff, poison_bytes_, stream),
-               "poisoning the quantized rows and the GEMMs' outputs");
-  permute::Inputs in;
-  in.hidden = args.hidden.data;
-  if (spec_.routing.method == RoutingMethod::kExternal) {
-    in.ids = args.topk_ids.as<const int32_t>();
-    in.weights = args.topk_weights.as<const float>();
-  } else {
-    in.logits = args.router_logits.as<const float>();
-  }
+  if (options_.poison) poison_workspace(stream);  // the quantized rows .. FC2's output
+  permute::Inputs in = permute_inputs(args, spec_);
   in.gather = false;  // the quantizing gather reads the caller's rows by their slots
   throw_if_error(permute::run(pcfg_, pbuf_, T, in, stream));
   throw_if_error(permute::gather_quantized(pcfg_, pbuf_, T, args.hidden.data, rows_, stream));
-  // Rows per expert if routing were uniform: only a hint for the GEMMs' tactics.
-  const double hint =
-      static_cast<double>(T) * lp_.top_k / static_cast<double>(lp_.num_experts_global);
+  const double hint = rows_hint(T);
   throw_if_error(
       fc1_->run({rows_.values, rows_.scales, w1_, w1_scales_, fc1_out_, tuned(Gemm::kFc1, T), hint},
                 pbuf_.offsets, stream));
-  const int64_t rows = T * std::min<int64_t>(lp_.top_k, lp_.num_experts);
   throw_if_error(activation::run_device_quantized(act_, spec_.gate_up_layout, fc1_dtype_, fc1_out_,
-                                                  acts_, pbuf_.row_expert, pbuf_.offsets, rows,
-                                                  stream));
+                                                  acts_, pbuf_.row_expert, pbuf_.offsets,
+                                                  rows_bound(T), stream));
   throw_if_error(
       fc2_->run({acts_.values, acts_.scales, w2_, w2_scales_, fc2_out_, tuned(Gemm::kFc2, T), hint},
                 pbuf_.offsets, stream));
   // The slots were final (weights included) before FC2 started.
   throw_if_error(finalize::run(fin_, T, fc2_out_, pbuf_.slot_row, pbuf_.topk_weights,
                                pbuf_.slot_expert, args.output.data, stream, true));
-}
-
-Status Sm90Fp8Engine::poll_errors() {
-  DeviceGuard guard(device_);
-  return poll_permute_errors(pbuf_, lp_);
 }
 
 }  // namespace

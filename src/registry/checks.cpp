@@ -78,6 +78,25 @@ Eligibility check_format(const Capability& c, const std::string& id, const MoeSp
     return reject(RejectStage::kFormat, id,
                   "supports activation dtypes {" + list(c.act_dtypes) + "}, not " +
                       to_string(spec.act_dtype) + ".");
+  const WeightQuant& q = spec.weights;
+  if (q.format != WeightFormat::kInt8Group && q.format != WeightFormat::kInt4Group)
+    return Eligibility::eligible();
+  if (!contains(c.int_group_sizes, q.group_size)) {
+    std::string sizes;
+    for (const int g : c.int_group_sizes) sizes += (sizes.empty() ? "" : ", ") + std::to_string(g);
+    return reject(RejectStage::kFormat, id,
+                  "runs " + std::string(to_string(q.format)) + " group sizes {" +
+                      (sizes.empty() ? "none" : sizes) + "}, not " + std::to_string(q.group_size) +
+                      ".");
+  }
+  if (q.zero_points && !c.int_zero_points)
+    return reject(RejectStage::kFormat, id,
+                  "does not run " + std::string(to_string(q.format)) +
+                      " zero points (weights.zero_points is set).");
+  if (q.pre_quant_scale && !c.int_pre_quant_scale)
+    return reject(RejectStage::kFormat, id,
+                  "does not run the AWQ pre-quant scale of " + std::string(to_string(q.format)) +
+                      " (weights.pre_quant_scale is set).");
   return Eligibility::eligible();
 }
 

@@ -16,6 +16,8 @@ const std::vector<const Implementation*>& all_implementations() {
       &registry::impls::cuda_sm90_cutlass_fp16(),
       &registry::impls::cuda_sm90_cutlass_fp8_block128(),
       &registry::impls::cuda_sm90_cutlass_fp8(),
+      &registry::impls::cuda_sm90_cutlass_int4_group(),
+      &registry::impls::cuda_sm90_cutlass_int8_group(),
       &registry::impls::cpu_reference(),
   };
   return table;

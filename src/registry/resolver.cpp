@@ -16,6 +16,35 @@ bool uninformative(RejectStage s) {
   return s == RejectStage::kFormat || s == RejectStage::kGpuGeneration;
 }
 
+template <class T>
+bool takes(const std::vector<T>& list, T v) {
+  return std::find(list.begin(), list.end(), v) != list.end();
+}
+
+// The capability of the member a report row names, or null.
+const Capability* capability_of(const CandidateReport& c,
+                                const std::vector<const Implementation*>& table) {
+  const auto it = std::find_if(table.begin(), table.end(),
+                               [&](const Implementation* i) { return i->id() == c.id; });
+  return it == table.end() ? nullptr : &(*it)->capability();
+}
+
+// A member that takes the weight format and the activation dtype but was refused at the format
+// stage was refused for a parameter of the format (an int group size, zero points, the AWQ
+// pre-quant scale): its own sentence names it. Empty when no member of `rows` is such a one.
+std::optional<Rejection> format_parameter_rejection(const std::vector<CandidateReport>& rows,
+                                                    const std::vector<const Implementation*>& table,
+                                                    const MoeSpec& spec) {
+  for (const CandidateReport& c : rows) {
+    if (!c.rejection || c.rejection->stage != RejectStage::kFormat) continue;
+    const Capability* cap = capability_of(c, table);
+    if (cap != nullptr && takes(cap->weight_formats, spec.weights.format) &&
+        takes(cap->act_dtypes, spec.act_dtype))
+      return *c.rejection;
+  }
+  return std::nullopt;
+}
+
 // A member that takes the weight format but was refused for the activation dtype says what the
 // user can change: "fp16 weights need fp16 activations, not bf16 (sm90...)". Empty when no
 // member of `rows` is such a one.
@@ -24,14 +53,9 @@ std::optional<Rejection> act_dtype_rejection(const std::vector<CandidateReport>&
                                              const MoeSpec& spec) {
   for (const CandidateReport& c : rows) {
     if (!c.rejection || c.rejection->stage != RejectStage::kFormat) continue;
-    const auto it = std::find_if(table.begin(), table.end(),
-                                 [&](const Implementation* i) { return i->id() == c.id; });
-    if (it == table.end()) continue;
-    const Implementation* impl = *it;
-    const Capability& cap = impl->capability();
-    const auto takes = [](const auto& list, auto v) {
-      return std::find(list.begin(), list.end(), v) != list.end();
-    };
+    const Capability* found = capability_of(c, table);
+    if (found == nullptr) continue;
+    const Capability& cap = *found;
     if (!takes(cap.weight_formats, spec.weights.format) || takes(cap.act_dtypes, spec.act_dtype) ||
         cap.act_dtypes.empty())
       continue;
@@ -49,14 +73,16 @@ std::optional<Rejection> act_dtype_rejection(const std::vector<CandidateReport>&
 // reason other than format or GPU generation (the member meant for this problem, stopped by
 // something the user can change). Failing that, a GPU-generation rejection: a member that took
 // the format but had no GPU to run on says more than one that never took the format. Then a
-// member that took the weight format but not the activation dtype (naming the dtype needed).
-// Else the first.
+// member that took the weight format and the activation dtype but not a parameter of the format
+// (an int group size, zero points), then one that took the weight format but not the activation
+// dtype (naming the dtype needed). Else the first.
 Rejection most_informative(const std::vector<CandidateReport>& rows,
                            const std::vector<const Implementation*>& table, const MoeSpec& spec) {
   for (const CandidateReport& c : rows)
     if (c.rejection && !uninformative(c.rejection->stage)) return *c.rejection;
   for (const CandidateReport& c : rows)
     if (c.rejection && c.rejection->stage == RejectStage::kGpuGeneration) return *c.rejection;
+  if (std::optional<Rejection> r = format_parameter_rejection(rows, table, spec)) return *r;
   if (std::optional<Rejection> r = act_dtype_rejection(rows, table, spec)) return *r;
   return *rows.front().rejection;
 }

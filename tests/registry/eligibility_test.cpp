@@ -225,6 +225,41 @@ TEST(Eligibility, EachSharedRuleOnAFake) {
       {"no formats", [](Capability& c) { c.weight_formats.clear(); }, no_spec, no_env, S::kFormat},
       {"no act dtypes", [](Capability& c) { c.act_dtypes = {DType::kFloat32}; }, no_spec, no_env,
        S::kFormat},
+      {"int group size",
+       [](Capability& c) {
+         c.int_group_sizes = {64, 128};
+       },
+       [](MoeSpec& s) {
+         s.weights.format = WeightFormat::kInt4Group;
+         s.weights.group_size = 32;
+       },
+       no_env, S::kFormat},
+      {"int group size taken",
+       [](Capability& c) {
+         c.int_group_sizes = {64, 128};
+       },
+       [](MoeSpec& s) {
+         s.weights.format = WeightFormat::kInt8Group;
+         s.weights.group_size = 64;
+       },
+       no_env, std::nullopt},
+      {"no int group sizes, bf16 weights", [](Capability& c) { c.int_group_sizes.clear(); },
+       no_spec, no_env, std::nullopt},
+      {"int zero points", [](Capability& c) { c.int_zero_points = false; },
+       [](MoeSpec& s) {
+         s.weights.format = WeightFormat::kInt8Group;
+         s.weights.zero_points = true;
+       },
+       no_env, S::kFormat},
+      {"int pre-quant scale", [](Capability& c) { c.int_pre_quant_scale = false; },
+       [](MoeSpec& s) {
+         s.weights.format = WeightFormat::kInt4Group;
+         s.weights.pre_quant_scale = true;
+       },
+       no_env, S::kFormat},
+      {"neither asked, neither supported",
+       [](Capability& c) { c.int_zero_points = c.int_pre_quant_scale = false; },
+       [](MoeSpec& s) { s.weights.format = WeightFormat::kInt4Group; }, no_env, std::nullopt},
       {"needs SM 100", [](Capability& c) { c.sm_min = c.sm_max = 100; }, no_spec, no_env,
        S::kGpuGeneration},
       {"SM range 80..90",

@@ -53,6 +53,8 @@ inline Capability permissive_capability() {
   Capability c;
   c.weight_formats = impls::all_weight_formats();
   c.act_dtypes = impls::all_act_dtypes();
+  c.int_group_sizes = {32, 64, 128};
+  c.int_zero_points = c.int_pre_quant_scale = true;
   c.activations = impls::all_activations();
   c.routings = impls::all_routings();
   c.router_weight_on_input = true;

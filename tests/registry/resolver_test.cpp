@@ -28,7 +28,8 @@ TEST(PriorityTable, EveryImplementationExactlyOnce) {
     EXPECT_EQ(find_implementation(table[i]->id()), table[i]);
   }
   // Every implementation this library has must be in the table, in both builds.
-  for (const char* id : {"cpu.reference", "cuda.sm90.cutlass.bf16", "cuda.sm90.cutlass.fp16"})
+  for (const char* id : {"cpu.reference", "cuda.sm90.cutlass.bf16", "cuda.sm90.cutlass.fp16",
+                         "cuda.sm90.cutlass.int4_group", "cuda.sm90.cutlass.int8_group"})
     EXPECT_EQ(ids.count(id), 1u) << id;
   EXPECT_EQ(table.back()->id(), "cpu.reference") << "the fallback comes last";
   EXPECT_EQ(priority_of("no.such.impl"), -1);
@@ -88,8 +89,8 @@ TEST(Resolve, FamilyAndIdRequests) {
   Resolution r = resolve(small_spec(WeightFormat::kFP16, DType::kFloat16), gpu, "cutlass");
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r.chosen->id(), "cuda.sm90.cutlass.fp16");
-  ASSERT_EQ(r.candidates.size(), 4u) << "a family request considers its members only (bf16, fp16, "
-                                        "fp8_block128, fp8)";
+  ASSERT_EQ(r.candidates.size(), 6u) << "a family request considers its members only (bf16, fp16, "
+                                        "fp8_block128, fp8, int4_group, int8_group)";
   EXPECT_EQ(r.candidates[0].rejection->stage, RejectStage::kFormat);
 
   r = resolve(small_spec(), gpu, "reference");

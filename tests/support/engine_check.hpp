@@ -452,4 +452,42 @@ inline void expect_bad_views_refused(Layer& l, std::mt19937_64& rng) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
+// A spec an engine refuses before any CUDA call (no GPU needed), and what its message names.
+struct Refused {
+  MoeSpec spec;
+  std::string value;
+};
+
+// Appends the layer limits every device engine refuses to `cases`, on `base` (a layer of the
+// engine's format that it runs at H = I = 128): 1024 experts (past the routing and permute
+// kernels' 512) and top-k 40 of 64 experts (past the 32 a warp keeps).
+inline void add_limit_refusals(std::vector<Refused>& cases, const MoeSpec& base) {
+  MoeSpec experts = base;
+  experts.num_experts = 1024;
+  experts.hidden = experts.intermediate = 128;
+  cases.push_back({experts, "1024"});
+  MoeSpec top_k = base;
+  top_k.num_experts = 64;
+  top_k.top_k = 40;
+  cases.push_back({top_k, "40"});
+}
+
+// Each case (a valid spec) is refused by `make` with kUnsupported, its message naming the value.
+inline void expect_refused(const std::vector<Refused>& cases, const EngineFactory& make) {
+  for (const Refused& c : cases) {
+    if (!c.spec.validate().empty()) {
+      ADD_FAILURE() << describe(c.spec) << ": the spec must be valid";
+      continue;
+    }
+    try {
+      make(c.spec, quant::make_random_weights(c.spec, 1));
+      ADD_FAILURE() << describe(c.spec) << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << describe(c.spec) << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find(c.value), std::string::npos)
+          << describe(c.spec) << ": the message names " << c.value << ": " << e.what();
+    }
+  }
+}
+
 }  // namespace moekit::devtest

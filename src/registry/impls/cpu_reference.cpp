@@ -37,6 +37,8 @@ Capability reference_capability() {
   Capability c;
   c.weight_formats = all_weight_formats();
   c.act_dtypes = all_act_dtypes();
+  c.int_group_sizes = {32, 64, 128};
+  c.int_zero_points = c.int_pre_quant_scale = true;
   c.activations = all_activations();
   c.routings = all_routings();
   c.router_weight_on_input = true;

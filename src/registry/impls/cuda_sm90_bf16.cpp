@@ -7,7 +7,7 @@ namespace moekit::registry::impls {
 
 const Implementation& cuda_sm90_cutlass_bf16() {
   static const Sm90CutlassImpl impl("cuda.sm90.cutlass.bf16", WeightFormat::kBF16,
-                                    DType::kBFloat16);
+                                    {DType::kBFloat16});
   return impl;
 }
 

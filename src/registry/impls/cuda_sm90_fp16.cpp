@@ -5,7 +5,8 @@
 namespace moekit::registry::impls {
 
 const Implementation& cuda_sm90_cutlass_fp16() {
-  static const Sm90CutlassImpl impl("cuda.sm90.cutlass.fp16", WeightFormat::kFP16, DType::kFloat16);
+  static const Sm90CutlassImpl impl("cuda.sm90.cutlass.fp16", WeightFormat::kFP16,
+                                    {DType::kFloat16});
   return impl;
 }
 

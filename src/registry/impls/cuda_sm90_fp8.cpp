@@ -9,7 +9,7 @@ namespace moekit::registry::impls {
 
 const Implementation& cuda_sm90_cutlass_fp8() {
   static const Sm90CutlassImpl impl("cuda.sm90.cutlass.fp8", WeightFormat::kFP8PerTensor,
-                                    DType::kBFloat16);
+                                    {DType::kBFloat16});
   return impl;
 }
 

@@ -9,7 +9,7 @@ namespace moekit::registry::impls {
 
 const Implementation& cuda_sm90_cutlass_fp8_block128() {
   static const Sm90CutlassImpl impl("cuda.sm90.cutlass.fp8_block128", WeightFormat::kFP8Block128,
-                                    DType::kBFloat16);
+                                    {DType::kBFloat16});
   return impl;
 }
 

@@ -8,15 +8,19 @@ namespace {
 bool is_fp8(WeightFormat f) {
   return f == WeightFormat::kFP8Block128 || f == WeightFormat::kFP8PerTensor;
 }
+bool is_int_group(WeightFormat f) {
+  return f == WeightFormat::kInt4Group || f == WeightFormat::kInt8Group;
+}
 }  // namespace
 
-Sm90CutlassImpl::Sm90CutlassImpl(std::string id, WeightFormat weights, DType activations)
+Sm90CutlassImpl::Sm90CutlassImpl(std::string id, WeightFormat weights,
+                                 std::vector<DType> activations)
     : id_(std::move(id)) {
   Capability& c = cap_;
   c.sm_min = c.sm_max = 90;  // sm_90a: wgmma and TMA exist nowhere else in this form
   c.needs_cuda = c.needs_cutlass = true;
   c.weight_formats = {weights};
-  c.act_dtypes = {activations};
+  c.act_dtypes = std::move(activations);
   c.activations = all_activations();
   c.routings = all_routings();
   c.router_weight_on_input = true;  // the permute's rows scaled before FC1 (apply_weights_to_rows)
@@ -33,6 +37,21 @@ Sm90CutlassImpl::Sm90CutlassImpl(std::string id, WeightFormat weights, DType act
     c.intermediate_multiple = 128;
     // The FP8 engine reads the checkpoint's gate/up order itself (no blocked reorder, which
     // would mix 128-row scale blocks), so every layout runs as the BF16 engine's do.
+  }
+  if (is_int_group(weights)) {
+    // W4A16 / W8A16 (gemm/int_grouped_gemm.hpp): CUTLASS 4.2's Hopper mixed-input mainloop
+    // reloads the group scales once per 64-deep k tile and needs tiles at least 64 deep (four
+    // 16-deep wgmma k blocks), so its group must be a multiple of 64: 32 is refused. Zero
+    // points run (the scale-only kernel plus an fp32 correction; CUTLASS's grouped zero-point
+    // mode does not update its scale descriptors per group), and so does the AWQ pre-quant
+    // scale (a product on the rows before each GEMM, as the reference rounds it).
+    c.int_group_sizes = {64, 128};
+    c.int_zero_points = c.int_pre_quant_scale = true;
+    // K (hidden for FC1, the local intermediate for FC2) in whole 64-deep k tiles; N (FC1's rows,
+    // hidden) a multiple of 8 for the 16-byte output rows and of 4 for the scales' TMA rows,
+    // which the same multiple of 64 covers.
+    c.hidden_multiple = 64;
+    c.intermediate_multiple = 64;
   }
   c.max_top_k = 32;     // routing and finalize kernels keep a token's slots in one warp
   c.max_experts = 512;  // routing holds 16 experts per lane of one warp
@@ -51,6 +70,7 @@ std::unique_ptr<Engine> Sm90CutlassImpl::create_engine(const MoeSpec& spec,
                                                        const MoeWeights& weights,
                                                        int device_index) const {
   if (is_fp8(spec.weights.format)) return create_sm90_fp8_engine(spec, weights, device_index);
+  if (is_int_group(spec.weights.format)) return create_sm90_int_engine(spec, weights, device_index);
   return create_sm90_engine(spec, weights, device_index);
 }
 

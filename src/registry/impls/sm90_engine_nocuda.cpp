@@ -17,5 +17,8 @@ std::unique_ptr<Engine> create_sm90_engine(const MoeSpec&, const MoeWeights&, in
 std::unique_ptr<Engine> create_sm90_fp8_engine(const MoeSpec&, const MoeWeights&, int) {
   no_cuda();
 }
+std::unique_ptr<Engine> create_sm90_int_engine(const MoeSpec&, const MoeWeights&, int) {
+  no_cuda();
+}
 
 }  // namespace moekit::registry::impls

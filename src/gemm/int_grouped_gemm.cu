@@ -1,0 +1,316 @@
+// IntGroupedGemm (int_grouped_gemm.hpp): its tactic list (the GEMV of sm90_int_gemv.cu, the
+// CUTLASS ones of the sm90_<act>_<int4|int8>_group.cu units), the pick, the checks, and the
+// kernel that finishes a CUTLASS tactic's fp32 D where zero points or a bias need it.
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "common/cuda_status.hpp"
+#include "gemm/int_grouped_gemm.hpp"
+#include "gemm/int_tactic.hpp"
+#include "pipeline/elem8.cuh"
+
+namespace moekit::gemm {
+namespace int_detail {
+namespace {
+
+constexpr int kFinishThreads = 256;  // one output column each
+constexpr int kFinishRows = 32;      // rows per block
+
+struct FinishArgs {
+  const int32_t* row_offsets;
+  const float* d32;    // [rows, n]
+  const void* a;       // [rows, k] elem (zero points)
+  const float* zeros;  // [groups, k / group, n] or null
+  const float* bias;   // [groups, n] or null
+  void* out;           // [rows, n] elem
+  int groups, n, k, group_size;
+};
+
+// A block per kFinishRows rows x kFinishThreads columns (grid-stride over the row tiles). With
+// zero points the rows' group sums of `a` go to shared memory first ([kFinishRows][k / group]:
+// one warp per row, each lane a fixed slice of the group, a fixed shuffle tree), then each
+// thread adds, per row, its column's bias and zero terms times those sums to the fp32 D, in
+// group order, and rounds once.
+template <class T>
+__global__ void __launch_bounds__(kFinishThreads) finish_kernel(FinishArgs f) {
+  extern __shared__ float s_sums[];  // [kFinishRows][k / group] (zero points only)
+  __shared__ int s_group[kFinishRows];
+  const int64_t rows_end = f.row_offsets[f.groups];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int kg = f.k / f.group_size;
+  const int64_t col = int64_t(blockIdx.x) * kFinishThreads + tid;
+  const T* a = static_cast<const T*>(f.a);
+  T* out = static_cast<T*>(f.out);
+  const int64_t tiles = (rows_end + kFinishRows - 1) / kFinishRows;
+  for (int64_t tile = blockIdx.y; tile < tiles; tile += gridDim.y) {
+    const int64_t r0 = tile * kFinishRows;
+    if (tid < kFinishRows) {
+      const int64_t row = r0 + tid;
+      int g = -1;
+      if (row < rows_end) {  // the last group whose first row is at or before `row`
+        int lo = 0, hi = f.groups - 1;
+        while (lo < hi) {
+          const int mid = (lo + hi + 1) / 2;
+          if (f.row_offsets[mid] <= row)
+            lo = mid;
+          else
+            hi = mid - 1;
+        }
+        g = lo;
+      }
+      s_group[tid] = g;
+    }
+    if (f.zeros != nullptr) {
+      const int per_lane = f.group_size / 32;
+      for (int r = warp; r < kFinishRows; r += kFinishThreads / 32) {
+        const int64_t row = r0 + r;
+        if (row >= rows_end) break;
+        const T* x = a + row * f.k + lane * per_lane;
+        for (int gi = 0; gi < kg; ++gi) {
+          float sum = 0.0f;
+          for (int j = 0; j < per_lane; ++j)
+            sum += pipeline::elem_to_float(x[int64_t(gi) * f.group_size + j]);
+#pragma unroll
+          for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+          if (lane == 0) s_sums[r * kg + gi] = sum;
+        }
+      }
+    }
+    __syncthreads();
+    if (col < f.n) {
+      for (int r = 0; r < kFinishRows; ++r) {
+        const int g = s_group[r];
+        if (g < 0) break;
+        const int64_t row = r0 + r;
+        float acc = f.d32[row * f.n + col];
+        if (f.bias != nullptr) acc += __ldg(f.bias + int64_t(g) * f.n + col);
+        if (f.zeros != nullptr) {
+          const float* z = f.zeros + int64_t(g) * kg * f.n + col;
+          for (int gi = 0; gi < kg; ++gi)
+            acc = fmaf(__ldg(z + int64_t(gi) * f.n), s_sums[r * kg + gi], acc);
+        }
+        out[row * f.n + col] = pipeline::float_to_elem<T>(acc);
+      }
+    }
+    __syncthreads();  // s_group and s_sums are rewritten by the next tile
+  }
+}
+
+using FinishFn = void (*)(FinishArgs);
+
+FinishFn finish_for(DType elem) {
+  return elem == DType::kFloat16 ? finish_kernel<__half> : finish_kernel<__nv_bfloat16>;
+}
+
+std::size_t finish_smem(const IntGroupedShape& s) {
+  return s.zero_points ? sizeof(float) * kFinishRows * static_cast<std::size_t>(s.k / s.group_size)
+                       : 0;
+}
+
+}  // namespace
+
+Status prepare_finish_int_gemm(const IntGroupedShape& s) {
+  const FinishFn fn = finish_for(s.elem);
+  cudaFuncAttributes attr{};
+  Status st = cuda_status(cudaFuncGetAttributes(&attr, fn), "loading the int GEMM finish kernel");
+  if (!st.ok()) return st;
+  const std::size_t smem = finish_smem(s);
+  if (smem > 48 * 1024)
+    st = cuda_status(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem)),
+                     "sizing the int GEMM finish kernel's shared memory");
+  return st;
+}
+
+Status finish_int_gemm(const IntGroupedShape& s, const int32_t* row_offsets, const float* d32,
+                       const void* a, const float* zeros, const float* bias, void* out,
+                       int64_t rows_bound, cudaStream_t stream) {
+  const int64_t rows = rows_bound > 0 ? std::min(rows_bound, s.max_rows) : s.max_rows;
+  if (rows <= 0) return {};
+  FinishArgs f{};
+  f.row_offsets = row_offsets;
+  f.d32 = d32;
+  f.a = a;
+  f.zeros = zeros;
+  f.bias = bias;
+  f.out = out;
+  f.groups = s.groups;
+  f.n = static_cast<int>(s.n);
+  f.k = static_cast<int>(s.k);
+  f.group_size = s.group_size;
+  const int64_t tiles = (rows + kFinishRows - 1) / kFinishRows;
+  const dim3 grid(static_cast<unsigned>((s.n + kFinishThreads - 1) / kFinishThreads),
+                  static_cast<unsigned>(std::min<int64_t>(tiles, 65535)));
+  finish_for(s.elem)<<<grid, kFinishThreads, finish_smem(s), stream>>>(f);
+  return cuda_status(cudaGetLastError(), "launching the int GEMM finish kernel");
+}
+
+}  // namespace int_detail
+
+namespace {
+
+std::vector<int_detail::IntTacticEntry> cutlass_tactics(const IntGroupedShape& s) {
+  const bool fp16 = s.elem == DType::kFloat16;
+  if (s.bits == 4)
+    return fp16 ? int_detail::sm90_fp16_int4_group_tactics()
+                : int_detail::sm90_bf16_int4_group_tactics();
+  return fp16 ? int_detail::sm90_fp16_int8_group_tactics()
+              : int_detail::sm90_bf16_int8_group_tactics();
+}
+
+}  // namespace
+
+struct IntGroupedGemm::State {
+  IntGroupedShape shape;
+  bool staged = false;  // the CUTLASS tactics store fp32 D for the finish kernel
+  std::vector<std::string> names;
+  std::vector<bool> gemv;
+  std::vector<std::unique_ptr<int_detail::IntTactic>> tactics;
+};
+
+Status IntGroupedGemm::validate(const IntGroupedShape& s) {
+  const std::string what = "int grouped GEMM";
+  if (s.groups < 1)
+    return Status(ErrorCode::kInvalidArgument,
+                  what + " groups " + std::to_string(s.groups) + " must be at least 1");
+  if (s.n < 1 || s.n > INT_MAX || s.k < 1 || s.k > INT_MAX)
+    return Status(ErrorCode::kInvalidArgument, what + " n " + std::to_string(s.n) + " and k " +
+                                                   std::to_string(s.k) + " must be in [1, 2^31)");
+  if (s.max_rows < 0 || s.max_rows > INT_MAX)
+    return Status(ErrorCode::kInvalidArgument,
+                  what + " max_rows " + std::to_string(s.max_rows) + " must be in [0, 2^31)");
+  if (s.elem != DType::kBFloat16 && s.elem != DType::kFloat16)
+    return Status(ErrorCode::kUnsupported,
+                  what + " runs bf16 or fp16 activations, not " + std::string(to_string(s.elem)));
+  if (s.bits != 4 && s.bits != 8)
+    return Status(ErrorCode::kUnsupported,
+                  what + " runs 4- or 8-bit codes, not " + std::to_string(s.bits) + "-bit ones");
+  if (s.group_size != 64 && s.group_size != 128)
+    return Status(ErrorCode::kUnsupported,
+                  what + " group size " + std::to_string(s.group_size) +
+                      ": CUTLASS's mixed-input mainloop reloads scales per 64-deep k tile, so "
+                      "groups of 64 or 128 columns");
+  if (s.k % s.group_size != 0)
+    return Status(ErrorCode::kUnsupported, what + " k " + std::to_string(s.k) +
+                                               " is not a multiple of the group size " +
+                                               std::to_string(s.group_size));
+  if (s.n % 8 != 0)
+    return Status(ErrorCode::kUnsupported,
+                  what + " n " + std::to_string(s.n) + " must be a multiple of 8 (16-byte rows)");
+  return {};
+}
+
+IntGroupedGemm::IntGroupedGemm(const IntGroupedShape& shape, int device)
+    : state_(std::make_unique<State>()) {
+  throw_if_error(validate(shape));
+  state_->shape = shape;
+  state_->staged = shape.zero_points || shape.bias;
+  DeviceGuard guard(device);
+  cudaDeviceProp prop{};
+  check_cuda(cudaGetDeviceProperties(&prop, device), "querying the device");
+  if (prop.major != 9 || prop.minor != 0)
+    throw Error(ErrorCode::kUnsupported, "the int grouped GEMM needs sm_90 (Hopper), device " +
+                                             std::to_string(device) + " is sm_" +
+                                             std::to_string(prop.major * 10 + prop.minor));
+  std::vector<int_detail::IntTacticEntry> entries = int_detail::sm90_int_gemv_tactics(shape);
+  for (auto& e : cutlass_tactics(shape))
+    if (e.fp32_out == state_->staged) entries.push_back(std::move(e));
+  for (auto& e : entries) {
+    std::unique_ptr<int_detail::IntTactic> t = e.make();
+    throw_if_error(t->init(shape, device, prop.multiProcessorCount));
+    state_->names.push_back(e.name);
+    state_->gemv.push_back(e.gemv);
+    state_->tactics.push_back(std::move(t));
+  }
+  if (state_->staged) throw_if_error(int_detail::prepare_finish_int_gemm(shape));
+  check_cuda(cudaDeviceSynchronize(), "finishing the int grouped GEMM's set-up");
+}
+
+IntGroupedGemm::~IntGroupedGemm() = default;
+
+std::vector<std::string> IntGroupedGemm::tactics() const { return state_->names; }
+
+std::string IntGroupedGemm::pick_tactic(double rows_per_group_hint) const {
+  // Up to one GEMV pass (8 rows) per group the codes are streamed once on CUDA cores (the
+  // 2-row GEMV, where built, up to 2 rows: its registers leave room for two blocks per SM);
+  // past it the tensor cores: the 128 x 64 tile, or where built the 128 x 128 one from 128
+  // rows on. The first name holding `part` of the kind wanted, else the first of that kind.
+  const auto& names = state_->names;
+  auto first = [&](bool gemv, const std::string& part) -> std::string {
+    for (std::size_t i = 0; i < names.size(); ++i)
+      if (state_->gemv[i] == gemv && names[i].find(part) != std::string::npos) return names[i];
+    for (std::size_t i = 0; i < names.size(); ++i)
+      if (state_->gemv[i] == gemv) return names[i];
+    return names.front();
+  };
+  if (rows_per_group_hint <= 8.0)
+    return first(true, rows_per_group_hint <= 2.0 ? ".gemv.n2" : ".gemv.n8");
+  return first(false, rows_per_group_hint >= 128.0 ? "x128x" : "x64x");
+}
+
+Status IntGroupedGemm::run(const Call& c, const int32_t* row_offsets, cudaStream_t stream) {
+  const IntGroupedShape& s = state_->shape;
+  const std::string tactic = c.tactic.empty() ? pick_tactic(c.rows_per_group_hint) : c.tactic;
+  const auto it = std::find(state_->names.begin(), state_->names.end(), tactic);
+  if (it == state_->names.end())
+    return Status(ErrorCode::kNotFound, "int grouped GEMM tactic \"" + tactic + "\" is not built");
+  const std::size_t i = static_cast<std::size_t>(it - state_->names.begin());
+  const bool gemv = state_->gemv[i];
+  const bool staged = !gemv && state_->staged;
+  const std::pair<const void*, const char*> ptrs[] = {
+      {c.a, "A"},
+      {c.w, "the weights"},
+      {c.scales, "the scales"},
+      {c.d, "D"},
+      {row_offsets, "row_offsets"},
+      {s.zero_points ? static_cast<const void*>(c.zeros) : row_offsets, "the zero terms"},
+      {s.bias ? static_cast<const void*>(c.bias) : row_offsets, "the bias"},
+      {staged ? static_cast<const void*>(c.staging) : row_offsets, "the fp32 staging"}};
+  for (const auto& [p, what] : ptrs)
+    if (p == nullptr)
+      return Status(ErrorCode::kInvalidArgument,
+                    std::string("int grouped GEMM: ") + what + " is null");
+  for (const void* p : {c.a, c.w, static_cast<const void*>(c.d), static_cast<const void*>(c.scales),
+                        static_cast<const void*>(c.zeros), static_cast<const void*>(c.staging)})
+    if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0)
+      return Status(ErrorCode::kInvalidArgument,
+                    "int grouped GEMM: an operand is not 16-byte aligned (TMA and vector rows)");
+  if (s.max_rows == 0) return {};
+  int_detail::IntProblem p;
+  p.row_offsets = row_offsets;
+  p.a = c.a;
+  p.w = static_cast<const uint8_t*>(c.w);
+  p.scales = c.scales;
+  p.zeros = s.zero_points ? c.zeros : nullptr;
+  p.bias = s.bias ? c.bias : nullptr;
+  p.d = staged ? static_cast<void*>(c.staging) : c.d;
+  p.rows_bound = c.rows_bound;
+  Status st = state_->tactics[i]->run(p, stream);
+  if (!st.ok() || !staged) return st;
+  return int_detail::finish_int_gemm(s, row_offsets, c.staging, c.a, p.zeros, p.bias, c.d,
+                                     c.rows_bound, stream);
+}
+
+std::size_t IntGroupedGemm::staging_bytes() const {
+  return state_->staged
+             ? sizeof(float) * static_cast<std::size_t>(state_->shape.max_rows * state_->shape.n)
+             : 0;
+}
+
+std::size_t IntGroupedGemm::workspace_bytes() const {
+  std::size_t b = 0;
+  for (const auto& t : state_->tactics) b += t->workspace_bytes();
+  return b;
+}
+
+const IntGroupedShape& IntGroupedGemm::shape() const { return state_->shape; }
+
+}  // namespace moekit::gemm

@@ -1,0 +1,16 @@
+// cuda.sm90.cutlass.int4_group: the Hopper W4A16 engine for int4 weights with fp32 group scales
+// along K (groups of 64 or 128; optional zero points and AWQ pre-quant scale) and bf16 or fp16
+// activations. Its capability builds in every configuration, so a CUDA-less build still
+// explains why it cannot run.
+#include "registry/impls/impls.hpp"
+#include "registry/impls/sm90_cutlass.hpp"
+
+namespace moekit::registry::impls {
+
+const Implementation& cuda_sm90_cutlass_int4_group() {
+  static const Sm90CutlassImpl impl("cuda.sm90.cutlass.int4_group", WeightFormat::kInt4Group,
+                                    {DType::kBFloat16, DType::kFloat16});
+  return impl;
+}
+
+}  // namespace moekit::registry::impls

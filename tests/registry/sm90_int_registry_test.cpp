@@ -1,0 +1,166 @@
+// The Hopper W4A16 / W8A16 implementations in the registry (cuda.sm90.cutlass.int4_group for
+// kInt4Group weights, cuda.sm90.cutlass.int8_group for kInt8Group, both with bf16 or fp16
+// activations): their capability as data (group sizes 64 and 128, zero points, the AWQ
+// pre-quant scale, K and N in whole 64-deep k tiles); on an sm_90 environment written by hand,
+// auto and the cutlass family resolve such layers to them, and what they refuse is rejected
+// with the stage and a sentence that names the implementation and the value: group 32 at the
+// format stage (auto then falls back to the reference and says so with that sentence), other
+// activation dtypes at the format stage.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "moekit/registry.hpp"
+#include "registry/registry_fixtures.hpp"
+
+namespace moekit::registry::test {
+namespace {
+
+constexpr std::pair<WeightFormat, const char*> kIntImpls[] = {
+    {WeightFormat::kInt4Group, "cuda.sm90.cutlass.int4_group"},
+    {WeightFormat::kInt8Group, "cuda.sm90.cutlass.int8_group"},
+};
+
+MoeSpec int_spec(WeightFormat f, DType act, int group, bool zero_points, bool pre_quant_scale) {
+  MoeSpec s = small_spec(f, act);
+  s.weights.group_size = group;
+  s.weights.zero_points = zero_points;
+  s.weights.pre_quant_scale = pre_quant_scale;
+  return s;
+}
+
+TEST(Sm90IntRegistry, CapabilityAsData) {
+  for (const auto& [format, id] : kIntImpls) {
+    SCOPED_TRACE(id);
+    const Implementation* impl = find_implementation(id);
+    ASSERT_NE(impl, nullptr);
+    const Capability& c = impl->capability();
+    EXPECT_EQ(c.weight_formats, std::vector<WeightFormat>{format});
+    EXPECT_EQ(c.act_dtypes, (std::vector<DType>{DType::kBFloat16, DType::kFloat16}));
+    EXPECT_EQ(c.int_group_sizes, (std::vector<int>{64, 128}));
+    EXPECT_TRUE(c.int_zero_points);
+    EXPECT_TRUE(c.int_pre_quant_scale);
+    EXPECT_EQ(c.hidden_multiple, 64);
+    EXPECT_EQ(c.intermediate_multiple, 64);
+    EXPECT_EQ(c.sm_min, 90);
+    EXPECT_EQ(c.sm_max, 90);
+    EXPECT_TRUE(c.needs_cuda && c.needs_cutlass);
+    EXPECT_TRUE(c.cuda_graph_safe);
+    EXPECT_EQ(impl->family(), "cutlass");
+    EXPECT_EQ(impl->device(), Device::kCuda);
+  }
+  // The reference runs every int variant.
+  const Capability& ref = find_implementation("cpu.reference")->capability();
+  EXPECT_EQ(ref.int_group_sizes, (std::vector<int>{32, 64, 128}));
+  EXPECT_TRUE(ref.int_zero_points && ref.int_pre_quant_scale);
+}
+
+TEST(Sm90IntRegistry, IntLayersResolveToTheirImplementation) {
+  for (const auto& [format, id] : kIntImpls)
+    for (const DType act : {DType::kBFloat16, DType::kFloat16})
+      for (const int group : {64, 128})
+        for (const bool zero : {false, true})
+          for (const bool pre : {false, true}) {
+            const MoeSpec s = int_spec(format, act, group, zero, pre);
+            SCOPED_TRACE(std::string(id) + " " + to_string(act) + " group " +
+                         std::to_string(group) + (zero ? " zero points" : "") +
+                         (pre ? " pre-quant scale" : ""));
+            ASSERT_TRUE(s.validate().empty());
+            for (const char* request : {"auto", "cutlass", id}) {
+              const Resolution r = resolve(s, h200_env(), request);
+              ASSERT_TRUE(r.ok()) << request << ": " << r.table();
+              EXPECT_EQ(r.chosen->id(), id) << request;
+              EXPECT_FALSE(r.degraded_from.has_value()) << request;
+            }
+          }
+}
+
+// Everything the reference runs at these shapes: biases, the weight on the input, TP and EP.
+TEST(Sm90IntRegistry, EveryFeatureOfTheReferenceAtTheseShapes) {
+  for (const auto& [format, id] : kIntImpls) {
+    SCOPED_TRACE(id);
+    MoeSpec all = int_spec(format, DType::kFloat16, 128, true, true);
+    all.fc1_bias = all.fc2_bias = true;
+    all.routing.method = RoutingMethod::kLlama4;
+    all.routing.weight_placement = RouterWeightPlacement::kInput;
+    all.intermediate = 512;
+    all.tp_size = all.ep_size = 2;
+    all.tp_rank = all.ep_rank = 1;
+    all.activation.kind = ActivationKind::kGeGLUTanh;
+    all.gate_up_layout = GateUpLayout::kInterleaved;
+    ASSERT_TRUE(all.validate().empty());
+    const Eligibility e = find_implementation(id)->can_implement(all, h200_env());
+    EXPECT_TRUE(e.ok()) << e.rejection().reason;
+  }
+}
+
+// Group 32: CUTLASS's mixed-input mainloop reloads scales per 64-deep k tile. Rejected at the
+// format stage naming the implementation and the value; auto falls back to the reference and
+// reports this implementation's sentence (the member meant for the layer), not another format's.
+TEST(Sm90IntRegistry, GroupSize32IsRefusedWithItsReason) {
+  for (const auto& [format, id] : kIntImpls)
+    for (const bool zero : {false, true}) {
+      SCOPED_TRACE(id);
+      const MoeSpec s = int_spec(format, DType::kBFloat16, 32, zero, false);
+      ASSERT_TRUE(s.validate().empty());
+      const Eligibility e = find_implementation(id)->can_implement(s, h200_env());
+      ASSERT_FALSE(e.ok());
+      EXPECT_EQ(e.rejection().stage, RejectStage::kFormat);
+      EXPECT_NE(e.rejection().reason.find(id), std::string::npos) << e.rejection().reason;
+      EXPECT_NE(e.rejection().reason.find("32"), std::string::npos) << e.rejection().reason;
+      const Resolution r = resolve(s, h200_env(), "auto");
+      ASSERT_TRUE(r.ok());
+      EXPECT_EQ(r.chosen->id(), "cpu.reference");
+      ASSERT_TRUE(r.degraded_from.has_value());
+      EXPECT_EQ(r.degraded_from->reason.stage, RejectStage::kFormat);
+      EXPECT_NE(r.degraded_from->reason.reason.find(id), std::string::npos)
+          << r.degraded_from->reason.reason;
+      // Asked for by name or family: not ok, with the same reason.
+      for (const char* request : {id, "cutlass"}) {
+        const Resolution named = resolve(s, h200_env(), request);
+        EXPECT_FALSE(named.ok()) << request;
+        ASSERT_TRUE(named.degraded_from.has_value()) << request;
+        EXPECT_NE(named.degraded_from->reason.reason.find(id), std::string::npos)
+            << request << ": " << named.degraded_from->reason.reason;
+      }
+    }
+}
+
+TEST(Sm90IntRegistry, OnlyBf16AndFp16Activations) {
+  for (const auto& [format, id] : kIntImpls) {
+    const Implementation* impl = find_implementation(id);
+    ASSERT_NE(impl, nullptr) << id;
+    const Eligibility e =
+        impl->can_implement(int_spec(format, DType::kFloat32, 128, false, false), h200_env());
+    ASSERT_FALSE(e.ok()) << id;
+    EXPECT_EQ(e.rejection().stage, RejectStage::kFormat) << e.rejection().reason;
+    // And the other int format's weights.
+    const WeightFormat other =
+        format == WeightFormat::kInt4Group ? WeightFormat::kInt8Group : WeightFormat::kInt4Group;
+    const Eligibility o =
+        impl->can_implement(int_spec(other, DType::kBFloat16, 128, false, false), h200_env());
+    ASSERT_FALSE(o.ok()) << id;
+    EXPECT_EQ(o.rejection().stage, RejectStage::kFormat) << o.rejection().reason;
+  }
+}
+
+// Without a GPU (this build's own environment or none written) the int layers run on the
+// reference, and a request for the implementation says why not at the GPU stage.
+TEST(Sm90IntRegistry, NoGpuMeansTheReference) {
+  for (const auto& [format, id] : kIntImpls) {
+    Environment env = h200_env();
+    env.gpus.clear();
+    const MoeSpec s = int_spec(format, DType::kBFloat16, 128, true, true);
+    const Resolution r = resolve(s, env, "auto");
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r.chosen->id(), "cpu.reference");
+    const Eligibility e = find_implementation(id)->can_implement(s, env);
+    ASSERT_FALSE(e.ok());
+    EXPECT_EQ(e.rejection().stage, RejectStage::kGpuGeneration) << e.rejection().reason;
+  }
+}
+
+}  // namespace
+}  // namespace moekit::registry::test
