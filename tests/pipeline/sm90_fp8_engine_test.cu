@@ -175,10 +175,11 @@ class Sm90Fp8EngineTest : public GpuTest {
     active_error_pool() = nullptr;
     if (exact_.squared_norm > 0) {
       EXPECT_LT(exact_.rel(), kFp8Pooled) << "all outputs against the exact reference";
-      std::printf("[ moekit ] %s: ||out - ref|| / ||ref|| against the exact reference %.2e over "
-                  "all forwards, %.2e at worst in one\n",
-                  ::testing::UnitTest::GetInstance()->current_test_info()->name(), exact_.rel(),
-                  exact_.worst_forward);
+      std::printf(
+          "[ moekit ] %s: ||out - ref|| / ||ref|| against the exact reference %.2e over "
+          "all forwards, %.2e at worst in one\n",
+          ::testing::UnitTest::GetInstance()->current_test_info()->name(), exact_.rel(),
+          exact_.worst_forward);
       RecordProperty("exact_rel_error", std::to_string(exact_.rel()));
     }
     const char* names[] = {"fp8_block128", "fp8"};
