@@ -204,6 +204,11 @@ class Fp8CutlassTactic final : public Fp8Tactic {
     if (st.ok()) st = arena_.fill(o_sa, sa, g, name_);
     if (st.ok()) st = arena_.fill(o_sb, sb, g, name_);
     if (st.ok()) st = arena_.fill(o_sd, sd, g, name_);
+    // Load the problem kernel now, not lazily inside a graph capture of the first forward.
+    cudaFuncAttributes attr{};
+    if (st.ok())
+      st = cuda_status(cudaFuncGetAttributes(&attr, write_fp8_problems<K, Cfg::kSwapAB>),
+                       name_ + ": loading the problem kernel");
     if (!st.ok()) return st;
     arrays_.shapes = reinterpret_cast<typename K::UnderShape*>(arena_.at(o_shapes));
     // Five pointer arrays of `g` entries each, one after the other.
