@@ -84,11 +84,11 @@ std::optional<EpRejection> ep_reject(const EpStrategyCapability& cap, const EpCo
 EpSelection select_ep_strategy(const EpContext& ctx, const std::string& request);
 
 // What this rank's last forward did. Times are the host clock around each stage on the host
-// path (it runs them synchronously); the device path enqueues without waiting and leaves them 0
-// (time it with events around forward()). Bytes are those that crossed to or from other ranks,
-// every collective's payload counted (counts, rows, ids, weights, results), what a rank keeps
-// for itself not counted; the low-latency form counts its fixed-size segments, padding
-// included.
+// path (it runs them synchronously); on the device path CUDA events between the stages where
+// EpLayerOptions::time_stages asks for them (else, and inside a CUDA-graph capture, 0). Bytes are
+// those that crossed to or from other ranks, every collective's payload counted (counts, rows, ids,
+// weights, results), what a rank keeps for itself not counted; the low-latency form counts its
+// fixed-size segments, padding included.
 struct EpForwardStats {
   double dispatch_ms = 0, experts_ms = 0, combine_ms = 0;
   int64_t rows_computed = 0;  // rows the local experts ran (received, or gathered with padding)
@@ -100,6 +100,10 @@ struct EpLayerOptions {
   std::string strategy = "auto";  // "auto" or an EpStrategy name
   int device_index = 0;           // GPU of a device local layer (the communicator's)
   const Environment* environment = nullptr;  // null: Environment::detected()
+  // Device path: record events between dispatch, experts and combine, and wait for the last
+  // one at the end of forward() to fill EpForwardStats' times (outside a CUDA-graph capture;
+  // the benchmark's mode). Off: forward() adds no wait of its own.
+  bool time_stages = false;
 };
 
 // One rank's share of an expert-parallel layer. Every rank of the communicator's world builds
@@ -176,6 +180,7 @@ class EpLayer {
   std::shared_ptr<comm::Communicator> comm_;
   std::unique_ptr<MoeLayer> local_;
   EpForwardStats stats_;
+  bool time_stages_ = false;
   // Host buffers sized at create() from max_tokens x world size.
   std::vector<uint8_t> send_rows_, recv_rows_, partial_rows_;
   std::vector<int32_t> ids_, send_ids_, recv_ids_;

@@ -213,6 +213,7 @@ std::unique_ptr<EpLayer> EpLayer::create(const MoeSpec& spec, const MoeWeights& 
     throw;
   }
   layer->comm_ = std::move(comm);
+  layer->time_stages_ = options.time_stages;
   return layer;
 }
 

@@ -23,9 +23,15 @@ struct EpLayer::DeviceState {
   routing::DeviceRouting routing;  // routing methods other than kExternal
   // Pinned host [2 * world]: the normal form's send and receive counts, read after its one wait.
   int64_t* counts_host = nullptr;
+  // Stage boundaries (EpLayerOptions::time_stages): before dispatch, after it, after the
+  // experts, after combine.
+  cudaEvent_t stage[4] = {nullptr, nullptr, nullptr, nullptr};
 
   ~DeviceState() {
     if (counts_host != nullptr) cudaFreeHost(counts_host);
+    for (cudaEvent_t e : stage) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
   }
   template <class T>
   T* alloc(int64_t count, const char* what) {
@@ -74,6 +80,7 @@ void EpLayer::create_device_state(int device_index) {
   void* pinned = nullptr;
   check_cuda(cudaMallocHost(&pinned, sizeof(int64_t) * 2 * n), "allocating pinned counts");
   d->counts_host = static_cast<int64_t*>(pinned);
+  for (cudaEvent_t& e : d->stage) check_cuda(cudaEventCreate(&e), "creating an EP stage event");
   if (spec_.routing.method != RoutingMethod::kExternal) {
     if (!routing_bias_.empty()) {
       float* bias = d->alloc<float>(static_cast<int64_t>(routing_bias_.size()), "EP routing bias");
@@ -101,6 +108,13 @@ void EpLayer::forward_device(const ForwardArgs& a) {
   const int64_t row_bytes = H * static_cast<int64_t>(dtype_size(spec_.act_dtype));
   const bool low_latency = *selection_.chosen == EpStrategy::kAllToAllLowLatency;
   stats_ = EpForwardStats{};
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  check_cuda(cudaStreamIsCapturing(stream, &capture), "querying the stream's capture");
+  const bool timed = time_stages_ && capture == cudaStreamCaptureStatusNone;
+  auto mark = [&](int boundary) {
+    if (timed) check_cuda(cudaEventRecord(d.stage[boundary], stream), "recording an EP stage");
+  };
+  mark(0);
 
   const int32_t* ids = a.topk_ids.as<const int32_t>();
   const float* weights = a.topk_weights.as<const float>();
@@ -149,6 +163,7 @@ void EpLayer::forward_device(const ForwardArgs& a) {
                                      scaled(recv_rows_from, k * 4), stream));
   int64_t received = 0;
   for (int64_t c : recv_rows_from) received += c;
+  mark(1);
 
   ForwardArgs f;
   f.hidden = cuda_view(d.recv_rows, spec_.act_dtype, {received, H}, d.device);
@@ -157,12 +172,23 @@ void EpLayer::forward_device(const ForwardArgs& a) {
   f.output = cuda_view(d.partial_rows, spec_.act_dtype, {received, H}, d.device);
   f.stream = a.stream;
   local_->forward(f);
+  mark(2);
 
   // The results go back the way the rows came, into the send layout the combine reads.
   throw_if_error(comm_->all_to_all_v(d.partial_rows, scaled(recv_rows_from, row_bytes),
                                      d.returned_rows, scaled(send_rows_to, row_bytes), stream));
   throw_if_error(comm::device::combine(shape, spec_.act_dtype, d.row_of, d.send_counts,
                                        d.returned_rows, a.output.data, stream));
+  mark(3);
+  if (timed) {
+    check_cuda(cudaEventSynchronize(d.stage[3]), "waiting for the EP forward");
+    float ms[3] = {0, 0, 0};
+    for (int i = 0; i < 3; ++i)
+      check_cuda(cudaEventElapsedTime(&ms[i], d.stage[i], d.stage[i + 1]), "timing EP stages");
+    stats_.dispatch_ms = ms[0];
+    stats_.experts_ms = ms[1];
+    stats_.combine_ms = ms[2];
+  }
   stats_.rows_computed = received;
   ep_internal::count_all_to_all_bytes(send_rows_to, recv_rows_from, row_bytes, k, comm_->rank(),
                                       /*with_counts=*/!low_latency, &stats_);
