@@ -46,7 +46,7 @@ struct DispatchBuffers {
 // ids of experts outside the destination's range where there are enough ((d + 1) * E / n + j,
 // modulo E) and weight 0, so that a local layer running every row computes nothing for them;
 // their hidden rows are left as they are (zero them once at build). kInvalidArgument for a bad
-// shape (tokens past segment_rows included).
+// shape (tokens past segment_rows, more than 2048 ranks included).
 Status pack_dispatch(const DispatchShape& s, const void* hidden, const int32_t* ids,
                      const float* weights, const DispatchBuffers& b, cudaStream_t stream);
 

@@ -9,6 +9,7 @@
 
 #include "comm/dispatch_device.hpp"
 #include "common/cuda_status.hpp"
+#include "pipeline/elem8.cuh"
 
 namespace moekit::comm::device {
 namespace {
@@ -18,6 +19,9 @@ constexpr int kScanWarps = kScanThreads / 32;
 constexpr int kCopyThreads = 128;
 constexpr int64_t kMaxGrid = 65535;
 constexpr unsigned kFull = 0xffffffffu;
+// Ranks the kernels take: their shared memory holds 16 bytes per rank (segment bases, a token's
+// rows), within the 48 KiB every launch gets.
+constexpr int kMaxRanks = 2048;
 
 // Exclusive prefix of `v` over the block (kScanThreads threads, all of them calling); *total is
 // the block's sum. warp_sums: shared [kScanWarps + 1], free again when it returns.
@@ -137,30 +141,11 @@ __global__ void pad_kernel(DispatchShape s, DispatchBuffers b) {
   }
 }
 
-template <class T>
-__device__ float to_f32(T v);
-template <>
-__device__ float to_f32(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-template <>
-__device__ float to_f32(__half v) {
-  return __half2float(v);
-}
-template <class T>
-__device__ T from_f32(float v);
-template <>
-__device__ __nv_bfloat16 from_f32(float v) {
-  return __float2bfloat16_rn(v);
-}
-template <>
-__device__ __half from_f32(float v) {
-  return __float2half_rn(v);
-}
-
-// Grid-stride over tokens: out[t] = sum over d ascending of the row back from d, in fp32.
+// Grid-stride over tokens: out[t] = sum over d ascending of the row back from d, in fp32,
+// starting from 0 (the host's order, so the results agree bit for bit). kVec8: 8 elements per
+// 16-byte load (H a multiple of 8, aligned rows), else one at a time.
 // Shared: [n] segment bases, then [n] this token's rows (-1: not sent).
-template <class T>
+template <class T, bool kVec8>
 __global__ void combine_kernel(DispatchShape s, const int32_t* __restrict__ row_of,
                                const int64_t* __restrict__ counts, const T* __restrict__ returned,
                                T* __restrict__ out) {
@@ -169,18 +154,33 @@ __global__ void combine_kernel(DispatchShape s, const int32_t* __restrict__ row_
   segment_bases(s, counts, base);
   const int n = s.ep_size;
   const int64_t H = s.row_bytes / static_cast<int64_t>(sizeof(T));
+  using Pair = typename pipeline::Pair2<T>::Type;
   for (int64_t t = blockIdx.x; t < s.tokens; t += gridDim.x) {
     for (int d = threadIdx.x; d < n; d += blockDim.x) {
       const int32_t r = row_of[t * n + d];
       rows[d] = r < 0 ? -1 : (base[d] + r) * H;
     }
     __syncthreads();
-    for (int64_t h = threadIdx.x; h < H; h += blockDim.x) {
-      float acc = 0.0f;
-      for (int d = 0; d < n; ++d) {
-        if (rows[d] >= 0) acc += to_f32(returned[rows[d] + h]);
+    if constexpr (kVec8) {
+      for (int64_t h = 8 * static_cast<int64_t>(threadIdx.x); h < H; h += 8 * blockDim.x) {
+        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int d = 0; d < n; ++d) {
+          if (rows[d] < 0) continue;
+          float f[8];
+          pipeline::unpack8<T>(*reinterpret_cast<const uint4*>(returned + rows[d] + h), f);
+          for (int i = 0; i < 8; ++i) acc[i] += f[i];
+        }
+        *reinterpret_cast<uint4*>(out + t * H + h) = pipeline::pack8<T>(acc);
       }
-      out[t * H + h] = from_f32<T>(acc);
+    } else {
+      for (int64_t h = threadIdx.x; h < H; h += blockDim.x) {
+        float acc = 0.0f;
+        for (int d = 0; d < n; ++d) {
+          if (rows[d] >= 0)
+            acc += pipeline::Pair2<T>::to_float2(Pair(returned[rows[d] + h], T())).x;
+        }
+        out[t * H + h] = pipeline::Pair2<T>::from_floats(acc, 0.0f).x;
+      }
     }
     __syncthreads();  // rows is rewritten for the next token
   }
@@ -231,6 +231,9 @@ __global__ void masked_kernel(DispatchShape s, int dest_rank, int64_t capacity,
 Status invalid(const std::string& m) { return Status(ErrorCode::kInvalidArgument, m); }
 
 Status check_shape(const DispatchShape& s) {
+  if (s.ep_size > kMaxRanks)
+    return invalid("ep_size " + std::to_string(s.ep_size) + " above the kernels' " +
+                   std::to_string(kMaxRanks) + " ranks");
   if (s.ep_size < 1 || s.num_experts < s.ep_size || s.num_experts % s.ep_size != 0)
     return invalid("ep_size " + std::to_string(s.ep_size) + " does not divide num_experts " +
                    std::to_string(s.num_experts));
@@ -251,6 +254,15 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 int grid_for(int64_t items) {
   return static_cast<int>(std::max<int64_t>(1, std::min(items, kMaxGrid)));
+}
+
+template <class T>
+void launch_combine(const DispatchShape& s, bool vec8, const int32_t* row_of, const int64_t* counts,
+                    const void* returned, void* out, cudaStream_t stream) {
+  const size_t smem = 2 * sizeof(int64_t) * s.ep_size;
+  auto kernel = vec8 ? combine_kernel<T, true> : combine_kernel<T, false>;
+  kernel<<<grid_for(s.tokens), kCopyThreads, smem, stream>>>(
+      s, row_of, counts, static_cast<const T*>(returned), static_cast<T*>(out));
 }
 
 }  // namespace
@@ -282,14 +294,11 @@ Status combine(const DispatchShape& s, DType dtype, const int32_t* row_of,
     return Status(ErrorCode::kUnsupported,
                   std::string("EP combine of ") + to_string(dtype) + " rows (bf16 or fp16)");
   if (s.tokens == 0) return {};
-  const size_t smem = 2 * sizeof(int64_t) * s.ep_size;
+  const bool vec8 = s.row_bytes % 16 == 0 && aligned16(returned) && aligned16(out);
   if (dtype == DType::kBFloat16)
-    combine_kernel<__nv_bfloat16><<<grid_for(s.tokens), kCopyThreads, smem, stream>>>(
-        s, row_of, send_counts, static_cast<const __nv_bfloat16*>(returned),
-        static_cast<__nv_bfloat16*>(out));
+    launch_combine<__nv_bfloat16>(s, vec8, row_of, send_counts, returned, out, stream);
   else
-    combine_kernel<__half><<<grid_for(s.tokens), kCopyThreads, smem, stream>>>(
-        s, row_of, send_counts, static_cast<const __half*>(returned), static_cast<__half*>(out));
+    launch_combine<__half>(s, vec8, row_of, send_counts, returned, out, stream);
   return cuda_status(cudaGetLastError(), "launching the EP combine kernel");
 }
 

@@ -559,7 +559,11 @@ TEST(EpDispatchKernelShapes, BadShapesAreRefusedWithTheValue) {
   s.ep_size = 3;  // does not divide 16 experts
   EXPECT_EQ(pack_code().code(), ErrorCode::kInvalidArgument);
   EXPECT_NE(pack_code().message().find("3"), std::string::npos);
+  s.ep_size = 4096;
+  s.num_experts = 4096;
+  EXPECT_EQ(pack_code().code(), ErrorCode::kInvalidArgument);  // past the kernels' ranks
   s.ep_size = 4;
+  s.num_experts = 16;
   s.segment_rows = 2;  // 4 tokens do not fit
   EXPECT_EQ(pack_code().code(), ErrorCode::kInvalidArgument);
   s.segment_rows = 0;

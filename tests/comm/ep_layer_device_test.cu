@@ -219,15 +219,8 @@ TEST_F(EpLayerDevice, BadCallerIdsAreDroppedAndReported) {
     devtest::Inputs in = devtest::make_inputs(whole, T, devtest::Ids::kRandom, rng);
     in.device_ids[2 * k + 1] = static_cast<int32_t>(E);  // the first bad one: token 2, slot 1
     in.device_ids[5 * k + 0] = -3;
-    for (int64_t t : {2, 5}) {  // the reference: an unused expert with weight 0 instead
-      const int64_t slot = t == 2 ? 1 : 0;
-      int32_t unused = 0;
-      while (std::find(in.ids.begin() + t * k, in.ids.begin() + (t + 1) * k, unused) !=
-             in.ids.begin() + (t + 1) * k)
-        ++unused;
-      in.ids[t * k + slot] = unused;
-      in.weights[t * k + slot] = 0.0f;
-    }
+    devtest::drop_slot_in_reference(in, k, 2, 1);
+    devtest::drop_slot_in_reference(in, k, 5, 0);
     std::vector<Status> polled;
     const auto out = run_world(comms_, s, whole, in, {T}, strategy, Run::kEager, &polled);
     devtest::expect_close(s, out, devtest::reference_out(whole, in), devtest::tolerance(s));
