@@ -119,9 +119,10 @@ class EpLayer {
   // strategy, implementation id, spec and environment fingerprint once. A failure on any rank,
   // or any difference, throws on every rank: the failing rank its own Error, the others
   // Error(kComm) naming the rank and its sentence (kComm also names a differing field with both
-  // values). A forced strategy that is not eligible is Error(kUnsupported) with its reason. A
-  // rank whose local layer then fails to build (weights) makes every rank throw the same way,
-  // and what was built is released.
+  // values). A forced strategy that is not eligible is Error(kUnsupported) with its reason; a
+  // GPU implementation with options.device_index other than the communicator's GPU is
+  // Error(kInvalidArgument). A rank whose local layer or device buffers then fail to build
+  // (weights, GPU memory) makes every rank throw the same way, and what was built is released.
   static std::unique_ptr<EpLayer> create(const MoeSpec& spec, const MoeWeights& weights,
                                          std::shared_ptr<comm::Communicator> comm,
                                          const EpLayerOptions& options = {});

@@ -16,6 +16,7 @@ namespace {
 
 constexpr int kScanThreads = 256;
 constexpr int kScanWarps = kScanThreads / 32;
+constexpr int kTokensPerThread = 8;  // plan_kernel's tokens per thread and round
 constexpr int kCopyThreads = 128;
 constexpr int64_t kMaxGrid = 65535;
 constexpr unsigned kFull = 0xffffffffu;
@@ -52,17 +53,24 @@ __device__ int block_exclusive_scan(int v, int* warp_sums, int* total) {
 
 __device__ bool valid_id(int32_t id, int experts) { return id >= 0 && id < experts; }
 
-// One block per destination rank d: row_of[t, d] and send_counts[d]. Block 0 also records the
-// first bad id (the lowest token * k + slot, as the permute does).
+// One block per destination rank d: row_of[t, d] and send_counts[d]. Each thread takes
+// kTokensPerThread consecutive tokens per round (fewer rounds of the block-wide scan: the
+// scan's barriers, not the id loads, bound this kernel). Block 0 also records the first bad id
+// (the lowest token * k + slot, as the permute does).
 __global__ void plan_kernel(DispatchShape s, const int32_t* __restrict__ ids, DispatchBuffers b) {
   __shared__ int warp_sums[kScanWarps + 1];
   const int d = blockIdx.x, k = s.top_k, n = s.ep_size;
   const int per_rank = s.num_experts / n;
   int64_t running = 0;
-  for (int64_t c = 0; c < s.tokens; c += kScanThreads) {
-    const int64_t t = c + threadIdx.x;
-    int goes = 0;
-    if (t < s.tokens) {
+  for (int64_t c = 0; c < s.tokens; c += kScanThreads * kTokensPerThread) {
+    const int64_t first = c + static_cast<int64_t>(threadIdx.x) * kTokensPerThread;
+    const int64_t left = s.tokens - first;
+    const int mine = left <= 0                 ? 0
+                     : left < kTokensPerThread ? static_cast<int>(left)
+                                               : kTokensPerThread;
+    unsigned goes = 0;  // bit i: token first + i goes to d
+    for (int i = 0; i < mine; ++i) {
+      const int64_t t = first + i;
       for (int j = 0; j < k; ++j) {
         const int32_t id = ids[t * k + j];
         if (!valid_id(id, s.num_experts)) {
@@ -71,13 +79,14 @@ __global__ void plan_kernel(DispatchShape s, const int32_t* __restrict__ ids, Di
             atomicMin(b.error_word, (where << 32) | static_cast<uint32_t>(id));
           }
         } else if (id / per_rank == d) {
-          goes = 1;
+          goes |= 1u << i;
         }
       }
     }
     int total = 0;
-    const int before = block_exclusive_scan(goes, warp_sums, &total);
-    if (t < s.tokens) b.row_of[t * n + d] = goes ? static_cast<int32_t>(running + before) : -1;
+    int at = block_exclusive_scan(__popc(goes), warp_sums, &total);
+    for (int i = 0; i < mine; ++i)
+      b.row_of[(first + i) * n + d] = (goes >> i) & 1u ? static_cast<int32_t>(running + at++) : -1;
     running += total;
   }
   if (threadIdx.x == 0) b.send_counts[d] = running;
