@@ -221,8 +221,10 @@ TEST_F(EpDispatchKernels, PackMatchesTheHostPlanForEveryWorldSizeAndRouting) {
   for (int n : {1, 2, 4, 8}) {
     for (Routing r :
          {Routing::kUniform, Routing::kSkewed, Routing::kHalfTheExperts, Routing::kOneRank}) {
-      // 4099: more than one round of the plan's scan (2048 tokens a round), a partial last one.
+      // 4099: more than one round of the plan's scan (2048 tokens a round), a partial last one
+      // (not under compute-sanitizer, where it only adds time).
       for (int64_t T : {int64_t{0}, int64_t{1}, int64_t{37}, int64_t{600}, int64_t{4099}}) {
+        if (T == 4099 && devtest::sanitizer_run()) continue;
         for (int64_t H : {int64_t{7}, int64_t{256}}) {  // 14-byte rows: the 2-byte copy
           for (int64_t segment : {int64_t{0}, std::max<int64_t>(T, 1) + 3}) {
             SCOPED_TRACE(testing::Message() << "world " << n << ", " << name(r) << ", T " << T

@@ -3,7 +3,10 @@
 // are visible, one rank per GPU (a thread each) with uneven tokens (one rank has none). Both
 // all-to-all forms, caller ids and routing on the device; bad caller ids dropped and reported by
 // poll_errors(); the low-latency form replayed from a CUDA graph; a device_index other than the
-// communicator's GPU refused. Skips without a GPU or without NCCL in the build.
+// communicator's GPU refused. Skips without a GPU or without NCCL in the build. A host file, as
+// the NCCL communicator's test is: CUDA builds only, and outside the compute-sanitizer step's
+// suites (tests/*/*_test.cu), which check the dispatch kernels themselves
+// (dispatch_kernels_test.cu) but not NCCL.
 #include <gtest/gtest.h>
 
 #include <memory>
