@@ -234,6 +234,41 @@ TEST_F(EpLayerDevice, BadCallerIdsAreDroppedAndReported) {
   }
 }
 
+TEST_F(EpLayerDevice, BadViewsAreRefused) {
+  if (!init_world(1)) GTEST_SKIP() << skip_reason_;
+  std::mt19937_64 rng(devtest::base_seed() + 14);
+  const MoeSpec s = ep_spec(RoutingMethod::kSoftmaxTopK, 1);
+  const devtest::Layer whole = whole_layer(s, rng());
+  const devtest::Inputs in = devtest::make_inputs(whole, 4, devtest::Ids::kRouted, rng);
+  std::shared_ptr<comm::Communicator> comm = comm::wrap_nccl(comms_[0], 0);
+  auto layer = EpLayer::create(s, whole.local, comm, {});
+  RankInputs ri(s, in, 0, 4, 0, nullptr);
+  auto code = [&](const ForwardArgs& a) {
+    try {
+      layer->forward(a);
+    } catch (const Error& e) {
+      return e.code();
+    }
+    return ErrorCode::kOk;
+  };
+  std::vector<uint16_t> host(4 * s.hidden);
+  ForwardArgs a = ri.args;
+  a.hidden = host_view(host.data(), s.act_dtype, {4, s.hidden});  // host memory
+  EXPECT_EQ(code(a), ErrorCode::kInvalidArgument);
+  a = ri.args;
+  a.router_logits.shape[1] = s.num_experts - 1;
+  EXPECT_EQ(code(a), ErrorCode::kInvalidArgument);
+  a = ri.args;
+  a.output.dtype = DType::kFloat16;
+  EXPECT_EQ(code(a), ErrorCode::kInvalidArgument);
+  a = ri.args;
+  a.hidden.shape[0] = a.output.shape[0] = a.router_logits.shape[0] = s.max_tokens + 1;
+  EXPECT_EQ(code(a), ErrorCode::kInvalidArgument);  // past max_tokens
+  EXPECT_EQ(code(ri.args), ErrorCode::kOk);         // the views as they were still run
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_TRUE(layer->poll_errors().ok());
+}
+
 TEST_F(EpLayerDevice, ADeviceIndexOtherThanTheCommunicatorsIsRefused) {
   if (!init_world(1)) GTEST_SKIP() << skip_reason_;
   const MoeSpec s = ep_spec(RoutingMethod::kSoftmaxTopK, 1);
