@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli_common.hpp"
+#include "cli_ep.hpp"
 #include "common/event_timing.hpp"
 #include "common/numeric.hpp"
 #include "moekit/status.hpp"
@@ -182,7 +183,11 @@ double time_fp8_gemm(int n, TimeMedian&& time_median) {
 
 }  // namespace
 
-RunResult run_layer_on_device(MoeLayer& layer, const HostInputs& in) {
+namespace {
+
+// One warm-up and one timed forward of a MoeLayer or an EpLayer on its GPU (the current one).
+template <class Layer>
+RunResult run_on_device(Layer& layer, const HostInputs& in) {
   const MoeSpec& spec = layer.spec();
   int device = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
@@ -207,6 +212,49 @@ RunResult run_layer_on_device(MoeLayer& layer, const HostInputs& in) {
   cudaEventDestroy(stop);
   cudaStreamDestroy(stream);
   return RunResult{to_float(raw, spec.act_dtype), ms};
+}
+
+}  // namespace
+
+RunResult run_layer_on_device(MoeLayer& layer, const HostInputs& in) {
+  return run_on_device(layer, in);
+}
+
+RunResult run_ep_layer_on_device(EpLayer& layer, const HostInputs& in) {
+  return run_on_device(layer, in);
+}
+
+EpBenchRow time_ep_layer_on_device(EpLayer& layer, const HostInputs& in, int reps) {
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  DeviceInputs d(layer.spec(), in, device);
+  cudaStream_t stream;
+  check(cudaStreamCreate(&stream), "cudaStreamCreate");
+  d.args.stream = stream;
+  layer.forward(d.args);  // warm-up
+  check(cudaStreamSynchronize(stream), "forward");
+  std::vector<double> dispatch, experts, combine;
+  // The whole forward between two events; the stage times are the layer's own events.
+  const std::vector<double> total = event_times_us(
+      stream, 0, reps,
+      [&] {
+        layer.forward(d.args);
+        const EpForwardStats& st = layer.last_forward_stats();
+        dispatch.push_back(st.dispatch_ms * 1e3);
+        experts.push_back(st.experts_ms * 1e3);
+        combine.push_back(st.combine_ms * 1e3);
+      },
+      [] {});
+  throw_if_error(layer.poll_errors());
+  cudaStreamDestroy(stream);
+  EpBenchRow row;
+  row.dispatch_us = quantile(dispatch, 0.5);
+  row.experts_us = quantile(experts, 0.5);
+  row.combine_us = quantile(combine, 0.5);
+  row.total_us = quantile(total, 0.5);
+  row.bytes_sent = layer.last_forward_stats().bytes_sent;
+  row.bytes_received = layer.last_forward_stats().bytes_received;
+  return row;
 }
 
 // Empties the L2 before a timed replay (see L2Flush). The read flush is a cuBLAS GEMV over a

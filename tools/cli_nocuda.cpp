@@ -1,5 +1,6 @@
 // A build without CUDA: device runs are refused with the reason.
 #include "cli_common.hpp"
+#include "cli_ep.hpp"
 #include "moekit/status.hpp"
 
 namespace moekit::cli {
@@ -10,6 +11,10 @@ namespace {
 }
 }  // namespace
 RunResult run_layer_on_device(MoeLayer&, const HostInputs&) { no_cuda("running on the device"); }
+RunResult run_ep_layer_on_device(EpLayer&, const HostInputs&) { no_cuda("running on the device"); }
+EpBenchRow time_ep_layer_on_device(EpLayer&, const HostInputs&, int) {
+  no_cuda("moekit bench --ep-size");
+}
 void bench_layer_on_device(MoeLayer&, const HostInputs&, L2Flush, BenchRow&, int, double) {
   no_cuda("moekit bench");
 }

@@ -471,6 +471,38 @@ void refuse_unless_device(const MoeSpec& spec, const std::string& name, const st
                   " here (backend '" + backend + "' gives " + r.chosen->id() + "): " + why);
 }
 
+// `moekit bench --ep-size N` under torchrun / mpirun: each rank prints its own rows.
+constexpr int kEpBenchReps = 20;
+int cmd_bench_ep(const LayerOpts& lo, const std::vector<std::pair<std::string, MoeSpec>>& layers,
+                 const std::vector<int64_t>& tokens, const std::string& json_path) {
+  if (!json_path.empty())
+    throw Error(ErrorCode::kInvalidArgument, "--json is not supported with --ep-size yet");
+  bool header = false;
+  for (const auto& [name, spec] : layers) {
+    const std::vector<EpBenchRow> rows =
+        bench_expert_parallel(spec, lo.options(), lo.seed, tokens, kEpBenchReps);
+    if (!header && !rows.empty()) {
+      std::printf(
+          "# moekit bench --ep-size %d, rank %d of %d: medians of %d forwards after one warm-up. "
+          "dispatch: routing, packing, the all-to-alls of rows, ids and weights (all_to_all: and "
+          "of the counts, with its one host wait); experts: the local layer; combine: the "
+          "results back and their sum; bytes: this rank's across the links; link GB/s: bytes "
+          "sent + received over dispatch + combine time\n",
+          spec.ep_size, rows.front().rank, rows.front().world_size, kEpBenchReps);
+      std::printf("%-5s %-16s %6s %-24s %11s %10s %10s %9s %9s %9s %9s\n", "rank", "preset", "T",
+                  "strategy", "dispatch_us", "experts_us", "combine_us", "total_us", "sent_MB",
+                  "recv_MB", "link_GB/s");
+      header = true;
+    }
+    for (const EpBenchRow& r : rows)
+      std::printf("%-5d %-16s %6lld %-24s %11.1f %10.1f %10.1f %9.1f %9.3f %9.3f %9.1f\n", r.rank,
+                  name.c_str(), static_cast<long long>(r.tokens), r.strategy.c_str(), r.dispatch_us,
+                  r.experts_us, r.combine_us, r.total_us, r.bytes_sent / 1e6,
+                  r.bytes_received / 1e6, r.link_bytes_per_s() / 1e9);
+  }
+  return 0;
+}
+
 int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& flush_text,
               const std::string& json_path, const std::string& trace_text,
               const std::string& profile_text) {
@@ -493,6 +525,9 @@ int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& f
   lo.default_act_dtype = "bf16";
   // Every layer is resolved before anything touches the GPU or allocates weights.
   const std::vector<std::pair<std::string, MoeSpec>> layers = named_layers(lo, max_t);
+  // --ep-size N without --ep-rank: one rank of an expert-parallel benchmark under a launcher.
+  if (lo.given("--ep-size") && layers.front().second.ep_size > 1 && !lo.given("--ep-rank"))
+    return cmd_bench_ep(lo, layers, tokens, json_path);
   for (const auto& [name, spec] : layers) {
     if (spec.max_tokens < largest)
       throw Error(ErrorCode::kInvalidArgument, "max_tokens " + std::to_string(spec.max_tokens) +

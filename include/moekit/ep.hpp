@@ -83,10 +83,12 @@ std::optional<EpRejection> ep_reject(const EpStrategyCapability& cap, const EpCo
 // rejection in candidates. An unknown name throws Error(kNotFound) naming it.
 EpSelection select_ep_strategy(const EpContext& ctx, const std::string& request);
 
-// What this rank's last forward did. Times are the host clock around each stage (the host path
-// runs them synchronously); bytes are those that crossed to or from other ranks, every
-// collective's payload counted (counts, rows, ids, weights, results), what a rank keeps for
-// itself not counted.
+// What this rank's last forward did. Times are the host clock around each stage on the host
+// path (it runs them synchronously); on the device path CUDA events between the stages where
+// EpLayerOptions::time_stages asks for them (else, and inside a CUDA-graph capture, 0). Bytes are
+// those that crossed to or from other ranks, every collective's payload counted (counts, rows, ids,
+// weights, results), what a rank keeps for itself not counted; the low-latency form counts its
+// fixed-size segments, padding included.
 struct EpForwardStats {
   double dispatch_ms = 0, experts_ms = 0, combine_ms = 0;
   int64_t rows_computed = 0;  // rows the local experts ran (received, or gathered with padding)
@@ -98,6 +100,10 @@ struct EpLayerOptions {
   std::string strategy = "auto";  // "auto" or an EpStrategy name
   int device_index = 0;           // GPU of a device local layer (the communicator's)
   const Environment* environment = nullptr;  // null: Environment::detected()
+  // Device path: record events between dispatch, experts and combine, and wait for the last
+  // one at the end of forward() to fill EpForwardStats' times (outside a CUDA-graph capture;
+  // the benchmark's mode). Off: forward() adds no wait of its own.
+  bool time_stages = false;
 };
 
 // One rank's share of an expert-parallel layer. Every rank of the communicator's world builds
@@ -113,9 +119,10 @@ class EpLayer {
   // strategy, implementation id, spec and environment fingerprint once. A failure on any rank,
   // or any difference, throws on every rank: the failing rank its own Error, the others
   // Error(kComm) naming the rank and its sentence (kComm also names a differing field with both
-  // values). A forced strategy that is not eligible is Error(kUnsupported) with its reason. A
-  // rank whose local layer then fails to build (weights) makes every rank throw the same way,
-  // and what was built is released.
+  // values). A forced strategy that is not eligible is Error(kUnsupported) with its reason; a
+  // GPU implementation with options.device_index other than the communicator's GPU is
+  // Error(kInvalidArgument). A rank whose local layer or device buffers then fail to build
+  // (weights, GPU memory) makes every rank throw the same way, and what was built is released.
   static std::unique_ptr<EpLayer> create(const MoeSpec& spec, const MoeWeights& weights,
                                          std::shared_ptr<comm::Communicator> comm,
                                          const EpLayerOptions& options = {});
@@ -124,10 +131,19 @@ class EpLayer {
   // [T, E] fp32, or kExternal topk_ids / topk_weights [T, k]). T <= spec.max_tokens on every rank.
   // output is the whole layer's output for this rank's tokens: partial outputs come back to
   // the token's rank in act_dtype and are summed there in fp32, rank by rank, then rounded once.
-  // Host implementations over the host transport only, for now (the device packing kernels
-  // are not built: the strategies say so with kBuild). Throws Error naming the value; a
-  // collective failure is Error(kComm).
+  // Views live where the local implementation runs: host implementations over the host
+  // transport (every strategy), or device ones over NCCL on the communicator's GPU (all_to_all
+  // and all_to_all_low_latency; builds without CUDA reject those with kBuild). On the device
+  // forward() enqueues on args.stream: all_to_all waits once for the row counts (the host sizes
+  // the receive), all_to_all_low_latency never waits and can be captured in a CUDA graph. Bad
+  // caller ids on the device are dropped, never read or written out of bounds, and reported by
+  // poll_errors(). Throws Error naming the value; a collective failure is Error(kComm).
   void forward(const ForwardArgs& args);
+
+  // Device-side errors of earlier forwards (a caller's expert id outside [0, E) was dropped):
+  // waits for the device, then ok or the first one, naming token, slot and value
+  // (kInvalidArgument), then the local layer's. Host path: ok (forward() threw instead).
+  Status poll_errors();
 
   // Releases the local layer and the buffers; the communicator stays the caller's. Twice is
   // harmless. forward() after release throws Error(kInvalidArgument).
@@ -148,6 +164,15 @@ class EpLayer {
                           const float* weights, const TensorView& output);
   void local_forward(int64_t rows, const void* hidden, const int32_t* ids, const float* weights,
                      float* out);
+  // The device path (ep_layer_device_cuda.cpp; without CUDA it is never built).
+  struct DeviceState;
+  struct DeviceStateDeleter {
+    void operator()(DeviceState* s) const;
+  };
+  void create_host_buffers();
+  void create_device_state(int device_index);
+  void forward_device(const ForwardArgs& args);
+  Status poll_device_errors();
 
   MoeSpec spec_;        // this rank's
   MoeSpec local_spec_;  // the local layer's: kExternal routing, max_tokens for every received row
@@ -156,10 +181,13 @@ class EpLayer {
   std::shared_ptr<comm::Communicator> comm_;
   std::unique_ptr<MoeLayer> local_;
   EpForwardStats stats_;
+  bool time_stages_ = false;
   // Host buffers sized at create() from max_tokens x world size.
   std::vector<uint8_t> send_rows_, recv_rows_, partial_rows_;
   std::vector<int32_t> ids_, send_ids_, recv_ids_;
   std::vector<float> weights_, send_weights_, recv_weights_, partial_f32_, returned_f32_, out_f32_;
+  // Device buffers, sized the same way, when the local implementation runs on a GPU.
+  std::unique_ptr<DeviceState, DeviceStateDeleter> device_;
 };
 
 }  // namespace moekit

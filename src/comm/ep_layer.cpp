@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "comm/dispatch.hpp"
+#include "comm/ep_internal.hpp"
 #include "common/host_activations.hpp"
 #include "moekit/ep.hpp"
 #include "routing/routing.hpp"
@@ -95,6 +96,27 @@ int64_t crossing(const std::vector<int64_t>& bytes, int self) {
 
 }  // namespace
 
+namespace ep_internal {
+
+std::vector<int64_t> scaled(const std::vector<int64_t>& counts, int64_t bytes) {
+  std::vector<int64_t> out(counts.size());
+  for (size_t i = 0; i < counts.size(); ++i) out[i] = counts[i] * bytes;
+  return out;
+}
+
+void count_all_to_all_bytes(const std::vector<int64_t>& send_rows,
+                            const std::vector<int64_t>& recv_rows, int64_t row_bytes, int64_t top_k,
+                            int self, bool with_counts, EpForwardStats* stats) {
+  const int64_t out_bytes = row_bytes + 8 * top_k;
+  const int64_t counts = with_counts ? 8 * (static_cast<int64_t>(send_rows.size()) - 1) : 0;
+  stats->bytes_sent = counts + crossing(scaled(send_rows, out_bytes), self) +
+                      crossing(scaled(recv_rows, row_bytes), self);
+  stats->bytes_received = counts + crossing(scaled(recv_rows, out_bytes), self) +
+                          crossing(scaled(send_rows, row_bytes), self);
+}
+
+}  // namespace ep_internal
+
 std::unique_ptr<EpLayer> EpLayer::create(const MoeSpec& spec, const MoeWeights& weights,
                                          std::shared_ptr<comm::Communicator> comm,
                                          const EpLayerOptions& options) {
@@ -122,6 +144,9 @@ std::unique_ptr<EpLayer> EpLayer::create(const MoeSpec& spec, const MoeWeights& 
                   "No implementation can run this rank's experts for backend '" + options.backend +
                       "'\n" + r.table());
     mine.implementation = r.chosen->id();
+    if (r.chosen->device() == Device::kCuda && options.device_index != comm->device_index())
+      invalid("device_index " + std::to_string(options.device_index) + " is not GPU " +
+              std::to_string(comm->device_index()) + ", the one the communicator is bound to");
     if (r.chosen->device() != comm->device())
       throw Error(ErrorCode::kUnsupported,
                   r.chosen->id() + " runs on the " +
@@ -168,18 +193,11 @@ std::unique_ptr<EpLayer> EpLayer::create(const MoeSpec& spec, const MoeWeights& 
       experts_only.routing_bias.clear();
       layer->local_ = MoeLayer::create(layer->local_spec_, experts_only, lo);
     }
-    const auto rows = static_cast<size_t>(layer->local_spec_.max_tokens);
-    const int64_t H = layer->spec_.hidden, k = layer->spec_.top_k;
-    const size_t row_bytes = static_cast<size_t>(H) * dtype_size(layer->spec_.act_dtype);
-    const auto own = static_cast<size_t>(layer->spec_.max_tokens);
-    for (auto* v : {&layer->send_rows_, &layer->recv_rows_, &layer->partial_rows_})
-      v->resize(rows * row_bytes);
-    for (auto* v : {&layer->send_ids_, &layer->recv_ids_}) v->resize(rows * k);
-    for (auto* v : {&layer->send_weights_, &layer->recv_weights_}) v->resize(rows * k);
-    for (auto* v : {&layer->partial_f32_, &layer->returned_f32_, &layer->out_f32_})
-      v->resize(rows * H);
-    layer->ids_.resize(own * k);
-    layer->weights_.resize(own * k);
+    if (layer->local_->implementation().device() == Device::kCuda) {
+      layer->create_device_state(options.device_index);
+    } else {
+      layer->create_host_buffers();
+    }
   } catch (const Error& e) {
     built.code = e.code();
     built.message = e.what();
@@ -195,10 +213,25 @@ std::unique_ptr<EpLayer> EpLayer::create(const MoeSpec& spec, const MoeWeights& 
     throw;
   }
   layer->comm_ = std::move(comm);
+  layer->time_stages_ = options.time_stages;
   return layer;
 }
 
+void EpLayer::create_host_buffers() {
+  const auto rows = static_cast<size_t>(local_spec_.max_tokens);
+  const int64_t H = spec_.hidden, k = spec_.top_k;
+  const size_t row_bytes = static_cast<size_t>(H) * dtype_size(spec_.act_dtype);
+  const auto own = static_cast<size_t>(spec_.max_tokens);
+  for (auto* v : {&send_rows_, &recv_rows_, &partial_rows_}) v->resize(rows * row_bytes);
+  for (auto* v : {&send_ids_, &recv_ids_}) v->resize(rows * k);
+  for (auto* v : {&send_weights_, &recv_weights_}) v->resize(rows * k);
+  for (auto* v : {&partial_f32_, &returned_f32_, &out_f32_}) v->resize(rows * H);
+  ids_.resize(own * k);
+  weights_.resize(own * k);
+}
+
 void EpLayer::release() {
+  device_.reset();
   local_.reset();
   for (auto* v : {&send_rows_, &recv_rows_, &partial_rows_}) std::vector<uint8_t>().swap(*v);
   for (auto* v : {&ids_, &send_ids_, &recv_ids_}) std::vector<int32_t>().swap(*v);
@@ -207,12 +240,18 @@ void EpLayer::release() {
     std::vector<float>().swap(*v);
 }
 
+Status EpLayer::poll_errors() {
+  if (!local_) return Status(ErrorCode::kInvalidArgument, "poll_errors on a released EpLayer");
+  return device_ ? poll_device_errors() : Status{};
+}
+
 void EpLayer::forward(const ForwardArgs& a) {
   if (!local_) invalid("forward on a released EpLayer");
+  if (device_) return forward_device(a);
   const int64_t H = spec_.hidden, k = spec_.top_k, E = spec_.num_experts;
   auto check = [&](const TensorView& v, const char* name, DType dtype, int64_t cols) {
     if (v.device != Device::kHost)
-      invalid(std::string(name) + " is on a GPU: the EP layer's dispatch runs on the host for now");
+      invalid(std::string(name) + " is on a GPU but this rank's experts run on the host");
     if (v.dtype != dtype || v.shape.size() != 2 || v.shape[1] != cols ||
         (v.data == nullptr && v.shape[0] != 0))
       invalid(std::string(name) + " must be a [tokens, " + std::to_string(cols) + "] " +
@@ -275,11 +314,7 @@ void EpLayer::forward_all_to_all(int64_t T, const void* hidden, const int32_t* i
   std::vector<int64_t> recv_counts(n), eight(n, 8);
   throw_if_error(
       comm_->all_to_all_v(plan.send_counts.data(), eight, recv_counts.data(), eight, nullptr));
-  auto scaled = [](const std::vector<int64_t>& counts, int64_t bytes) {
-    std::vector<int64_t> out(counts.size());
-    for (size_t i = 0; i < counts.size(); ++i) out[i] = counts[i] * bytes;
-    return out;
-  };
+  using ep_internal::scaled;
   comm::pack_rows(plan, hidden, row_bytes, send_rows_.data());
   comm::pack_rows(plan, ids, k * 4, send_ids_.data());
   comm::pack_rows(plan, weights, k * 4, send_weights_.data());
@@ -307,12 +342,8 @@ void EpLayer::forward_all_to_all(int64_t T, const void* hidden, const int32_t* i
   f32_to_view(out_f32_.data(), output);
   stats_.combine_ms = ms_since(t);
   stats_.rows_computed = received;
-  // Counts (8 bytes per peer), then rows, ids and weights out; results back (rows the other way).
-  const int64_t out_bytes = row_bytes + 8 * k, peers = n - 1;
-  stats_.bytes_sent = 8 * peers + crossing(scaled(plan.send_counts, out_bytes), me) +
-                      crossing(scaled(recv_counts, row_bytes), me);
-  stats_.bytes_received = 8 * peers + crossing(scaled(recv_counts, out_bytes), me) +
-                          crossing(scaled(plan.send_counts, row_bytes), me);
+  ep_internal::count_all_to_all_bytes(plan.send_counts, recv_counts, row_bytes, k, me,
+                                      /*with_counts=*/true, &stats_);
 }
 
 void EpLayer::forward_all_gather(int64_t T, const void* hidden, const int32_t* ids,

@@ -42,11 +42,19 @@ const char* to_string(EpRejectReason r) {
   return "?";
 }
 
+// The all-to-all forms' device kernels (dispatch_kernels.cu) are built with CUDA.
+#ifdef MOEKIT_WITH_CUDA
+constexpr bool kDeviceKernels = true;
+#else
+constexpr bool kDeviceKernels = false;
+#endif
+
 const std::vector<EpStrategyCapability>& ep_strategies() {
   static const std::vector<EpStrategyCapability> table = [] {
     std::vector<EpStrategyCapability> t;
     EpStrategyCapability ll;
     ll.strategy = EpStrategy::kAllToAllLowLatency;
+    ll.device = kDeviceKernels;
     // Masked receive buffers of lossless capacity: local experts x (max tokens x ranks) rows.
     // 256 tokens per rank keeps DeepSeek-V3 over 8 ranks near 1 GiB per GPU.
     ll.needs_graph_capture = true;
@@ -55,6 +63,7 @@ const std::vector<EpStrategyCapability>& ep_strategies() {
     EpStrategyCapability a2a;
     a2a.strategy = EpStrategy::kAllToAll;
     a2a.host = true;
+    a2a.device = kDeviceKernels;
     // One NCCL send / receive pair per peer in one group; past an NVLink domain's 64 GPUs the
     // group's per-peer connections cost more than gathering.
     a2a.max_world_size = 64;

@@ -390,6 +390,15 @@ TEST(EpLayer, ForwardValidatesItsViews) {
   a.router_logits.shape[1] = s.num_experts;
   a.output.dtype = DType::kBFloat16;
   EXPECT_EQ(code(), ErrorCode::kInvalidArgument);
+  a.output.dtype = s.act_dtype;
+  a.hidden.device = Device::kCuda;  // GPU views for host experts
+  EXPECT_EQ(code(), ErrorCode::kInvalidArgument);
+  a.hidden.device = Device::kHost;
+  EXPECT_EQ(code(), ErrorCode::kOk);
+  // The host path reports bad ids from forward() itself: nothing is left for poll_errors().
+  EXPECT_TRUE(layer->poll_errors().ok());
+  layer->release();
+  EXPECT_EQ(layer->poll_errors().code(), ErrorCode::kInvalidArgument);
 }
 
 }  // namespace

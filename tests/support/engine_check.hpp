@@ -381,6 +381,17 @@ inline void check_graph(Layer& l, int64_t T, std::mt19937_64& rng) {
   cudaStreamDestroy(stream);
 }
 
+// What the reference sees for a dropped slot (t, slot): an expert the token does not use, with
+// weight 0, which contributes nothing.
+inline void drop_slot_in_reference(Inputs& in, int64_t k, int64_t t, int64_t slot) {
+  int32_t unused = 0;
+  while (std::find(in.ids.begin() + t * k, in.ids.begin() + (t + 1) * k, unused) !=
+         in.ids.begin() + (t + 1) * k)
+    ++unused;
+  in.ids[t * k + slot] = unused;
+  in.weights[t * k + slot] = 0.0f;
+}
+
 // Bad ids (`l` takes caller ids, top_k >= 2, T >= 6): out of range, negative, repeated within a
 // token. They are dropped (the reference sees them as a weight-0 slot on an unused expert) and
 // the first one is reported.
@@ -395,16 +406,7 @@ inline void check_bad_ids(Layer& l, int64_t T, std::mt19937_64& rng) {
   in.device_ids[3 * k + 0] = -1;
   in.device_ids[4 * k + 1] = in.device_ids[4 * k + 0];
   in.device_ids[5 * k + 0] = 1 << 30;
-  for (int64_t t : {2, 3, 4, 5}) {
-    const int64_t slot = (t == 2 || t == 4) ? 1 : 0;
-    // An expert this token does not use, with weight 0: contributes nothing to the reference.
-    int32_t unused = 0;
-    while (std::find(in.ids.begin() + t * k, in.ids.begin() + (t + 1) * k, unused) !=
-           in.ids.begin() + (t + 1) * k)
-      ++unused;
-    in.ids[t * k + slot] = unused;
-    in.weights[t * k + slot] = 0.0f;
-  }
+  for (int64_t t : {2, 3, 4, 5}) drop_slot_in_reference(in, k, t, (t == 2 || t == 4) ? 1 : 0);
   const std::vector<float> ref = reference_out(l, in);
   DeviceRun run(l, in, nullptr);
   l.engine->forward(run.args);

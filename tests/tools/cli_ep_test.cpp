@@ -1,5 +1,6 @@
-// `moekit run --ep-size N` without --ep-rank reads the launcher's environment and refuses, with
-// the variable or the sizes named, when it is missing or inconsistent.
+// `moekit run --ep-size N` and `moekit bench --ep-size N` without --ep-rank read the launcher's
+// environment and refuse, with the variable or the sizes named, when it is missing or
+// inconsistent.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -8,14 +9,16 @@
 
 namespace {
 
-testcmd::Ran moekit_with_env(const std::string& env, const std::string& args) {
+testcmd::Ran moekit_with_env(const std::string& env, const std::string& args,
+                             const std::string& command = "run") {
   const std::string dir = testcmd::test_dir("cli_ep");
   // env -u: the test's own launcher variables (if any) must not leak in.
   return testcmd::run(dir,
                       "env -u RANK -u WORLD_SIZE -u LOCAL_RANK -u OMPI_COMM_WORLD_RANK "
                       "-u OMPI_COMM_WORLD_SIZE -u OMPI_COMM_WORLD_LOCAL_RANK -u MASTER_PORT " +
-                          env + " " + testcmd::program("MOEKIT_TEST_CLI", MOEKIT_CLI_PATH) +
-                          " run --preset mixtral-8x7b --hidden 128 --intermediate 128 "
+                          env + " " + testcmd::program("MOEKIT_TEST_CLI", MOEKIT_CLI_PATH) + " " +
+                          command +
+                          " --preset mixtral-8x7b --hidden 128 --intermediate 128 "
                           "--tokens 4 --backend reference " +
                           args);
 }
@@ -25,6 +28,18 @@ TEST(CliEp, WithoutALauncherSaysHowToStartIt) {
   EXPECT_EQ(r.code, 1) << r.err;
   EXPECT_NE(r.err.find("world size 1"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("torchrun --nproc-per-node 2"), std::string::npos) << r.err;
+}
+
+TEST(CliEp, BenchWithoutALauncherSaysHowToStartIt) {
+  const auto r = moekit_with_env("", "--ep-size 2", "bench");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("moekit bench --ep-size 2"), std::string::npos) << r.err;
+}
+
+TEST(CliEp, BenchJsonIsRefusedUnderALauncherForNow) {
+  const auto r = moekit_with_env("", "--ep-size 2 --json out.json", "bench");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("--json"), std::string::npos) << r.err;
 }
 
 TEST(CliEp, BadLauncherVariablesAreNamed) {
