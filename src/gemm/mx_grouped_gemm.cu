@@ -1,0 +1,127 @@
+// MxGroupedGemm (mx_grouped_gemm.hpp): its tactic list (the GEMV of sm90_mx_gemv.cu), the pick
+// and the checks.
+#include "gemm/mx_grouped_gemm.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "common/cuda_status.hpp"
+#include "gemm/mx_tactic.hpp"
+
+namespace moekit::gemm {
+
+struct MxGroupedGemm::State {
+  MxGroupedShape shape;
+  std::vector<std::string> names;
+  std::vector<std::unique_ptr<mx_detail::MxTactic>> tactics;
+};
+
+Status MxGroupedGemm::validate(const MxGroupedShape& s) {
+  const std::string what = "mx grouped GEMM";
+  if (s.groups < 1)
+    return Status(ErrorCode::kInvalidArgument,
+                  what + " groups " + std::to_string(s.groups) + " must be at least 1");
+  if (s.n < 1 || s.n > INT_MAX || s.k < 1 || s.k > INT_MAX)
+    return Status(ErrorCode::kInvalidArgument, what + " n " + std::to_string(s.n) + " and k " +
+                                                   std::to_string(s.k) + " must be in [1, 2^31)");
+  if (s.max_rows < 0 || s.max_rows > INT_MAX)
+    return Status(ErrorCode::kInvalidArgument,
+                  what + " max_rows " + std::to_string(s.max_rows) + " must be in [0, 2^31)");
+  if (s.elem != DType::kBFloat16 && s.elem != DType::kFloat16)
+    return Status(ErrorCode::kUnsupported,
+                  what + " runs bf16 or fp16 activations, not " + std::string(to_string(s.elem)));
+  if (s.format != WeightFormat::kMXFP4 && s.format != WeightFormat::kNVFP4 &&
+      s.format != WeightFormat::kMXFP8)
+    return Status(ErrorCode::kUnsupported, what + " runs mxfp4, nvfp4 or mxfp8 weights, not " +
+                                               std::string(to_string(s.format)));
+  if (s.k % 32 != 0)
+    return Status(ErrorCode::kUnsupported,
+                  what + " k " + std::to_string(s.k) +
+                      " must be a multiple of 32 (a 16-byte chunk of the GEMV holds 32 e2m1 or 16 "
+                      "e4m3 values, and MXFP blocks are 32 wide)");
+  if (s.n % 8 != 0)
+    return Status(ErrorCode::kUnsupported,
+                  what + " n " + std::to_string(s.n) + " must be a multiple of 8 (16-byte rows)");
+  return {};
+}
+
+MxGroupedGemm::MxGroupedGemm(const MxGroupedShape& shape, int device)
+    : state_(std::make_unique<State>()) {
+  throw_if_error(validate(shape));
+  state_->shape = shape;
+  DeviceGuard guard(device);
+  cudaDeviceProp prop{};
+  check_cuda(cudaGetDeviceProperties(&prop, device), "querying the device");
+  if (prop.major != 9 || prop.minor != 0)
+    throw Error(ErrorCode::kUnsupported, "the mx grouped GEMM needs sm_90 (Hopper), device " +
+                                             std::to_string(device) + " is sm_" +
+                                             std::to_string(prop.major * 10 + prop.minor));
+  for (auto& e : mx_detail::sm90_mx_gemv_tactics(shape)) {
+    std::unique_ptr<mx_detail::MxTactic> t = e.make();
+    throw_if_error(t->init(shape, prop.multiProcessorCount));
+    state_->names.push_back(e.name);
+    state_->tactics.push_back(std::move(t));
+  }
+  check_cuda(cudaDeviceSynchronize(), "finishing the mx grouped GEMM's set-up");
+}
+
+MxGroupedGemm::~MxGroupedGemm() = default;
+
+std::vector<std::string> MxGroupedGemm::tactics() const { return state_->names; }
+
+std::string MxGroupedGemm::pick_tactic(double rows_per_group_hint) const {
+  // The 2-row GEMV (where built) up to 2 rows: its registers leave room for two blocks per SM;
+  // the 8-row one above (the only tactic there is until the tensor-core one exists).
+  const std::string want = rows_per_group_hint <= 2.0 ? ".gemv.n2" : ".gemv.n8";
+  for (const std::string& n : state_->names)
+    if (n.find(want) != std::string::npos) return n;
+  return state_->names.front();
+}
+
+Status MxGroupedGemm::run(const Call& c, const int32_t* row_offsets, cudaStream_t stream) {
+  const MxGroupedShape& s = state_->shape;
+  const std::string tactic = c.tactic.empty() ? pick_tactic(c.rows_per_group_hint) : c.tactic;
+  const auto it = std::find(state_->names.begin(), state_->names.end(), tactic);
+  if (it == state_->names.end())
+    return Status(ErrorCode::kNotFound, "mx grouped GEMM tactic \"" + tactic + "\" is not built");
+  const bool nvfp4 = s.format == WeightFormat::kNVFP4;
+  const std::pair<const void*, const char*> ptrs[] = {
+      {c.a, "A"},
+      {c.w, "the weights"},
+      {c.scales, "the scales"},
+      {c.d, "D"},
+      {row_offsets, "row_offsets"},
+      {nvfp4 ? static_cast<const void*>(c.global_scales) : row_offsets, "the global scales"},
+      {s.bias ? static_cast<const void*>(c.bias) : row_offsets, "the bias"}};
+  for (const auto& [p, what] : ptrs)
+    if (p == nullptr)
+      return Status(ErrorCode::kInvalidArgument,
+                    std::string("mx grouped GEMM: ") + what + " is null");
+  for (const void* p :
+       {c.a, c.w, static_cast<const void*>(c.d), static_cast<const void*>(c.scales)})
+    if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0)
+      return Status(ErrorCode::kInvalidArgument,
+                    "mx grouped GEMM: an operand is not 16-byte aligned (vector rows)");
+  if (s.max_rows == 0) return {};
+  mx_detail::MxProblem p;
+  p.row_offsets = row_offsets;
+  p.a = c.a;
+  p.w = static_cast<const uint8_t*>(c.w);
+  p.scales = c.scales;
+  p.global_scales = nvfp4 ? c.global_scales : nullptr;
+  p.bias = s.bias ? c.bias : nullptr;
+  p.d = c.d;
+  p.rows_bound = c.rows_bound;
+  return state_->tactics[static_cast<std::size_t>(it - state_->names.begin())]->run(p, stream);
+}
+
+const MxGroupedShape& MxGroupedGemm::shape() const { return state_->shape; }
+
+}  // namespace moekit::gemm
