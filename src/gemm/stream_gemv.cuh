@@ -11,12 +11,11 @@
 // (no programmatic dependent launch): it reads what the kernels before wrote.
 //
 // A row decoder (one weight row of one group) has:
-//   static constexpr int kVals;           weights per 16-byte chunk (a chunk never straddles
-//                                         two scale blocks' halves in a way it cannot decode)
-//   const uint4* chunks;                  the row's packed weights, 16-byte chunks
-//   Scale scale(int64_t chunk) const;     the chunk's scale(s), loaded and decoded
+//   static constexpr int kVals;          weights per 16-byte chunk
+//   const uint4* chunks;                 the row's packed weights, 16-byte chunks
+//   Scale scale(int64_t chunk) const;    the scale(s) of the chunk's weights, loaded and decoded
 //   static void decode8(const uint4& v, int j, const Scale& s, float (&w)[8]);
-//                                         weights 8j .. 8j + 7 of chunk v, in fp32
+//                                        weights 8j .. 8j + 7 of chunk v, in fp32
 #pragma once
 #include <cuda_runtime.h>
 
