@@ -3,16 +3,15 @@
 #include "gemm/mx_grouped_gemm.hpp"
 
 #include <algorithm>
-#include <climits>
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include <cuda_runtime.h>
 
 #include "common/cuda_status.hpp"
+#include "gemm/grouped_checks.hpp"
 #include "gemm/mx_tactic.hpp"
 
 namespace moekit::gemm {
@@ -25,18 +24,9 @@ struct MxGroupedGemm::State {
 
 Status MxGroupedGemm::validate(const MxGroupedShape& s) {
   const std::string what = "mx grouped GEMM";
-  if (s.groups < 1)
-    return Status(ErrorCode::kInvalidArgument,
-                  what + " groups " + std::to_string(s.groups) + " must be at least 1");
-  if (s.n < 1 || s.n > INT_MAX || s.k < 1 || s.k > INT_MAX)
-    return Status(ErrorCode::kInvalidArgument, what + " n " + std::to_string(s.n) + " and k " +
-                                                   std::to_string(s.k) + " must be in [1, 2^31)");
-  if (s.max_rows < 0 || s.max_rows > INT_MAX)
-    return Status(ErrorCode::kInvalidArgument,
-                  what + " max_rows " + std::to_string(s.max_rows) + " must be in [0, 2^31)");
-  if (s.elem != DType::kBFloat16 && s.elem != DType::kFloat16)
-    return Status(ErrorCode::kUnsupported,
-                  what + " runs bf16 or fp16 activations, not " + std::string(to_string(s.elem)));
+  if (Status st = detail::check_grouped_extents(what, s.groups, s.n, s.k, s.max_rows, s.elem);
+      !st.ok())
+    return st;
   if (s.format != WeightFormat::kMXFP4 && s.format != WeightFormat::kNVFP4 &&
       s.format != WeightFormat::kMXFP8)
     return Status(ErrorCode::kUnsupported, what + " runs mxfp4, nvfp4 or mxfp8 weights, not " +
@@ -57,15 +47,10 @@ MxGroupedGemm::MxGroupedGemm(const MxGroupedShape& shape, int device)
   throw_if_error(validate(shape));
   state_->shape = shape;
   DeviceGuard guard(device);
-  cudaDeviceProp prop{};
-  check_cuda(cudaGetDeviceProperties(&prop, device), "querying the device");
-  if (prop.major != 9 || prop.minor != 0)
-    throw Error(ErrorCode::kUnsupported, "the mx grouped GEMM needs sm_90 (Hopper), device " +
-                                             std::to_string(device) + " is sm_" +
-                                             std::to_string(prop.major * 10 + prop.minor));
+  const int sm_count = detail::require_sm90(device, "the mx grouped GEMM");
   for (auto& e : mx_detail::sm90_mx_gemv_tactics(shape)) {
     std::unique_ptr<mx_detail::MxTactic> t = e.make();
-    throw_if_error(t->init(shape, prop.multiProcessorCount));
+    throw_if_error(t->init(shape, sm_count));
     state_->names.push_back(e.name);
     state_->tactics.push_back(std::move(t));
   }
@@ -92,23 +77,17 @@ Status MxGroupedGemm::run(const Call& c, const int32_t* row_offsets, cudaStream_
   if (it == state_->names.end())
     return Status(ErrorCode::kNotFound, "mx grouped GEMM tactic \"" + tactic + "\" is not built");
   const bool nvfp4 = s.format == WeightFormat::kNVFP4;
-  const std::pair<const void*, const char*> ptrs[] = {
-      {c.a, "A"},
-      {c.w, "the weights"},
-      {c.scales, "the scales"},
-      {c.d, "D"},
-      {row_offsets, "row_offsets"},
-      {nvfp4 ? static_cast<const void*>(c.global_scales) : row_offsets, "the global scales"},
-      {s.bias ? static_cast<const void*>(c.bias) : row_offsets, "the bias"}};
-  for (const auto& [p, what] : ptrs)
-    if (p == nullptr)
-      return Status(ErrorCode::kInvalidArgument,
-                    std::string("mx grouped GEMM: ") + what + " is null");
-  for (const void* p :
-       {c.a, c.w, static_cast<const void*>(c.d), static_cast<const void*>(c.scales)})
-    if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0)
-      return Status(ErrorCode::kInvalidArgument,
-                    "mx grouped GEMM: an operand is not 16-byte aligned (vector rows)");
+  const Status st_operands = detail::check_operands(
+      "mx grouped GEMM",
+      {{c.a, "A"},
+       {c.w, "the weights"},
+       {c.scales, "the scales"},
+       {c.d, "D"},
+       {row_offsets, "row_offsets"},
+       {nvfp4 ? static_cast<const void*>(c.global_scales) : row_offsets, "the global scales"},
+       {s.bias ? static_cast<const void*>(c.bias) : row_offsets, "the bias"}},
+      {c.a, c.w, c.d, c.scales});
+  if (!st_operands.ok()) return st_operands;
   if (s.max_rows == 0) return {};
   mx_detail::MxProblem p;
   p.row_offsets = row_offsets;

@@ -89,36 +89,24 @@ template <class T, int kBits, bool kZero, int NT>
 class IntGemvTactic final : public IntTactic {
  public:
   Status init(const IntGroupedShape& s, int device, int sm_count) override {
-    what_ = "int tactic " + name() + " (groups " + std::to_string(s.groups) + ", n " +
-            std::to_string(s.n) + ", k " + std::to_string(s.k) + ")";
-    if (s.group_size % 32 != 0)
-      return Status(ErrorCode::kUnsupported,
-                    what_ + ": the group size must be a multiple of 32 (the 16-byte chunks)");
     (void)device;
-    shape_ = s;
-    return grid_.init(reinterpret_cast<const void*>(int_gemv_kernel<T, kBits, kZero, NT>), s.groups,
-                      s.n, s.max_rows, sm_count, what_);
+    if (s.group_size % 32 != 0)
+      return Status(ErrorCode::kUnsupported, "int tactic " + name() + ": the group size " +
+                                                 std::to_string(s.group_size) +
+                                                 " must be a multiple of 32 (the 16-byte chunks)");
+    group_size_ = s.group_size;
+    return grid_.init(reinterpret_cast<const void*>(int_gemv_kernel<T, kBits, kZero, NT>), name(),
+                      s.groups, s.n, s.k, s.max_rows, sm_count);
   }
 
   Status run(const IntProblem& p, cudaStream_t stream) override {
     const int64_t grid = grid_.grid(p.rows_bound);
     if (grid <= 0) return {};
-    GemvArgs a{};
-    a.base.row_offsets = p.row_offsets;
-    a.base.bias = p.bias;
-    a.base.a = p.a;
-    a.base.d = p.d;
-    a.base.groups = shape_.groups;
-    a.base.n = static_cast<int>(shape_.n);
-    a.base.k = static_cast<int>(shape_.k);
-    a.base.row_tiles = grid_.row_tiles();
-    a.w = p.w;
-    a.scales = p.scales;
-    a.zeros = kZero ? p.zeros : nullptr;
-    a.group_size = shape_.group_size;
+    const GemvArgs a{grid_.args(p.row_offsets, p.bias, p.a, p.d), p.w, p.scales,
+                     kZero ? p.zeros : nullptr, group_size_};
     int_gemv_kernel<T, kBits, kZero, NT>
         <<<static_cast<unsigned>(grid), kStreamThreads, grid_.smem(), stream>>>(a);
-    return cuda_status(cudaGetLastError(), what_ + ": kernel launch");
+    return cuda_status(cudaGetLastError(), grid_.what() + ": kernel launch");
   }
 
   std::size_t workspace_bytes() const override { return 0; }
@@ -128,9 +116,8 @@ class IntGemvTactic final : public IntTactic {
   }
 
  private:
-  IntGroupedShape shape_;
+  int group_size_ = 0;
   gemm::detail::StreamGemvGrid grid_;
-  std::string what_;
 };
 
 template <class T, int kBits, bool kZero, int NT>

@@ -70,17 +70,20 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-// One weight row of a microscaling format (stream_gemv.cuh's row decoder).
+// One weight row of a microscaling format (stream_gemv.cuh's row decoder): its chunks, its
+// scale bytes and (NVFP4) its expert's global scale.
+struct MxRowBase {
+  const uint4* chunks;
+  const uint8_t* srow;
+  float global;
+};
 template <WeightFormat F>
 struct MxRow;
 
 template <>
-struct MxRow<WeightFormat::kMXFP4> {
+struct MxRow<WeightFormat::kMXFP4> : MxRowBase {
   static constexpr int kVals = 32;  // one block
   using Scale = float;
-  const uint4* chunks;
-  const uint8_t* srow;
-  float global;  // unused
   __device__ __forceinline__ Scale scale(int64_t ch) const {
     return numeric::e8m0_to_float_hd(__ldg(srow + ch));
   }
@@ -91,16 +94,14 @@ struct MxRow<WeightFormat::kMXFP4> {
 };
 
 template <>
-struct MxRow<WeightFormat::kNVFP4> {
+struct MxRow<WeightFormat::kNVFP4> : MxRowBase {
   static constexpr int kVals = 32;  // two blocks of 16
   struct Scale {
     float first, second;
   };
-  const uint4* chunks;
-  const uint8_t* srow;  // 2-byte aligned: k / 16 is even
-  float global;
-  // The two blocks' e4m3 scales, each times the global scale (dequantize_expert's
-  // e4m3[sb] * gs: ModelOpt's NVFP4QTensor.dequantize, per_block_scale = scale * double_scale).
+  // The two blocks' e4m3 scales (srow is 2-byte aligned: k / 16 is even), each times the global
+  // scale (dequantize_expert's e4m3[sb] * gs: ModelOpt's NVFP4QTensor.dequantize, per_block_scale =
+  // scale * double_scale).
   __device__ __forceinline__ Scale scale(int64_t ch) const {
     const float2 s = e4m3_pair(__ldg(reinterpret_cast<const unsigned short*>(srow) + ch));
     return Scale{s.x * global, s.y * global};
@@ -112,12 +113,9 @@ struct MxRow<WeightFormat::kNVFP4> {
 };
 
 template <>
-struct MxRow<WeightFormat::kMXFP8> {
+struct MxRow<WeightFormat::kMXFP8> : MxRowBase {
   static constexpr int kVals = 16;  // half a block
   using Scale = float;
-  const uint4* chunks;
-  const uint8_t* srow;
-  float global;  // unused
   __device__ __forceinline__ Scale scale(int64_t ch) const {
     return numeric::e8m0_to_float_hd(__ldg(srow + (ch >> 1)));
   }
@@ -147,8 +145,9 @@ __global__ void __launch_bounds__(kStreamThreads, NT > 4 ? 1 : 2) mx_gemv_kernel
   const int64_t row_scales = p.base.k / format_block(F);
   gemm::detail::stream_gemv<T, NT>(p.base, s_active, [&](int g, int64_t row) {
     const int64_t at = int64_t(g) * n + row;
-    return MxRow<F>{reinterpret_cast<const uint4*>(p.w) + at * row_vecs, p.scales + at * row_scales,
-                    F == WeightFormat::kNVFP4 ? __ldg(p.global_scales + g) : 1.0f};
+    return MxRow<F>{{reinterpret_cast<const uint4*>(p.w) + at * row_vecs,
+                     p.scales + at * row_scales,
+                     F == WeightFormat::kNVFP4 ? __ldg(p.global_scales + g) : 1.0f}};
   });
 }
 
@@ -156,31 +155,18 @@ template <class T, WeightFormat F, int NT>
 class MxGemvTactic final : public MxTactic {
  public:
   Status init(const MxGroupedShape& s, int sm_count) override {
-    what_ = "mx tactic " + name() + " (groups " + std::to_string(s.groups) + ", n " +
-            std::to_string(s.n) + ", k " + std::to_string(s.k) + ")";
-    shape_ = s;
-    return grid_.init(reinterpret_cast<const void*>(mx_gemv_kernel<T, F, NT>), s.groups, s.n,
-                      s.max_rows, sm_count, what_);
+    return grid_.init(reinterpret_cast<const void*>(mx_gemv_kernel<T, F, NT>), name(), s.groups,
+                      s.n, s.k, s.max_rows, sm_count);
   }
 
   Status run(const MxProblem& p, cudaStream_t stream) override {
     const int64_t grid = grid_.grid(p.rows_bound);
     if (grid <= 0) return {};
-    MxArgs a{};
-    a.base.row_offsets = p.row_offsets;
-    a.base.bias = p.bias;
-    a.base.a = p.a;
-    a.base.d = p.d;
-    a.base.groups = shape_.groups;
-    a.base.n = static_cast<int>(shape_.n);
-    a.base.k = static_cast<int>(shape_.k);
-    a.base.row_tiles = grid_.row_tiles();
-    a.w = p.w;
-    a.scales = p.scales;
-    a.global_scales = F == WeightFormat::kNVFP4 ? p.global_scales : nullptr;
+    const MxArgs a{grid_.args(p.row_offsets, p.bias, p.a, p.d), p.w, p.scales,
+                   F == WeightFormat::kNVFP4 ? p.global_scales : nullptr};
     mx_gemv_kernel<T, F, NT>
         <<<static_cast<unsigned>(grid), kStreamThreads, grid_.smem(), stream>>>(a);
-    return cuda_status(cudaGetLastError(), what_ + ": kernel launch");
+    return cuda_status(cudaGetLastError(), grid_.what() + ": kernel launch");
   }
 
   static std::string name() {
@@ -188,9 +174,7 @@ class MxGemvTactic final : public MxTactic {
   }
 
  private:
-  MxGroupedShape shape_;
   gemm::detail::StreamGemvGrid grid_;
-  std::string what_;
 };
 
 template <class T, WeightFormat F, int NT>

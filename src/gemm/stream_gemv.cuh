@@ -142,21 +142,27 @@ __device__ __forceinline__ void stream_gemv(const StreamGemvArgs& p, int* s_acti
 }
 
 // The host half of a streaming GEMV tactic: loads the kernel, sizes its persistent grid (one
-// block per (live group, row tile) item, at most as many as fit on the device at once).
+// block per (live group, row tile) item, at most as many as fit on the device at once) and
+// fills the arguments every such kernel takes.
 class StreamGemvGrid {
  public:
-  Status init(const void* kernel, int groups, int64_t n, int64_t max_rows, int sm_count,
-              const std::string& what) {
+  // `tactic` names the tactic in messages (what()).
+  Status init(const void* kernel, const std::string& tactic, int groups, int64_t n, int64_t k,
+              int64_t max_rows, int sm_count) {
+    what_ = "tactic " + tactic + " (groups " + std::to_string(groups) + ", n " + std::to_string(n) +
+            ", k " + std::to_string(k) + ")";
     groups_ = groups;
+    n_ = static_cast<int>(n);
+    k_ = static_cast<int>(k);
     max_rows_ = max_rows;
     smem_ = sizeof(int) * static_cast<std::size_t>(groups);
     cudaFuncAttributes attr{};
-    Status st = cuda_status(cudaFuncGetAttributes(&attr, kernel), what + ": loading the kernel");
+    Status st = cuda_status(cudaFuncGetAttributes(&attr, kernel), what_ + ": loading the kernel");
     if (!st.ok()) return st;
     int per_sm = 0;
     st = cuda_status(
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kStreamThreads, smem_),
-        what + ": occupancy");
+        what_ + ": occupancy");
     if (!st.ok()) return st;
     resident_ = static_cast<int64_t>(std::max(per_sm, 1)) * sm_count;
     row_tiles_ = static_cast<int>((n + kStreamRowsPerBlock - 1) / kStreamRowsPerBlock);
@@ -168,15 +174,18 @@ class StreamGemvGrid {
     if (rows_bound > 0) live = std::min(live, rows_bound);
     return std::min(live * row_tiles_, resident_);
   }
+  StreamGemvArgs args(const int32_t* row_offsets, const float* bias, const void* a, void* d) const {
+    return StreamGemvArgs{row_offsets, bias, a, d, groups_, n_, k_, row_tiles_};
+  }
   std::size_t smem() const { return smem_; }
-  int row_tiles() const { return row_tiles_; }
+  const std::string& what() const { return what_; }
 
  private:
-  int groups_ = 0;
+  std::string what_;
+  int groups_ = 0, n_ = 0, k_ = 0, row_tiles_ = 0;
   int64_t max_rows_ = 0;
   std::size_t smem_ = 0;
   int64_t resident_ = 0;
-  int row_tiles_ = 0;
 };
 
 }  // namespace moekit::gemm::detail

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <string>
 
+#include "pipeline/layout_rows.hpp"
+
 namespace moekit::pipeline {
 
 bool is_mx_format(WeightFormat f) {
@@ -40,15 +42,8 @@ void mx_expert_layout(const QuantizedTensor& t, int64_t e, const std::vector<int
                       uint8_t* values, uint8_t* scales) {
   throw_if_error(mx_check_matrix(t.format, t.rows, t.cols, "mx_expert_layout"));
   t.check_sizes("mx_expert_layout");
-  if (e < 0 || e >= t.experts)
-    throw Error(ErrorCode::kInvalidArgument, "mx_expert_layout: expert " + std::to_string(e) +
-                                                 " is outside [0, " + std::to_string(t.experts) +
-                                                 ")");
+  check_layout_expert(t, e, row_order, "mx_expert_layout");
   const int64_t rows = t.rows;
-  if (row_order != nullptr && static_cast<int64_t>(row_order->size()) != rows)
-    throw Error(ErrorCode::kInvalidArgument, "mx_expert_layout: row_order holds " +
-                                                 std::to_string(row_order->size()) +
-                                                 " rows, expected " + std::to_string(rows));
   if (values == nullptr || scales == nullptr)
     throw Error(ErrorCode::kInvalidArgument, "mx_expert_layout: a destination buffer is null");
   const bool e8m0 = t.format != WeightFormat::kNVFP4;
@@ -57,11 +52,7 @@ void mx_expert_layout(const QuantizedTensor& t, int64_t e, const std::vector<int
   const uint8_t* src = t.values.data() + e * t.expert_value_bytes();
   const uint8_t* src_scales = t.scale_bytes.data() + e * rows * row_scales;
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t from = row_order ? (*row_order)[static_cast<std::size_t>(r)] : r;
-    if (from < 0 || from >= rows)
-      throw Error(ErrorCode::kInvalidArgument, "mx_expert_layout: row_order[" + std::to_string(r) +
-                                                   "] = " + std::to_string(from) +
-                                                   " is outside [0, " + std::to_string(rows) + ")");
+    const int64_t from = layout_source_row(row_order, r, rows, "mx_expert_layout");
     const uint8_t* s = src_scales + from * row_scales;
     if (e8m0)
       for (int64_t b = 0; b < row_scales; ++b)

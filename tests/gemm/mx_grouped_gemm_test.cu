@@ -293,42 +293,39 @@ TEST_F(MxGroupedGemmTest, GraphReplayReadsNewRowCounts) {
 }
 
 // Calls the GEMM refuses: an unknown tactic (kNotFound), a null or misaligned operand
-// (kInvalidArgument); nothing is enqueued.
+// (kInvalidArgument, naming the null one); nothing is enqueued.
 TEST_F(MxGroupedGemmTest, RefusesBadCalls) {
-  const MxGroupedShape shape{4, 64, 128, 16, DType::kBFloat16, WeightFormat::kNVFP4, true};
-  MxGroupedGemm gemm(shape, 0);
+  MxGroupedGemm gemm(MxGroupedShape{4, 64, 128, 16, DType::kBFloat16, WeightFormat::kNVFP4, true},
+                     0);
   DeviceBuffer off(4 * 5), a(16 * 128 * 2), w(4 * 64 * 64), s(4 * 64 * 8), gs(4 * 4), b(4 * 64 * 4),
       d(16 * 64 * 2);
-  MxGroupedGemm::Call ok;
-  ok.a = a.ptr;
-  ok.w = w.ptr;
-  ok.scales = s.as<uint8_t>();
-  ok.global_scales = gs.as<float>();
-  ok.bias = b.as<float>();
-  ok.d = d.ptr;
-  MxGroupedGemm::Call c = ok;
-  c.tactic = "sm90.nvfp4.no_such_tactic";
-  Status st = gemm.run(c, off.as<int32_t>(), nullptr);
-  EXPECT_EQ(st.code(), ErrorCode::kNotFound);
-  EXPECT_NE(st.message().find("no_such_tactic"), std::string::npos) << st.message();
+  // The status of a call with every operand in place but for what `change` does to it.
+  const auto status_of = [&](const std::string& tactic, auto change) {
+    MxGroupedGemm::Call c;
+    c.a = a.ptr;
+    c.w = w.ptr;
+    c.scales = s.as<uint8_t>();
+    c.global_scales = gs.as<float>();
+    c.bias = b.as<float>();
+    c.d = d.ptr;
+    c.tactic = tactic;
+    change(c);
+    return gemm.run(c, off.as<int32_t>(), nullptr);
+  };
+  const auto expect_refused = [](const Status& st, ErrorCode code, const std::string& named) {
+    EXPECT_EQ(st.code(), code) << st.message();
+    EXPECT_NE(st.message().find(named), std::string::npos) << st.message();
+  };
+  expect_refused(status_of("sm90.nvfp4.no_such_tactic", [](MxGroupedGemm::Call&) {}),
+                 ErrorCode::kNotFound, "no_such_tactic");
   for (const std::string& tactic : gemm.tactics()) {
     SCOPED_TRACE(tactic);
-    c = ok;
-    c.tactic = tactic;
-    c.global_scales = nullptr;
-    st = gemm.run(c, off.as<int32_t>(), nullptr);
-    EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
-    EXPECT_NE(st.message().find("global scales"), std::string::npos) << st.message();
-    c = ok;
-    c.tactic = tactic;
-    c.bias = nullptr;
-    st = gemm.run(c, off.as<int32_t>(), nullptr);
-    EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
-    EXPECT_NE(st.message().find("bias"), std::string::npos) << st.message();
-    c = ok;
-    c.tactic = tactic;
-    c.scales = s.as<uint8_t>() + 1;
-    EXPECT_EQ(gemm.run(c, off.as<int32_t>(), nullptr).code(), ErrorCode::kInvalidArgument);
+    expect_refused(status_of(tactic, [](MxGroupedGemm::Call& c) { c.global_scales = nullptr; }),
+                   ErrorCode::kInvalidArgument, "global scales");
+    expect_refused(status_of(tactic, [](MxGroupedGemm::Call& c) { c.bias = nullptr; }),
+                   ErrorCode::kInvalidArgument, "bias");
+    expect_refused(status_of(tactic, [](MxGroupedGemm::Call& c) { c.scales += 1; }),
+                   ErrorCode::kInvalidArgument, "aligned");
   }
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
@@ -336,35 +333,22 @@ TEST_F(MxGroupedGemmTest, RefusesBadCalls) {
 TEST(MxGroupedGemmShape, ValidateNamesTheValue) {
   const MxGroupedShape ok{8, 256, 512, 64, DType::kBFloat16, WeightFormat::kMXFP4, false};
   EXPECT_TRUE(MxGroupedGemm::validate(ok).ok());
-  struct Bad {
-    MxGroupedShape shape;
-    ErrorCode code;
-    std::string value;
+  const auto expect_refused = [&](auto change, ErrorCode code, const std::string& value) {
+    MxGroupedShape shape = ok;
+    change(shape);
+    const Status st = MxGroupedGemm::validate(shape);
+    EXPECT_EQ(st.code(), code) << st.message();
+    EXPECT_NE(st.message().find(value), std::string::npos) << st.message();
   };
-  std::vector<Bad> bad;
-  MxGroupedShape s = ok;
-  s.format = WeightFormat::kInt4Group;
-  bad.push_back({s, ErrorCode::kUnsupported, "int4_group"});
-  s = ok;
-  s.elem = DType::kFloat32;
-  bad.push_back({s, ErrorCode::kUnsupported, "fp32"});
-  s = ok;
-  s.k = 2880 + 16;  // a whole number of NVFP4 blocks, not of 32
-  bad.push_back({s, ErrorCode::kUnsupported, "2896"});
-  s = ok;
-  s.n = 100;
-  bad.push_back({s, ErrorCode::kUnsupported, "100"});
-  s = ok;
-  s.groups = 0;
-  bad.push_back({s, ErrorCode::kInvalidArgument, "0"});
-  s = ok;
-  s.max_rows = -1;
-  bad.push_back({s, ErrorCode::kInvalidArgument, "-1"});
-  for (const Bad& b : bad) {
-    const Status st = MxGroupedGemm::validate(b.shape);
-    EXPECT_EQ(st.code(), b.code) << st.message();
-    EXPECT_NE(st.message().find(b.value), std::string::npos) << st.message();
-  }
+  using S = MxGroupedShape;
+  expect_refused([](S& s) { s.format = WeightFormat::kInt4Group; }, ErrorCode::kUnsupported,
+                 "int4_group");
+  expect_refused([](S& s) { s.elem = DType::kFloat32; }, ErrorCode::kUnsupported, "fp32");
+  // A whole number of NVFP4 blocks, not of 32.
+  expect_refused([](S& s) { s.k = 2880 + 16; }, ErrorCode::kUnsupported, "2896");
+  expect_refused([](S& s) { s.n = 100; }, ErrorCode::kUnsupported, "100");
+  expect_refused([](S& s) { s.groups = 0; }, ErrorCode::kInvalidArgument, "groups 0");
+  expect_refused([](S& s) { s.max_rows = -1; }, ErrorCode::kInvalidArgument, "-1");
 }
 
 }  // namespace
