@@ -157,10 +157,11 @@ class StreamGemvGrid {
     max_rows_ = max_rows;
     smem_ = sizeof(int) * static_cast<std::size_t>(groups);
     cudaFuncAttributes attr{};
-    Status st = cuda_status(cudaFuncGetAttributes(&attr, kernel), what_ + ": loading the kernel");
+    Status st =
+        moekit::cuda_status(cudaFuncGetAttributes(&attr, kernel), what_ + ": loading the kernel");
     if (!st.ok()) return st;
     int per_sm = 0;
-    st = cuda_status(
+    st = moekit::cuda_status(
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kStreamThreads, smem_),
         what_ + ": occupancy");
     if (!st.ok()) return st;
