@@ -1,6 +1,6 @@
 // What the decode GEMV kernels share (sm90_gemv.cu: weights through registers, split k;
-// sm90_gemv_tma.cu: weights through a TMA ring, whole k per warp; sm90_int_gemv.cu, the int
-// codes' GEMV, takes the streaming load alone): their parameters, the
+// sm90_gemv_tma.cu: weights through a TMA ring, whole k per warp; the packed-weight GEMVs of
+// stream_gemv.cuh take the streaming load alone): their parameters, the
 // m16n8k16 MMA, the stores of one C fragment entry (plain, or FC1's bias + gated activation),
 // and the host half of a tactic, which sizes a persistent grid over (live expert, row tile)
 // items.

@@ -2,7 +2,6 @@
 // CUTLASS ones of the sm90_<act>_<int4|int8>_group.cu units), the pick, the checks, and the
 // kernel that finishes a CUTLASS tactic's fp32 D where zero points or a bias need it.
 #include <algorithm>
-#include <climits>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -13,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include "common/cuda_status.hpp"
+#include "gemm/grouped_checks.hpp"
 #include "gemm/int_grouped_gemm.hpp"
 #include "gemm/int_tactic.hpp"
 #include "pipeline/elem8.cuh"
@@ -178,18 +178,9 @@ struct IntGroupedGemm::State {
 
 Status IntGroupedGemm::validate(const IntGroupedShape& s) {
   const std::string what = "int grouped GEMM";
-  if (s.groups < 1)
-    return Status(ErrorCode::kInvalidArgument,
-                  what + " groups " + std::to_string(s.groups) + " must be at least 1");
-  if (s.n < 1 || s.n > INT_MAX || s.k < 1 || s.k > INT_MAX)
-    return Status(ErrorCode::kInvalidArgument, what + " n " + std::to_string(s.n) + " and k " +
-                                                   std::to_string(s.k) + " must be in [1, 2^31)");
-  if (s.max_rows < 0 || s.max_rows > INT_MAX)
-    return Status(ErrorCode::kInvalidArgument,
-                  what + " max_rows " + std::to_string(s.max_rows) + " must be in [0, 2^31)");
-  if (s.elem != DType::kBFloat16 && s.elem != DType::kFloat16)
-    return Status(ErrorCode::kUnsupported,
-                  what + " runs bf16 or fp16 activations, not " + std::string(to_string(s.elem)));
+  if (Status st = detail::check_grouped_extents(what, s.groups, s.n, s.k, s.max_rows, s.elem);
+      !st.ok())
+    return st;
   if (s.bits != 4 && s.bits != 8)
     return Status(ErrorCode::kUnsupported,
                   what + " runs 4- or 8-bit codes, not " + std::to_string(s.bits) + "-bit ones");
@@ -214,18 +205,13 @@ IntGroupedGemm::IntGroupedGemm(const IntGroupedShape& shape, int device)
   state_->shape = shape;
   state_->staged = shape.zero_points || shape.bias;
   DeviceGuard guard(device);
-  cudaDeviceProp prop{};
-  check_cuda(cudaGetDeviceProperties(&prop, device), "querying the device");
-  if (prop.major != 9 || prop.minor != 0)
-    throw Error(ErrorCode::kUnsupported, "the int grouped GEMM needs sm_90 (Hopper), device " +
-                                             std::to_string(device) + " is sm_" +
-                                             std::to_string(prop.major * 10 + prop.minor));
+  const int sm_count = detail::require_sm90(device, "the int grouped GEMM");
   std::vector<int_detail::IntTacticEntry> entries = int_detail::sm90_int_gemv_tactics(shape);
   for (auto& e : cutlass_tactics(shape))
     if (e.fp32_out == state_->staged) entries.push_back(std::move(e));
   for (auto& e : entries) {
     std::unique_ptr<int_detail::IntTactic> t = e.make();
-    throw_if_error(t->init(shape, device, prop.multiProcessorCount));
+    throw_if_error(t->init(shape, device, sm_count));
     state_->names.push_back(e.name);
     state_->gemv.push_back(e.gemv);
     state_->tactics.push_back(std::move(t));
@@ -265,24 +251,18 @@ Status IntGroupedGemm::run(const Call& c, const int32_t* row_offsets, cudaStream
   const std::size_t i = static_cast<std::size_t>(it - state_->names.begin());
   const bool gemv = state_->gemv[i];
   const bool staged = !gemv && state_->staged;
-  const std::pair<const void*, const char*> ptrs[] = {
-      {c.a, "A"},
-      {c.w, "the weights"},
-      {c.scales, "the scales"},
-      {c.d, "D"},
-      {row_offsets, "row_offsets"},
-      {s.zero_points ? static_cast<const void*>(c.zeros) : row_offsets, "the zero terms"},
-      {s.bias ? static_cast<const void*>(c.bias) : row_offsets, "the bias"},
-      {staged ? static_cast<const void*>(c.staging) : row_offsets, "the fp32 staging"}};
-  for (const auto& [p, what] : ptrs)
-    if (p == nullptr)
-      return Status(ErrorCode::kInvalidArgument,
-                    std::string("int grouped GEMM: ") + what + " is null");
-  for (const void* p : {c.a, c.w, static_cast<const void*>(c.d), static_cast<const void*>(c.scales),
-                        static_cast<const void*>(c.zeros), static_cast<const void*>(c.staging)})
-    if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0)
-      return Status(ErrorCode::kInvalidArgument,
-                    "int grouped GEMM: an operand is not 16-byte aligned (TMA and vector rows)");
+  const Status st_operands = detail::check_operands(
+      "int grouped GEMM",
+      {{c.a, "A"},
+       {c.w, "the weights"},
+       {c.scales, "the scales"},
+       {c.d, "D"},
+       {row_offsets, "row_offsets"},
+       {s.zero_points ? static_cast<const void*>(c.zeros) : row_offsets, "the zero terms"},
+       {s.bias ? static_cast<const void*>(c.bias) : row_offsets, "the bias"},
+       {staged ? static_cast<const void*>(c.staging) : row_offsets, "the fp32 staging"}},
+      {c.a, c.w, c.d, c.scales, c.zeros, c.staging});
+  if (!st_operands.ok()) return st_operands;
   if (s.max_rows == 0) return {};
   int_detail::IntProblem p;
   p.row_offsets = row_offsets;

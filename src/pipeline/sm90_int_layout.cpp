@@ -5,6 +5,7 @@
 #include <string>
 
 #include "moekit/status.hpp"
+#include "pipeline/layout_rows.hpp"
 
 namespace moekit::pipeline {
 
@@ -28,18 +29,11 @@ void int_expert_layout(const QuantizedTensor& t, int64_t e, const std::vector<in
                        uint8_t* values, float* scales, float* zero_terms) {
   const int bits = int_group_bits(t.format);
   t.check_sizes("int_expert_layout");
-  if (e < 0 || e >= t.experts)
-    throw Error(ErrorCode::kInvalidArgument, "int_expert_layout: expert " + std::to_string(e) +
-                                                 " is outside [0, " + std::to_string(t.experts) +
-                                                 ")");
+  check_layout_expert(t, e, row_order, "int_expert_layout");
   const int64_t rows = t.rows, g = t.group_size;
   if (g <= 0 || t.cols % g != 0)
     throw Error(ErrorCode::kInvalidArgument, "int_expert_layout: group size " + std::to_string(g) +
                                                  " does not divide cols " + std::to_string(t.cols));
-  if (row_order != nullptr && static_cast<int64_t>(row_order->size()) != rows)
-    throw Error(ErrorCode::kInvalidArgument, "int_expert_layout: row_order holds " +
-                                                 std::to_string(row_order->size()) +
-                                                 " rows, expected " + std::to_string(rows));
   const bool zero = !t.zeros.empty();
   if (zero && zero_terms == nullptr)
     throw Error(ErrorCode::kInvalidArgument,
@@ -51,11 +45,7 @@ void int_expert_layout(const QuantizedTensor& t, int64_t e, const std::vector<in
   const uint8_t* src = t.values.data() + e * t.expert_value_bytes();
   const std::size_t table = static_cast<std::size_t>(e * rows * groups);
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t from = row_order ? (*row_order)[static_cast<std::size_t>(r)] : r;
-    if (from < 0 || from >= rows)
-      throw Error(ErrorCode::kInvalidArgument, "int_expert_layout: row_order[" + std::to_string(r) +
-                                                   "] = " + std::to_string(from) +
-                                                   " is outside [0, " + std::to_string(rows) + ")");
+    const int64_t from = layout_source_row(row_order, r, rows, "int_expert_layout");
     uint8_t* out = values + r * row_bytes;
     std::memcpy(out, src + from * row_bytes, static_cast<std::size_t>(row_bytes));
     if (zero)
