@@ -13,6 +13,7 @@
 #include <string>
 
 #include "activation/activation_math.hpp"
+#include "common/cuda_status.hpp"
 #include "gemm/tactic.hpp"
 #include "pipeline/pdl.cuh"
 
@@ -177,11 +178,8 @@ class GemvTacticBase : public Tactic {
                     what_ + ": " + std::to_string(ctx.shape.groups) +
                         " groups need more shared memory than the device's " +
                         std::to_string(optin) + " bytes");
-    if (smem_ > 48 * 1024) {
-      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(smem_));
-      if (err != cudaSuccess) return cuda_status(err, "cudaFuncSetAttribute", what_);
-    }
+    const Status raised = moekit::raise_dynamic_smem_limit(kernel, smem_, what_);
+    if (!raised.ok()) return raised;
     int per_sm = 0;
     err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem_);
     if (err != cudaSuccess)

@@ -118,16 +118,8 @@ std::size_t finish_smem(const IntGroupedShape& s) {
 }  // namespace
 
 Status prepare_finish_int_gemm(const IntGroupedShape& s) {
-  const FinishFn fn = finish_for(s.elem);
-  cudaFuncAttributes attr{};
-  Status st = cuda_status(cudaFuncGetAttributes(&attr, fn), "loading the int GEMM finish kernel");
-  if (!st.ok()) return st;
-  const std::size_t smem = finish_smem(s);
-  if (smem > 48 * 1024)
-    st = cuda_status(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(smem)),
-                     "sizing the int GEMM finish kernel's shared memory");
-  return st;
+  return raise_dynamic_smem_limit(reinterpret_cast<const void*>(finish_for(s.elem)), finish_smem(s),
+                                  "the int GEMM finish kernel");
 }
 
 Status finish_int_gemm(const IntGroupedShape& s, const int32_t* row_offsets, const float* d32,

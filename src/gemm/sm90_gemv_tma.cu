@@ -918,11 +918,11 @@ class GemvTmaTactic final : public GemvTacticBase {
   // Another kernel of this variant (chained, sliced), with its shared memory: how many of its
   // blocks fit on the device at once.
   Status slots_on_device(const void* kernel, const TacticContext& ctx, Slots& slots) const {
-    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(smem_));
-    if (err != cudaSuccess) return cuda_status(err, "cudaFuncSetAttribute", what_);
+    const Status raised = moekit::raise_dynamic_smem_limit(kernel, smem_, what_);
+    if (!raised.ok()) return raised;
     int per_sm = 0;
-    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, R::kThreads, smem_);
+    const cudaError_t err =
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, R::kThreads, smem_);
     if (err != cudaSuccess)
       return cuda_status(err, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", what_);
     slots.per_sm = std::max(per_sm, 1);

@@ -542,13 +542,7 @@ std::size_t multi_smem(const Config& c) {
 }
 
 Status load(KernelFn f, std::size_t smem) {
-  if (smem > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(smem));
-    if (e != cudaSuccess) return cuda_status(e, "setting the permute kernel's shared memory");
-  }
-  cudaFuncAttributes attr;
-  return cuda_status(cudaFuncGetAttributes(&attr, f), "loading a permute kernel");
+  return raise_dynamic_smem_limit(reinterpret_cast<const void*>(f), smem, "a permute kernel");
 }
 
 int grid_for(int64_t work_items, int per_block, int max_blocks) {
