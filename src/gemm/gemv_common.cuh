@@ -13,7 +13,7 @@
 #include <string>
 
 #include "activation/activation_math.hpp"
-#include "common/cuda_status.hpp"
+#include "common/kernel_smem.hpp"
 #include "gemm/tactic.hpp"
 #include "pipeline/pdl.cuh"
 

@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include "common/cuda_status.hpp"
+#include "common/kernel_smem.hpp"
 #include "gemm/grouped_checks.hpp"
 #include "gemm/int_grouped_gemm.hpp"
 #include "gemm/int_tactic.hpp"

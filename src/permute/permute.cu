@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/cuda_status.hpp"
+#include "common/kernel_smem.hpp"
 #include "permute/permute.hpp"
 #include "pipeline/pdl.cuh"
 #include "routing/routing_warp.cuh"

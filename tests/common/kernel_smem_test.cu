@@ -1,11 +1,11 @@
-// raise_dynamic_smem_limit (common/cuda_status.hpp): a kernel's dynamic shared-memory limit is
+// raise_dynamic_smem_limit (common/kernel_smem.hpp): a kernel's dynamic shared-memory limit is
 // shared by every caller that launches it, so a caller that needs less must not lower it under
 // one that needs more (that launch would fail with "invalid argument").
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
 
-#include "common/cuda_status.hpp"
+#include "common/kernel_smem.hpp"
 #include "support/gpu.hpp"
 
 namespace moekit {
