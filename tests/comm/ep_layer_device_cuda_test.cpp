@@ -46,6 +46,13 @@ class EpLayerDevice : public devtest::GpuTest {
     EXPECT_EQ(ncclCommInitAll(comms_.data(), n, devices.data()), ncclSuccess);
     return true;
   }
+  // One rank per visible GPU: at most 8, a multiple of `multiple_of`, at least `fewest` (skips
+  // where fewer are visible).
+  bool init_visible_world(int fewest, int multiple_of = 1) {
+    int visible = 0;
+    if (cudaGetDeviceCount(&visible) != cudaSuccess) visible = 0;
+    return init_world(std::max(fewest, std::min(visible, 8) / multiple_of * multiple_of));
+  }
   void TearDown() override {
     for (ncclComm_t c : comms_) ncclCommDestroy(c);
   }
@@ -163,6 +170,12 @@ std::vector<uint16_t> run_world(std::vector<ncclComm_t>& comms, const MoeSpec& s
   return out;
 }
 
+int64_t total_of(const std::vector<int64_t>& tokens_of) {
+  int64_t total = 0;
+  for (int64_t t : tokens_of) total += t;
+  return total;
+}
+
 std::vector<int64_t> uneven_tokens(int n) {
   std::vector<int64_t> t;
   for (int r = 0; r < n; ++r) t.push_back(n > 1 && r == 1 ? 0 : (13 * r + 37) % 64 + 1);
@@ -176,8 +189,7 @@ void check_world(std::vector<ncclComm_t>& comms, uint64_t seed) {
     const MoeSpec s = ep_spec(m, n);
     const devtest::Layer whole = whole_layer(s, rng());
     const std::vector<int64_t> tokens_of = uneven_tokens(n);
-    int64_t total = 0;
-    for (int64_t t : tokens_of) total += t;
+    const int64_t total = total_of(tokens_of);
     for (const char* strategy : kStrategies) {
       SCOPED_TRACE(testing::Message()
                    << "world " << n << ", " << strategy << ", " << devtest::describe(s));
@@ -196,23 +208,18 @@ TEST_F(EpLayerDevice, OneGpuWorldEqualsTheReference) {
 }
 
 TEST_F(EpLayerDevice, OneRankPerGpuEqualsTheReference) {
-  int visible = 0;
-  cudaGetDeviceCount(&visible);
-  if (!init_world(std::max(2, std::min(visible, 8)))) GTEST_SKIP() << skip_reason_;
+  if (!init_visible_world(2)) GTEST_SKIP() << skip_reason_;
   check_world(comms_, devtest::base_seed() + 11);
 }
 
 TEST_F(EpLayerDevice, FixedSizeFormsReplayFromACudaGraph) {
-  int visible = 0;
-  cudaGetDeviceCount(&visible);
-  if (!init_world(std::max(1, std::min(visible, 8)))) GTEST_SKIP() << skip_reason_;
+  if (!init_visible_world(1)) GTEST_SKIP() << skip_reason_;
   const int n = static_cast<int>(comms_.size());
   std::mt19937_64 rng(devtest::base_seed() + 12);
   const MoeSpec s = ep_spec(RoutingMethod::kSoftmaxTopK, n);
   const devtest::Layer whole = whole_layer(s, rng());
   const std::vector<int64_t> tokens_of = uneven_tokens(n);
-  int64_t total = 0;
-  for (int64_t t : tokens_of) total += t;
+  const int64_t total = total_of(tokens_of);
   for (const char* strategy : {"all_to_all_low_latency", "all_gather_reduce_scatter"}) {
     SCOPED_TRACE(strategy);
     const devtest::Inputs in = devtest::make_inputs(whole, total, devtest::Ids::kRouted, rng);
@@ -225,9 +232,7 @@ TEST_F(EpLayerDevice, FixedSizeFormsReplayFromACudaGraph) {
 // every row a rank can receive (the masked layout's lossless capacity), which the local layer
 // runs whole; nothing is dropped.
 TEST_F(EpLayerDevice, EveryTokenOnTheSameExpertsIsComputedWhole) {
-  int visible = 0;
-  cudaGetDeviceCount(&visible);
-  if (!init_world(std::max(1, std::min(visible, 8)))) GTEST_SKIP() << skip_reason_;
+  if (!init_visible_world(1)) GTEST_SKIP() << skip_reason_;
   const int n = static_cast<int>(comms_.size());
   std::mt19937_64 rng(devtest::base_seed() + 15);
   const MoeSpec s = ep_spec(RoutingMethod::kExternal, n);
@@ -249,9 +254,7 @@ TEST_F(EpLayerDevice, EveryTokenOnTheSameExpertsIsComputedWhole) {
 // reduce-scatter sums experts and TP halves alike. auto chooses it (the all-to-all forms refuse
 // TP with kTensorParallel: ep_strategy_test).
 TEST_F(EpLayerDevice, TensorParallelInsideEpGroupsEqualsTheReference) {
-  int visible = 0;
-  cudaGetDeviceCount(&visible);
-  if (!init_world(std::max(2, std::min(visible, 8) / 2 * 2))) GTEST_SKIP() << skip_reason_;
+  if (!init_visible_world(2, /*multiple_of=*/2)) GTEST_SKIP() << skip_reason_;
   const int n = static_cast<int>(comms_.size());
   std::mt19937_64 rng(devtest::base_seed() + 16);
   for (RoutingMethod m : {RoutingMethod::kExternal, RoutingMethod::kSoftmaxTopK}) {
@@ -263,8 +266,7 @@ TEST_F(EpLayerDevice, TensorParallelInsideEpGroupsEqualsTheReference) {
     SCOPED_TRACE(devtest::describe(s));
     const devtest::Layer whole = whole_layer(s, rng());
     const std::vector<int64_t> tokens_of = uneven_tokens(n);
-    int64_t total = 0;
-    for (int64_t t : tokens_of) total += t;
+    const int64_t total = total_of(tokens_of);
     const devtest::Inputs in = devtest::make_inputs(whole, total, devtest::ids_for(s), rng);
     std::vector<Status> polled;
     const auto out = run_world(comms_, s, whole, in, tokens_of, "all_gather_reduce_scatter",
