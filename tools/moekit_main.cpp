@@ -484,10 +484,11 @@ int cmd_bench_ep(const LayerOpts& lo, const std::vector<std::pair<std::string, M
     if (!header && !rows.empty()) {
       std::printf(
           "# moekit bench --ep-size %d, rank %d of %d: medians of %d forwards after one warm-up. "
-          "dispatch: routing, packing, the all-to-alls of rows, ids and weights (all_to_all: and "
-          "of the counts, with its one host wait); experts: the local layer; combine: the "
-          "results back and their sum; bytes: this rank's across the links; link GB/s: bytes "
-          "sent + received over dispatch + combine time\n",
+          "dispatch: routing, packing, the all-to-alls (all_gather_reduce_scatter: all-gathers) "
+          "of rows, ids and weights (all_to_all: and of the counts, with its one host wait); "
+          "experts: the local layer; combine: the results back and their sum (the fp32 "
+          "reduce-scatter); bytes: this rank's across the links; link GB/s: bytes sent + "
+          "received over dispatch + combine time\n",
           spec.ep_size, rows.front().rank, rows.front().world_size, kEpBenchReps);
       std::printf("%-5s %-16s %6s %-24s %11s %10s %10s %9s %9s %9s %9s\n", "rank", "preset", "T",
                   "strategy", "dispatch_us", "experts_us", "combine_us", "total_us", "sent_MB",

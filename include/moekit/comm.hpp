@@ -99,6 +99,7 @@ class Communicator {
   // recv [world_size() * bytes]: rank s's `bytes` bytes at s * bytes.
   Status all_gather(const void* send, int64_t bytes, void* recv, void* stream);
   // send [world_size() * count] fp32; recv [count] is the sum over ranks of segment rank().
+  // recv may be send + rank() * count (in place, as NCCL allows).
   Status reduce_scatter_sum(const float* send, int64_t count, float* recv, void* stream);
   // Small host blobs of any length, every rank's (in rank order); synchronizes the host.
   Status exchange_host(const std::vector<uint8_t>& mine, std::vector<std::vector<uint8_t>>* all);

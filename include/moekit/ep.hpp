@@ -87,8 +87,9 @@ EpSelection select_ep_strategy(const EpContext& ctx, const std::string& request)
 // path (it runs them synchronously); on the device path CUDA events between the stages where
 // EpLayerOptions::time_stages asks for them (else, and inside a CUDA-graph capture, 0). Bytes are
 // those that crossed to or from other ranks, every collective's payload counted (counts, rows, ids,
-// weights, results), what a rank keeps for itself not counted; the low-latency form counts its
-// fixed-size segments, padding included.
+// weights, results), what a rank keeps for itself not counted; the fixed-size forms (the
+// low-latency one, the all-gather on the device, padded to max_tokens; on the host to the
+// largest rank's tokens) count their segments, padding included.
 struct EpForwardStats {
   double dispatch_ms = 0, experts_ms = 0, combine_ms = 0;
   int64_t rows_computed = 0;  // rows the local experts ran (received, or gathered with padding)
@@ -129,20 +130,25 @@ class EpLayer {
 
   // Collective. hidden [T, H], output [T, H] act_dtype; routing as ForwardArgs (router_logits
   // [T, E] fp32, or kExternal topk_ids / topk_weights [T, k]). T <= spec.max_tokens on every rank.
-  // output is the whole layer's output for this rank's tokens: partial outputs come back to
-  // the token's rank in act_dtype and are summed there in fp32, rank by rank, then rounded once.
-  // Views live where the local implementation runs: host implementations over the host
-  // transport (every strategy), or device ones over NCCL on the communicator's GPU (all_to_all
-  // and all_to_all_low_latency; builds without CUDA reject those with kBuild). On the device
-  // forward() enqueues on args.stream: all_to_all waits once for the row counts (the host sizes
-  // the receive), all_to_all_low_latency never waits and can be captured in a CUDA graph. Bad
-  // caller ids on the device are dropped, never read or written out of bounds, and reported by
-  // poll_errors(). Throws Error naming the value; a collective failure is Error(kComm).
+  // output is the whole layer's output for this rank's tokens. The all-to-all forms send the
+  // partial outputs back to the token's rank in act_dtype, summed there in fp32, rank by rank,
+  // then rounded once; all_gather_reduce_scatter sums them in fp32 with the reduce-scatter (on
+  // the device in NCCL's order, not rank by rank) and rounds once. Views live where the local
+  // implementation runs: host implementations over the host transport, or device ones over
+  // NCCL on the communicator's GPU (every strategy either way; builds without CUDA reject the
+  // device ones with kBuild). On the device forward() enqueues on args.stream: all_to_all waits
+  // once for the row counts (the host sizes the receive); all_to_all_low_latency and
+  // all_gather_reduce_scatter move fixed sizes (max_tokens rows per rank), never wait and can be
+  // captured in a CUDA graph. Bad caller ids on the device are dropped, never read or written
+  // out of bounds, and reported by poll_errors(). Throws Error naming the value; a collective
+  // failure is Error(kComm).
   void forward(const ForwardArgs& args);
 
   // Device-side errors of earlier forwards (a caller's expert id outside [0, E) was dropped):
   // waits for the device, then ok or the first one, naming token, slot and value
-  // (kInvalidArgument), then the local layer's. Host path: ok (forward() threw instead).
+  // (kInvalidArgument), then the local layer's (it names rows among those this rank received:
+  // a slot some rank dropped arrives as id -1, a repeated expert as it was). Host path: ok
+  // (forward() threw instead).
   Status poll_errors();
 
   // Releases the local layer and the buffers; the communicator stays the caller's. Twice is

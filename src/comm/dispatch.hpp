@@ -11,6 +11,10 @@
 
 namespace moekit::comm {
 
+// The most ranks the device dispatch kernels take (dispatch_kernels.cu): their shared memory
+// holds 16 bytes per rank (segment bases, a token's rows), within the 48 KiB every launch gets.
+inline constexpr int kMaxDispatchRanks = 2048;
+
 // Expert e lives on rank e / (num_experts / ep_size): derive_local's contiguous split.
 struct ExpertPlacement {
   int64_t num_experts = 0;

@@ -24,6 +24,18 @@ struct DispatchShape {
   // host's DispatchPlan order). > 0: the low-latency form, rank d's segment at d * segment_rows
   // rows, fixed size, with tokens <= segment_rows; its rows past the count get padding ids.
   int64_t segment_rows = 0;
+  // The padding rows' ids (segment_rows > 0), always with weight 0.
+  enum class PadIds {
+    // Experts outside the segment's destination: a receiver running every row computes nothing
+    // for them (the low-latency all-to-all).
+    kOutsideDestination,
+    // Padding row i of the segment gets experts ((pad_origin + i) * top_k + j) mod num_experts:
+    // spread over all experts, for the all-gather fallback (ep_size 1, one segment), where every
+    // rank runs every gathered row and some rank must compute each padding row.
+    kRoundRobin,
+  };
+  PadIds pad_ids = PadIds::kOutsideDestination;
+  int64_t pad_origin = 0;  // kRoundRobin: the segment's first row among all gathered rows
 };
 
 // Device arrays, rows = ep_size * max_tokens at most (each token goes to a rank once).
@@ -42,11 +54,12 @@ struct DispatchBuffers {
 // (rank 0's segment first), and copies its row, its k ids and its k weights there: the order of
 // plan_dispatch + pack_rows. An id outside [0, num_experts) drops its slot (sent nowhere, id -1
 // and weight 0 in every copy of the row) and is recorded in error_word; nothing is written out
-// of bounds. Low-latency form: the padding rows of each segment (count .. segment_rows) get
-// ids of experts outside the destination's range where there are enough ((d + 1) * E / n + j,
-// modulo E) and weight 0, so that a local layer running every row computes nothing for them;
-// their hidden rows are left as they are (zero them once at build). kInvalidArgument for a bad
-// shape (tokens past segment_rows, more than 2048 ranks included).
+// of bounds. Fixed segments (segment_rows > 0): the padding rows of each segment (count ..
+// segment_rows) get weight 0 and ids by DispatchShape::pad_ids: kOutsideDestination, experts
+// outside the destination's range where there are enough ((d + 1) * E / n + j, modulo E), so
+// that a local layer running every row computes nothing for them; kRoundRobin, as that enum
+// says. Their hidden rows are left as they are (zero them once at build). kInvalidArgument for
+// a bad shape (tokens past segment_rows, more than kMaxDispatchRanks ranks included).
 Status pack_dispatch(const DispatchShape& s, const void* hidden, const int32_t* ids,
                      const float* weights, const DispatchBuffers& b, cudaStream_t stream);
 
@@ -54,8 +67,15 @@ Status pack_dispatch(const DispatchShape& s, const void* hidden, const int32_t* 
 // of the row that came back from d (returned holds rows in the send layout of the same
 // DispatchShape: normal form at the prefix sum of send_counts, low-latency at d * segment_rows),
 // rounded once to nearest even: the host combine_rows' order. Tokens sent nowhere get zeros.
+// returned_f32: the returned rows are fp32 (the all-gather fallback's reduce-scatter sums, with
+// ep_size 1: each token's one row rounded to dtype), else dtype.
 Status combine(const DispatchShape& s, DType dtype, const int32_t* row_of,
-               const int64_t* send_counts, const void* returned, void* out, cudaStream_t stream);
+               const int64_t* send_counts, const void* returned, void* out, cudaStream_t stream,
+               bool returned_f32 = false);
+
+// dst[i] = float(src[i]) for i < count; src bf16 / fp16 (else kUnsupported). The all-gather
+// fallback widens its experts' results so that the reduce-scatter sums them in fp32.
+Status widen_to_f32(DType dtype, const void* src, int64_t count, float* dst, cudaStream_t stream);
 
 // The low-latency form's receive side on rank dest_rank: recv_ids holds ep_size segments of
 // segment_rows rows of k global ids (source s's segment at s * segment_rows, recv_counts[s]

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <string>
 
+#include "comm/dispatch.hpp"
 #include "comm/dispatch_device.hpp"
 #include "common/cuda_status.hpp"
 #include "pipeline/elem8.cuh"
@@ -20,9 +21,6 @@ constexpr int kTokensPerThread = 8;  // plan_kernel's tokens per thread and roun
 constexpr int kCopyThreads = 128;
 constexpr int64_t kMaxGrid = 65535;
 constexpr unsigned kFull = 0xffffffffu;
-// Ranks the kernels take: their shared memory holds 16 bytes per rank (segment bases, a token's
-// rows), within the 48 KiB every launch gets.
-constexpr int kMaxRanks = 2048;
 
 // Exclusive prefix of `v` over the block (kScanThreads threads, all of them calling); *total is
 // the block's sum. warp_sums: shared [kScanWarps + 1], free again when it returns.
@@ -133,7 +131,7 @@ __global__ void pack_kernel(DispatchShape s, const Unit* __restrict__ hidden,
   }
 }
 
-// Low-latency form: ids and weights of the padding rows (count .. segment_rows) of each segment.
+// Fixed segments: ids and weights of the padding rows (count .. segment_rows) of each segment.
 __global__ void pad_kernel(DispatchShape s, DispatchBuffers b) {
   const int k = s.top_k;
   const int per_rank = s.num_experts / s.ep_size;
@@ -144,26 +142,47 @@ __global__ void pad_kernel(DispatchShape s, DispatchBuffers b) {
     const int64_t row = (i % per_segment) / k;
     const int j = static_cast<int>(i % k);
     if (row < b.send_counts[d]) continue;
-    b.send_ids[i] =
-        static_cast<int32_t>((static_cast<int64_t>(d + 1) * per_rank + j) % s.num_experts);
+    const int64_t expert = s.pad_ids == DispatchShape::PadIds::kRoundRobin
+                               ? (s.pad_origin + row) * k + j
+                               : static_cast<int64_t>(d + 1) * per_rank + j;
+    b.send_ids[i] = static_cast<int32_t>(expert % s.num_experts);
     b.send_weights[i] = 0.0f;
   }
 }
 
+// Adds 8 consecutive returned elements (16-byte aligned) to acc in fp32.
+template <class R>
+__device__ __forceinline__ void accumulate8(const R* p, float (&acc)[8]) {
+  float f[8];
+  pipeline::unpack8<R>(*reinterpret_cast<const uint4*>(p), f);
+  for (int i = 0; i < 8; ++i) acc[i] += f[i];
+}
+__device__ __forceinline__ void accumulate8(const float* p, float (&acc)[8]) {
+  pipeline::add8(p, acc);
+}
+template <class R>
+__device__ __forceinline__ float returned_value(R v) {
+  return pipeline::elem_to_float(v);
+}
+template <>
+__device__ __forceinline__ float returned_value<float>(float v) {
+  return v;
+}
+
 // Grid-stride over tokens: out[t] = sum over d ascending of the row back from d, in fp32,
-// starting from 0 (the host's order, so the results agree bit for bit). kVec8: 8 elements per
-// 16-byte load (H a multiple of 8, aligned rows), else one at a time.
+// starting from 0 (the host's order, so the results agree bit for bit). R: the returned rows'
+// type (T, or fp32 sums). kVec8: 8 elements per 16-byte load or store (H a multiple of 8,
+// aligned rows), else one at a time.
 // Shared: [n] segment bases, then [n] this token's rows (-1: not sent).
-template <class T, bool kVec8>
+template <class T, class R, bool kVec8>
 __global__ void combine_kernel(DispatchShape s, const int32_t* __restrict__ row_of,
-                               const int64_t* __restrict__ counts, const T* __restrict__ returned,
+                               const int64_t* __restrict__ counts, const R* __restrict__ returned,
                                T* __restrict__ out) {
   extern __shared__ int64_t base[];
   int64_t* rows = base + s.ep_size;
   segment_bases(s, counts, base);
   const int n = s.ep_size;
   const int64_t H = s.row_bytes / static_cast<int64_t>(sizeof(T));
-  using Pair = typename pipeline::Pair2<T>::Type;
   for (int64_t t = blockIdx.x; t < s.tokens; t += gridDim.x) {
     for (int d = threadIdx.x; d < n; d += blockDim.x) {
       const int32_t r = row_of[t * n + d];
@@ -174,10 +193,7 @@ __global__ void combine_kernel(DispatchShape s, const int32_t* __restrict__ row_
       for (int64_t h = 8 * static_cast<int64_t>(threadIdx.x); h < H; h += 8 * blockDim.x) {
         float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         for (int d = 0; d < n; ++d) {
-          if (rows[d] < 0) continue;
-          float f[8];
-          pipeline::unpack8<T>(*reinterpret_cast<const uint4*>(returned + rows[d] + h), f);
-          for (int i = 0; i < 8; ++i) acc[i] += f[i];
+          if (rows[d] >= 0) accumulate8(returned + rows[d] + h, acc);
         }
         *reinterpret_cast<uint4*>(out + t * H + h) = pipeline::pack8<T>(acc);
       }
@@ -185,13 +201,30 @@ __global__ void combine_kernel(DispatchShape s, const int32_t* __restrict__ row_
       for (int64_t h = threadIdx.x; h < H; h += blockDim.x) {
         float acc = 0.0f;
         for (int d = 0; d < n; ++d) {
-          if (rows[d] >= 0)
-            acc += pipeline::Pair2<T>::to_float2(Pair(returned[rows[d] + h], T())).x;
+          if (rows[d] >= 0) acc += returned_value(returned[rows[d] + h]);
         }
-        out[t * H + h] = pipeline::Pair2<T>::from_floats(acc, 0.0f).x;
+        out[t * H + h] = pipeline::float_to_elem<T>(acc);
       }
     }
     __syncthreads();  // rows is rewritten for the next token
+  }
+}
+
+// dst = float(src), grid-stride; kVec8: 8 elements per step (count a multiple of 8, aligned).
+template <class T, bool kVec8>
+__global__ void widen_kernel(const T* __restrict__ src, int64_t count, float* __restrict__ dst) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if constexpr (kVec8) {
+    for (int64_t i = first; i < count / 8; i += step) {
+      float f[8];
+      pipeline::unpack8<T>(reinterpret_cast<const uint4*>(src)[i], f);
+      float4* d = reinterpret_cast<float4*>(dst) + 2 * i;
+      d[0] = make_float4(f[0], f[1], f[2], f[3]);
+      d[1] = make_float4(f[4], f[5], f[6], f[7]);
+    }
+  } else {
+    for (int64_t i = first; i < count; i += step) dst[i] = pipeline::elem_to_float(src[i]);
   }
 }
 
@@ -240,9 +273,9 @@ __global__ void masked_kernel(DispatchShape s, int dest_rank, int64_t capacity,
 Status invalid(const std::string& m) { return Status(ErrorCode::kInvalidArgument, m); }
 
 Status check_shape(const DispatchShape& s) {
-  if (s.ep_size > kMaxRanks)
+  if (s.ep_size > kMaxDispatchRanks)
     return invalid("ep_size " + std::to_string(s.ep_size) + " above the kernels' " +
-                   std::to_string(kMaxRanks) + " ranks");
+                   std::to_string(kMaxDispatchRanks) + " ranks");
   if (s.ep_size < 1 || s.num_experts < s.ep_size || s.num_experts % s.ep_size != 0)
     return invalid("ep_size " + std::to_string(s.ep_size) + " does not divide num_experts " +
                    std::to_string(s.num_experts));
@@ -256,7 +289,15 @@ Status check_shape(const DispatchShape& s) {
   if (s.segment_rows < 0 || (s.segment_rows > 0 && s.tokens > s.segment_rows))
     return invalid(std::to_string(s.tokens) + " tokens do not fit segments of " +
                    std::to_string(s.segment_rows) + " rows");
+  if (s.pad_origin < 0 || s.pad_origin > INT64_MAX / 2 / s.top_k - s.segment_rows)
+    return invalid("padding origin " + std::to_string(s.pad_origin));
   return {};
+}
+
+Status check_half_dtype(DType dtype, const char* what) {
+  if (dtype == DType::kBFloat16 || dtype == DType::kFloat16) return {};
+  return Status(ErrorCode::kUnsupported,
+                std::string(what) + " of " + to_string(dtype) + " rows (bf16 or fp16)");
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -265,13 +306,30 @@ int grid_for(int64_t items) {
   return static_cast<int>(std::max<int64_t>(1, std::min(items, kMaxGrid)));
 }
 
-template <class T>
+template <class T, class R>
 void launch_combine(const DispatchShape& s, bool vec8, const int32_t* row_of, const int64_t* counts,
                     const void* returned, void* out, cudaStream_t stream) {
   const size_t smem = 2 * sizeof(int64_t) * s.ep_size;
-  auto kernel = vec8 ? combine_kernel<T, true> : combine_kernel<T, false>;
+  auto kernel = vec8 ? combine_kernel<T, R, true> : combine_kernel<T, R, false>;
   kernel<<<grid_for(s.tokens), kCopyThreads, smem, stream>>>(
-      s, row_of, counts, static_cast<const T*>(returned), static_cast<T*>(out));
+      s, row_of, counts, static_cast<const R*>(returned), static_cast<T*>(out));
+}
+
+template <class T>
+void launch_combine(const DispatchShape& s, bool vec8, bool returned_f32, const int32_t* row_of,
+                    const int64_t* counts, const void* returned, void* out, cudaStream_t stream) {
+  if (returned_f32)
+    launch_combine<T, float>(s, vec8, row_of, counts, returned, out, stream);
+  else
+    launch_combine<T, T>(s, vec8, row_of, counts, returned, out, stream);
+}
+
+template <class T>
+void launch_widen(const void* src, int64_t count, float* dst, cudaStream_t stream) {
+  const bool vec8 = count % 8 == 0 && aligned16(src) && aligned16(dst);
+  const int64_t items = vec8 ? count / 8 : count;
+  auto kernel = vec8 ? widen_kernel<T, true> : widen_kernel<T, false>;
+  kernel<<<grid_for((items + 255) / 256), 256, 0, stream>>>(static_cast<const T*>(src), count, dst);
 }
 
 }  // namespace
@@ -297,18 +355,29 @@ Status pack_dispatch(const DispatchShape& s, const void* hidden, const int32_t* 
 }
 
 Status combine(const DispatchShape& s, DType dtype, const int32_t* row_of,
-               const int64_t* send_counts, const void* returned, void* out, cudaStream_t stream) {
+               const int64_t* send_counts, const void* returned, void* out, cudaStream_t stream,
+               bool returned_f32) {
   if (Status st = check_shape(s); !st.ok()) return st;
-  if (dtype != DType::kBFloat16 && dtype != DType::kFloat16)
-    return Status(ErrorCode::kUnsupported,
-                  std::string("EP combine of ") + to_string(dtype) + " rows (bf16 or fp16)");
+  if (Status st = check_half_dtype(dtype, "EP combine"); !st.ok()) return st;
   if (s.tokens == 0) return {};
   const bool vec8 = s.row_bytes % 16 == 0 && aligned16(returned) && aligned16(out);
   if (dtype == DType::kBFloat16)
-    launch_combine<__nv_bfloat16>(s, vec8, row_of, send_counts, returned, out, stream);
+    launch_combine<__nv_bfloat16>(s, vec8, returned_f32, row_of, send_counts, returned, out,
+                                  stream);
   else
-    launch_combine<__half>(s, vec8, row_of, send_counts, returned, out, stream);
+    launch_combine<__half>(s, vec8, returned_f32, row_of, send_counts, returned, out, stream);
   return cuda_status(cudaGetLastError(), "launching the EP combine kernel");
+}
+
+Status widen_to_f32(DType dtype, const void* src, int64_t count, float* dst, cudaStream_t stream) {
+  if (Status st = check_half_dtype(dtype, "EP widening"); !st.ok()) return st;
+  if (count < 0) return invalid("widening " + std::to_string(count) + " elements");
+  if (count == 0) return {};
+  if (dtype == DType::kBFloat16)
+    launch_widen<__nv_bfloat16>(src, count, dst, stream);
+  else
+    launch_widen<__half>(src, count, dst, stream);
+  return cuda_status(cudaGetLastError(), "launching the EP widening kernel");
 }
 
 Status build_masked_layout(const DispatchShape& s, int dest_rank, int64_t capacity,

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "comm/dispatch.hpp"
 #include "moekit/ep.hpp"
 
 namespace moekit {
@@ -42,7 +43,7 @@ const char* to_string(EpRejectReason r) {
   return "?";
 }
 
-// The all-to-all forms' device kernels (dispatch_kernels.cu) are built with CUDA.
+// Every strategy's device kernels (dispatch_kernels.cu) are built with CUDA.
 #ifdef MOEKIT_WITH_CUDA
 constexpr bool kDeviceKernels = true;
 #else
@@ -59,6 +60,7 @@ const std::vector<EpStrategyCapability>& ep_strategies() {
     // 256 tokens per rank keeps DeepSeek-V3 over 8 ranks near 1 GiB per GPU.
     ll.needs_graph_capture = true;
     ll.max_tokens_per_rank = 256;
+    ll.max_world_size = comm::kMaxDispatchRanks;  // the segment bases in shared memory
     t.push_back(ll);
     EpStrategyCapability a2a;
     a2a.strategy = EpStrategy::kAllToAll;
@@ -71,6 +73,7 @@ const std::vector<EpStrategyCapability>& ep_strategies() {
     EpStrategyCapability ag;
     ag.strategy = EpStrategy::kAllGatherReduceScatter;
     ag.host = true;
+    ag.device = kDeviceKernels;
     ag.tensor_parallel = true;
     t.push_back(ag);
     return t;

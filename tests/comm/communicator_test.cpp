@@ -56,6 +56,9 @@ TEST(HostCommunicator, AllGatherReduceScatterAndExchange) {
       throw_if_error(c.reduce_scatter_sum(send.data(), 3, recv, nullptr));
       const float ranks_sum = static_cast<float>(1000 * n * (n - 1) / 2);
       for (int i = 0; i < 3; ++i) EXPECT_EQ(recv[i], ranks_sum + n * (3 * r + i));
+      // In place: this rank's segment of its own send buffer receives the sums.
+      throw_if_error(c.reduce_scatter_sum(send.data(), 3, send.data() + 3 * r, nullptr));
+      for (int i = 0; i < 3; ++i) EXPECT_EQ(send[3 * r + i], recv[i]);
       std::vector<uint8_t> blob(r, static_cast<uint8_t>(r));  // lengths differ
       std::vector<std::vector<uint8_t>> blobs;
       throw_if_error(c.exchange_host(blob, &blobs));

@@ -2,7 +2,9 @@
 // the host plan (comm/dispatch.hpp): worlds of 1, 2, 4 and 8 ranks simulated by packing for every
 // destination and feeding the "received" segments back, no NCCL. Outputs are poisoned first,
 // inputs fresh and random, routing uniform, skewed, onto half the experts (the others get
-// nothing) or onto one rank; bad ids are dropped and reported, never written out of bounds.
+// nothing) or onto one rank; bad ids are dropped and reported, never written out of bounds. The
+// all-gather fallback's pieces: one fixed segment with round-robin padding, the widening to
+// fp32 and the combine of fp32 sums.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -192,14 +194,15 @@ void expect_matches_host_plan(RankPack& p) {
       }
     }
     const int64_t count = plan.send_counts[d];
-    if (s.segment_rows > 0) {  // padding: hidden untouched, ids outside d's range, weight 0
-      const int per_rank = s.num_experts / n;
+    if (s.segment_rows > 0) {  // padding: hidden untouched, ids by pad_ids, weight 0
+      const int64_t per_rank = s.num_experts / n;
+      const bool round_robin = s.pad_ids == device::DispatchShape::PadIds::kRoundRobin;
       for (int64_t r = count; r < s.segment_rows; ++r) {
         const int64_t at = base + r;
         for (int64_t b = 0; b < rb; ++b) mismatches += rows[at * rb + b] != 0xff;
         for (int j = 0; j < k; ++j) {
-          mismatches +=
-              ids[at * k + j] != static_cast<int32_t>(((d + 1) * per_rank + j) % s.num_experts);
+          const int64_t want = round_robin ? (s.pad_origin + r) * k + j : (d + 1) * per_rank + j;
+          mismatches += ids[at * k + j] != static_cast<int32_t>(want % s.num_experts);
           mismatches += weights[at * k + j] != 0.0f;
         }
       }
@@ -554,6 +557,77 @@ TEST_F(EpDispatchKernels, LowLatencyPackAndCombineReplayInACudaGraph) {
   cudaGraphDestroy(graph);
 }
 
+// The all-gather fallback's side: one rank's tokens packed as one fixed segment (ep_size 1)
+// whose padding ids go round-robin over every expert from the rank's first gathered row; then,
+// as if the reduce-scatter had summed the segment's rows, fp32 rows combined into the tokens:
+// each token's row rounded once, tokens with no row zeros.
+TEST_F(EpDispatchKernels, GatherSegmentPacksAndCombinesFp32Sums) {
+  std::mt19937_64 rng(devtest::base_seed() + 5);
+  std::normal_distribution<float> normal;
+  for (int64_t T : {int64_t{0}, int64_t{1}, int64_t{50}, int64_t{64}}) {
+    for (DType t : {DType::kBFloat16, DType::kFloat16}) {
+      for (int64_t H : {int64_t{7}, int64_t{256}}) {
+        SCOPED_TRACE(testing::Message() << "T " << T << ", " << to_string(t) << ", H " << H);
+        const int E = 16, k = 4;
+        const int64_t P = 64, rank = 3;
+        device::DispatchShape shape = make_shape(T, k, E, 1, H, P);
+        shape.pad_ids = device::DispatchShape::PadIds::kRoundRobin;
+        shape.pad_origin = rank * P;
+        RankPack p(shape, t, draw_ids(T, k, E, 1, Routing::kSkewed, rng), rng);
+        ASSERT_TRUE(p.pack(stream_).ok());
+        expect_matches_host_plan(p);
+        // Every padding row's k ids are distinct (the local layer refuses repeats).
+        const auto ids = to_host<int32_t>(p.send_ids.ptr, static_cast<size_t>(P * k));
+        for (int64_t r = T; r < P; ++r) {
+          std::vector<int32_t> row(ids.begin() + r * k, ids.begin() + (r + 1) * k);
+          std::sort(row.begin(), row.end());
+          EXPECT_EQ(std::unique(row.begin(), row.end()), row.end()) << "padding row " << r;
+        }
+        std::vector<float> sums(static_cast<size_t>(P * H));
+        for (float& x : sums) x = 4.0f * normal(rng);
+        DeviceBuffer returned = to_device(sums),
+                     out(static_cast<size_t>(std::max<int64_t>(T, 1) * H) * 2);
+        out.poison();
+        ASSERT_TRUE(device::combine(p.shape, t, p.row_of.as<int32_t>(), p.counts.as<int64_t>(),
+                                    returned.ptr, out.ptr, stream_, /*returned_f32=*/true)
+                        .ok());
+        ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+        // With valid ids every token has row t of the segment.
+        std::vector<uint16_t> want(static_cast<size_t>(T * H));
+        for (int64_t i = 0; i < T * H; ++i) want[i] = to_bits(t, sums[i]);
+        EXPECT_EQ(to_host<uint16_t>(out.ptr, static_cast<size_t>(T * H)), want);
+      }
+    }
+  }
+}
+
+TEST_F(EpDispatchKernels, WidenToF32IsExact) {
+  std::mt19937_64 rng(devtest::base_seed() + 6);
+  std::normal_distribution<float> normal;
+  for (DType t : {DType::kBFloat16, DType::kFloat16}) {
+    // 8-element vectors where the count allows, one at a time otherwise.
+    for (int64_t count : {int64_t{1}, int64_t{13}, int64_t{4096}, int64_t{100003}}) {
+      SCOPED_TRACE(testing::Message() << to_string(t) << ", count " << count);
+      std::vector<uint16_t> bits(static_cast<size_t>(count));
+      devtest::fill_bits(bits, t, normal, rng);
+      DeviceBuffer src = to_device(bits), dst(static_cast<size_t>(count + 8) * 4);
+      dst.poison();
+      ASSERT_TRUE(device::widen_to_f32(t, src.ptr, count, dst.as<float>(), stream_).ok());
+      ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+      const auto got = to_host<uint32_t>(dst.ptr, static_cast<size_t>(count + 8));
+      int64_t mismatches = 0;
+      for (int64_t i = 0; i < count; ++i) {
+        const float want = from_bits(t, bits[i]);
+        uint32_t want_bits = 0;
+        std::memcpy(&want_bits, &want, 4);
+        mismatches += got[i] != want_bits;
+      }
+      for (int64_t i = count; i < count + 8; ++i) mismatches += got[i] != 0xffffffffu;  // untouched
+      EXPECT_EQ(mismatches, 0);
+    }
+  }
+}
+
 // The shape checks run before anything is launched: no GPU needed.
 TEST(EpDispatchKernelShapes, BadShapesAreRefusedWithTheValue) {
   device::DispatchShape s = make_shape(4, 2, 16, 4, 8, 0);
@@ -578,6 +652,15 @@ TEST(EpDispatchKernelShapes, BadShapesAreRefusedWithTheValue) {
   s.top_k = 2;
   EXPECT_EQ(device::combine(s, DType::kFloat32, nullptr, nullptr, nullptr, nullptr, nullptr).code(),
             ErrorCode::kUnsupported);
+  EXPECT_EQ(device::widen_to_f32(DType::kFloat32, nullptr, 8, nullptr, nullptr).code(),
+            ErrorCode::kUnsupported);
+  const Status negative = device::widen_to_f32(DType::kBFloat16, nullptr, -8, nullptr, nullptr);
+  EXPECT_EQ(negative.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(negative.message().find("-8"), std::string::npos) << negative.message();
+  s.pad_origin = -1;
+  EXPECT_EQ(pack_code().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(pack_code().message().find("-1"), std::string::npos);
+  s.pad_origin = 0;
   device::MaskedDeviceLayout m;
   s.segment_rows = 8;
   EXPECT_EQ(device::build_masked_layout(s, 4, 8, nullptr, nullptr, m, nullptr).code(),

@@ -1,11 +1,16 @@
 // EpLayer's device path over NCCL against the CPU reference of the whole layer: a world of one
 // GPU (ncclCommInitAll over device 0: NCCL then sends to itself), and, where at least two GPUs
-// are visible, one rank per GPU (a thread each) with uneven tokens (one rank has none). Both
-// all-to-all forms, caller ids and routing on the device; bad caller ids dropped and reported by
-// poll_errors(); the low-latency form replayed from a CUDA graph; a device_index other than the
-// communicator's GPU refused. Skips without a GPU or without NCCL in the build. A host file, as
-// the NCCL communicator's test is: CUDA builds only, and outside the compute-sanitizer step's
-// suites (tests/*/*_test.cu), which check the dispatch kernels themselves
+// are visible, one rank per GPU (a thread each) with uneven tokens (one rank has none). Every
+// strategy (both all-to-all forms and the all-gather fallback, forced by name), caller ids and
+// routing on the device; bad caller ids dropped and reported by poll_errors(); the fixed-size
+// forms replayed from a CUDA graph; every token on the same experts (each local expert takes
+// every row a rank can receive); TP inside EP groups (two ranks per EP group: the all-gather,
+// two GPUs or more); a device_index other than the communicator's GPU refused. Outputs are
+// poisoned first and inputs fresh random; the all-gather's fp32 sums come in NCCL's order, so
+// every strategy is held to the same tolerance against the reference, not bit for bit. Skips
+// without a GPU or without NCCL in the build (and, for several ranks, with fewer GPUs). A host
+// file, as the NCCL communicator's test is: CUDA builds only, and outside the compute-sanitizer
+// step's suites (tests/*/*_test.cu), which check the dispatch kernels themselves
 // (dispatch_kernels_test.cu) but not NCCL.
 #include <gtest/gtest.h>
 
@@ -41,6 +46,13 @@ class EpLayerDevice : public devtest::GpuTest {
     EXPECT_EQ(ncclCommInitAll(comms_.data(), n, devices.data()), ncclSuccess);
     return true;
   }
+  // One rank per visible GPU: at most 8, a multiple of `multiple_of`, at least `fewest` (skips
+  // where fewer are visible).
+  bool init_visible_world(int fewest, int multiple_of = 1) {
+    int visible = 0;
+    if (cudaGetDeviceCount(&visible) != cudaSuccess) visible = 0;
+    return init_world(std::max(fewest, std::min(visible, 8) / multiple_of * multiple_of));
+  }
   void TearDown() override {
     for (ncclComm_t c : comms_) ncclCommDestroy(c);
   }
@@ -55,10 +67,13 @@ MoeSpec ep_spec(RoutingMethod m, int world) {
   return s;
 }
 
-// The whole layer's weights (ep_size 1) and the batch of every rank.
+const char* const kStrategies[] = {"all_to_all", "all_to_all_low_latency",
+                                   "all_gather_reduce_scatter"};
+
+// The whole layer's weights (ep_size and tp_size 1) and the batch of every rank.
 devtest::Layer whole_layer(const MoeSpec& s, uint64_t seed) {
   MoeSpec one = s;
-  one.ep_size = 1;
+  one.ep_size = one.tp_size = 1;
   return devtest::make_engine_layer(
       one, seed, [](const MoeSpec&, const MoeWeights&) { return std::unique_ptr<Engine>(); });
 }
@@ -155,6 +170,12 @@ std::vector<uint16_t> run_world(std::vector<ncclComm_t>& comms, const MoeSpec& s
   return out;
 }
 
+int64_t total_of(const std::vector<int64_t>& tokens_of) {
+  int64_t total = 0;
+  for (int64_t t : tokens_of) total += t;
+  return total;
+}
+
 std::vector<int64_t> uneven_tokens(int n) {
   std::vector<int64_t> t;
   for (int r = 0; r < n; ++r) t.push_back(n > 1 && r == 1 ? 0 : (13 * r + 37) % 64 + 1);
@@ -168,9 +189,8 @@ void check_world(std::vector<ncclComm_t>& comms, uint64_t seed) {
     const MoeSpec s = ep_spec(m, n);
     const devtest::Layer whole = whole_layer(s, rng());
     const std::vector<int64_t> tokens_of = uneven_tokens(n);
-    int64_t total = 0;
-    for (int64_t t : tokens_of) total += t;
-    for (const char* strategy : {"all_to_all", "all_to_all_low_latency"}) {
+    const int64_t total = total_of(tokens_of);
+    for (const char* strategy : kStrategies) {
       SCOPED_TRACE(testing::Message()
                    << "world " << n << ", " << strategy << ", " << devtest::describe(s));
       const devtest::Inputs in = devtest::make_inputs(whole, total, devtest::ids_for(s), rng);
@@ -188,27 +208,72 @@ TEST_F(EpLayerDevice, OneGpuWorldEqualsTheReference) {
 }
 
 TEST_F(EpLayerDevice, OneRankPerGpuEqualsTheReference) {
-  int visible = 0;
-  cudaGetDeviceCount(&visible);
-  if (!init_world(std::max(2, std::min(visible, 8)))) GTEST_SKIP() << skip_reason_;
+  if (!init_visible_world(2)) GTEST_SKIP() << skip_reason_;
   check_world(comms_, devtest::base_seed() + 11);
 }
 
-TEST_F(EpLayerDevice, LowLatencyReplaysFromACudaGraph) {
-  int visible = 0;
-  cudaGetDeviceCount(&visible);
-  if (!init_world(std::max(1, std::min(visible, 8)))) GTEST_SKIP() << skip_reason_;
+TEST_F(EpLayerDevice, FixedSizeFormsReplayFromACudaGraph) {
+  if (!init_visible_world(1)) GTEST_SKIP() << skip_reason_;
   const int n = static_cast<int>(comms_.size());
   std::mt19937_64 rng(devtest::base_seed() + 12);
   const MoeSpec s = ep_spec(RoutingMethod::kSoftmaxTopK, n);
   const devtest::Layer whole = whole_layer(s, rng());
   const std::vector<int64_t> tokens_of = uneven_tokens(n);
-  int64_t total = 0;
-  for (int64_t t : tokens_of) total += t;
-  const devtest::Inputs in = devtest::make_inputs(whole, total, devtest::Ids::kRouted, rng);
-  const auto out =
-      run_world(comms_, s, whole, in, tokens_of, "all_to_all_low_latency", Run::kGraph);
-  devtest::expect_close(s, out, devtest::reference_out(whole, in), devtest::tolerance(s));
+  const int64_t total = total_of(tokens_of);
+  for (const char* strategy : {"all_to_all_low_latency", "all_gather_reduce_scatter"}) {
+    SCOPED_TRACE(strategy);
+    const devtest::Inputs in = devtest::make_inputs(whole, total, devtest::Ids::kRouted, rng);
+    const auto out = run_world(comms_, s, whole, in, tokens_of, strategy, Run::kGraph);
+    devtest::expect_close(s, out, devtest::reference_out(whole, in), devtest::tolerance(s));
+  }
+}
+
+// Every token of every rank, max_tokens on each, picks the same k experts: each of them gets
+// every row a rank can receive (the masked layout's lossless capacity), which the local layer
+// runs whole; nothing is dropped.
+TEST_F(EpLayerDevice, EveryTokenOnTheSameExpertsIsComputedWhole) {
+  if (!init_visible_world(1)) GTEST_SKIP() << skip_reason_;
+  const int n = static_cast<int>(comms_.size());
+  std::mt19937_64 rng(devtest::base_seed() + 15);
+  const MoeSpec s = ep_spec(RoutingMethod::kExternal, n);
+  const devtest::Layer whole = whole_layer(s, rng());
+  const std::vector<int64_t> tokens_of(n, s.max_tokens);
+  for (const char* strategy : kStrategies) {
+    SCOPED_TRACE(strategy);
+    const devtest::Inputs in =
+        devtest::make_inputs(whole, n * s.max_tokens, devtest::Ids::kSameForAll, rng);
+    std::vector<Status> polled;
+    const auto out = run_world(comms_, s, whole, in, tokens_of, strategy, Run::kEager, &polled);
+    devtest::expect_close(s, out, devtest::reference_out(whole, in), devtest::tolerance(s));
+    for (int r = 0; r < n; ++r) EXPECT_TRUE(polled[r].ok()) << polled[r].message();
+  }
+}
+
+// Two TP ranks per EP group (ranks 2g and 2g + 1 hold EP shard g, half the intermediate each;
+// FC2's bias on TP rank 0 only): the all-gather runs every gathered token on every rank and the
+// reduce-scatter sums experts and TP halves alike. auto chooses it (the all-to-all forms refuse
+// TP with kTensorParallel: ep_strategy_test).
+TEST_F(EpLayerDevice, TensorParallelInsideEpGroupsEqualsTheReference) {
+  if (!init_visible_world(2, /*multiple_of=*/2)) GTEST_SKIP() << skip_reason_;
+  const int n = static_cast<int>(comms_.size());
+  std::mt19937_64 rng(devtest::base_seed() + 16);
+  for (RoutingMethod m : {RoutingMethod::kExternal, RoutingMethod::kSoftmaxTopK}) {
+    MoeSpec s = devtest::engine_spec(16, 4, 256, 256, m, ActivationKind::kSwiGLU);
+    s.max_tokens = 64;
+    s.fc1_bias = s.fc2_bias = true;
+    s.tp_size = 2;
+    s.ep_size = n / 2;
+    SCOPED_TRACE(devtest::describe(s));
+    const devtest::Layer whole = whole_layer(s, rng());
+    const std::vector<int64_t> tokens_of = uneven_tokens(n);
+    const int64_t total = total_of(tokens_of);
+    const devtest::Inputs in = devtest::make_inputs(whole, total, devtest::ids_for(s), rng);
+    std::vector<Status> polled;
+    const auto out = run_world(comms_, s, whole, in, tokens_of, "all_gather_reduce_scatter",
+                               Run::kEager, &polled);
+    devtest::expect_close(s, out, devtest::reference_out(whole, in), devtest::tolerance(s));
+    for (int r = 0; r < n; ++r) EXPECT_TRUE(polled[r].ok()) << polled[r].message();
+  }
 }
 
 TEST_F(EpLayerDevice, BadCallerIdsAreDroppedAndReported) {
@@ -217,7 +282,7 @@ TEST_F(EpLayerDevice, BadCallerIdsAreDroppedAndReported) {
   const MoeSpec s = ep_spec(RoutingMethod::kExternal, 1);
   const devtest::Layer whole = whole_layer(s, rng());
   const int64_t T = 9, k = s.top_k, E = s.num_experts;
-  for (const char* strategy : {"all_to_all", "all_to_all_low_latency"}) {
+  for (const char* strategy : kStrategies) {
     SCOPED_TRACE(strategy);
     devtest::Inputs in = devtest::make_inputs(whole, T, devtest::Ids::kRandom, rng);
     in.device_ids[2 * k + 1] = static_cast<int32_t>(E);  // the first bad one: token 2, slot 1

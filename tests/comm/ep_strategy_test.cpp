@@ -9,6 +9,12 @@
 namespace moekit {
 namespace {
 
+#ifdef MOEKIT_WITH_CUDA
+constexpr bool kCudaBuild = true;
+#else
+constexpr bool kCudaBuild = false;
+#endif
+
 EpContext host_ctx(int world) {
   EpContext c;
   c.world_size = world;
@@ -70,16 +76,10 @@ TEST(EpStrategy, EveryReasonFromTheClosedList) {
   EpContext gpu = host_ctx(8);
   gpu.device = Device::kCuda;
   gpu.transport_graph_capturable = true;
-  // The all-to-all forms have device kernels in CUDA builds only; the fallback has none.
-#ifdef MOEKIT_WITH_CUDA
-  const bool built = true;
-#else
-  const bool built = false;
-#endif
+  // Every strategy has device kernels in CUDA builds, none without.
   for (const EpStrategyCapability& c : ep_strategies()) {
-    const bool device = built && c.strategy != EpStrategy::kAllGatherReduceScatter;
-    EXPECT_EQ(c.device, device) << to_string(c.strategy);
-    if (!device)
+    EXPECT_EQ(c.device, kCudaBuild) << to_string(c.strategy);
+    if (!kCudaBuild)
       EXPECT_EQ(ep_reject(c, gpu)->reason, EpRejectReason::kBuild) << to_string(c.strategy);
   }
   EpStrategyCapability ll = ep_strategies()[0];
@@ -88,6 +88,43 @@ TEST(EpStrategy, EveryReasonFromTheClosedList) {
   gpu.max_tokens = 4096;
   EXPECT_EQ(ep_reject(ll, gpu)->reason, EpRejectReason::kTokens);
   EXPECT_NE(ep_reject(ll, gpu)->sentence.find("4096"), std::string::npos);
+}
+
+// On GPUs: the low-latency form where it fits, all-to-all past its token bound, the all-gather
+// with TP inside EP groups or past all-to-all's world size; without CUDA nothing, for kBuild.
+TEST(EpStrategy, AutoOnGpusFollowsTheBoundsAndFallsBackToAllGather) {
+  EpContext gpu = host_ctx(8);
+  gpu.device = Device::kCuda;
+  gpu.transport_graph_capturable = true;
+  EpContext prefill = gpu, tp = gpu, wide = gpu;
+  prefill.max_tokens = 4096;
+  tp.tp_size = 2;
+  wide.world_size = 4096;  // past the dispatch kernels' ranks
+  const std::pair<EpContext, EpStrategy> cases[] = {{gpu, EpStrategy::kAllToAllLowLatency},
+                                                    {prefill, EpStrategy::kAllToAll},
+                                                    {tp, EpStrategy::kAllGatherReduceScatter},
+                                                    {wide, EpStrategy::kAllGatherReduceScatter}};
+  for (const auto& [ctx, want] : cases) {
+    const EpSelection s = select_ep_strategy(ctx, "auto");
+    if (!kCudaBuild) {
+      EXPECT_FALSE(s.ok());
+      for (const EpCandidate& c : s.candidates)
+        EXPECT_EQ(c.rejection->reason, EpRejectReason::kBuild) << to_string(c.strategy);
+      continue;
+    }
+    ASSERT_TRUE(s.ok()) << s.table();
+    EXPECT_EQ(*s.chosen, want) << s.table();
+  }
+  if (!kCudaBuild) return;
+  const EpSelection s = select_ep_strategy(tp, "auto");
+  EXPECT_EQ(s.candidates[0].rejection->reason, EpRejectReason::kTensorParallel);
+  EXPECT_EQ(s.candidates[1].rejection->reason, EpRejectReason::kTensorParallel);
+  const EpSelection past = select_ep_strategy(wide, "auto");
+  EXPECT_EQ(past.candidates[0].rejection->reason, EpRejectReason::kWorldSize);
+  EXPECT_EQ(past.candidates[1].rejection->reason, EpRejectReason::kWorldSize);
+  EXPECT_NE(past.candidates[0].rejection->sentence.find("4096"), std::string::npos);
+  const EpSelection forced = select_ep_strategy(gpu, "all_gather_reduce_scatter");
+  EXPECT_EQ(*forced.chosen, EpStrategy::kAllGatherReduceScatter);
 }
 
 }  // namespace
