@@ -246,7 +246,9 @@ fi
 # the same profile, without and with that file in turn (MOEKIT_AB_ROUNDS rounds, default 2), one
 # process per run, so both compare on one machine; tune-<profile>.txt has the tuner's table and
 # every bench table, the summary one line per run. MOEKIT_TUNE_TIMEOUT (s, default 240) bounds
-# each tune and each bench; MOEKIT_TUNE_BUDGET_MS is tune's --budget-ms.
+# each tune and each bench; MOEKIT_TUNE_BUDGET_MS is tune's --budget-ms, 50 here by default
+# (at least 30 replays per tactic either way; at 200 ms, 60 of the four presets' 104
+# measurements took 200 s on an H100, 2026-12-07).
 if want tune; then
   presets=${MOEKIT_BENCH_PRESETS:-qwen3-30b-a3b,mixtral-8x7b,deepseek-v3,gpt-oss-120b}
   for profile in ${MOEKIT_TUNE_PROFILES:-uniform zipf:1.2}; do
@@ -254,7 +256,7 @@ if want tune; then
     file="$OUT/tuning-$tag.json" txt="$OUT/tune-$tag.txt"
     timeout "${MOEKIT_TUNE_TIMEOUT:-240}" $bin/tools/moekit tune --preset "$presets" \
       --max-tokens "${MOEKIT_TUNE_MAX_TOKENS:-4096}" --routing-profile "$profile" \
-      --budget-ms "${MOEKIT_TUNE_BUDGET_MS:-200}" --out "$file" >"$txt" 2>&1
+      --budget-ms "${MOEKIT_TUNE_BUDGET_MS:-50}" --out "$file" >"$txt" 2>&1
     echo "tune $profile: rc=$? ($(grep -c '"tactic"' "$file" 2>/dev/null || echo 0) entries)" >>"$summary"
     for ((r = 1; r <= ${MOEKIT_AB_ROUNDS:-2}; r++)); do
       for with in without with; do
