@@ -218,10 +218,15 @@ IntGroupedGemm::~IntGroupedGemm() = default;
 std::vector<std::string> IntGroupedGemm::tactics() const { return state_->names; }
 
 std::string IntGroupedGemm::pick_tactic(double rows_per_group_hint) const {
-  // Up to one GEMV pass (8 rows) per group the codes are streamed once on CUDA cores (the
-  // 2-row GEMV, where built, up to 2 rows: its registers leave room for two blocks per SM);
-  // past it the tensor cores: the 128 x 64 tile, or where built the 128 x 128 one from 128
-  // rows on. The first name holding `part` of the kind wanted, else the first of that kind.
+  // The GEMV (sm90_int_gemv.cu) streams each code once per pass of up to 8 or 16 group rows
+  // (one or two MMA column tiles), at a cost per code that does not grow with the rows inside
+  // a pass; a group with more rows re-streams its weights per pass. Random routing at 4 rows
+  // per group on average puts up to ~12 in one group: the 8-row pass up to 4 on average, the
+  // 16-row one up to 8. At 16 rows per group (mixtral, 64 tokens) the 16-row pass took 1.68 ms
+  // against 1.11 for the tensor-core GEMM (H200, bench/results/2026-12-07-h200-8e8399d-gemv-ab-tune.md):
+  // past 8 rows the 128 x 64 tile, or where built the 128 x 128 one from 128 rows on, moving
+  // each code once for 64 or 128 rows. The first name holding `part` of the kind wanted, else
+  // the first of that kind.
   const auto& names = state_->names;
   auto first = [&](bool gemv, const std::string& part) -> std::string {
     for (std::size_t i = 0; i < names.size(); ++i)
@@ -231,7 +236,7 @@ std::string IntGroupedGemm::pick_tactic(double rows_per_group_hint) const {
     return names.front();
   };
   if (rows_per_group_hint <= 8.0)
-    return first(true, rows_per_group_hint <= 2.0 ? ".gemv.n2" : ".gemv.n8");
+    return first(true, rows_per_group_hint <= 4.0 ? ".gemv.n8" : ".gemv.n16");
   return first(false, rows_per_group_hint >= 128.0 ? "x128x" : "x64x");
 }
 

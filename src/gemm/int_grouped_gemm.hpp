@@ -15,9 +15,11 @@
 //    in its zero-point mode, so the scale-only kernel runs and a second kernel adds
 //    sum over groups of z[gi, n] * (sum of A's row over group gi) in fp32, from an fp32 D
 //    (Call::staging), before the one rounding; FC1's bias is added there too.
-//  - A CUDA-core GEMV for decode (a few rows per group): each warp streams weight rows with
-//    16-byte loads, converts in registers, fp32 dot products with the group's rows (8 or 2 at a
-//    time), bias and zero points included; any group size that is a multiple of 32.
+//  - A GEMV for decode (a few rows per group): the group's rows staged in shared memory once,
+//    the codes streamed once per 8 or 16 rows and turned into exact bf16/fp16 integers in
+//    registers, multiplied with the rows on the tensor cores (mma.sync) in 64-wide k spans
+//    summed in fp32, each span's sum times its fp32 scale plus the zero term times the rows'
+//    fp32 span sums; bias included; group sizes that are multiples of 64.
 // Row counts live only in device memory (no host sync), so a forward can be graph-captured.
 // C++17, no public headers: CUDA translation units include this.
 #pragma once
@@ -40,7 +42,7 @@ struct IntGroupedShape {
   int64_t max_rows = 0;           // upper bound of row_offsets[groups]
   DType elem = DType::kBFloat16;  // A and D: kBFloat16 or kFloat16
   int bits = 4;                   // 4 (int4) or 8 (int8)
-  int group_size = 128;           // columns per scale: 64 or 128 (32: GEMV only, see validate)
+  int group_size = 128;           // columns per scale: 64 or 128
   bool zero_points = false;       // Call::zeros is read
   bool bias = false;              // Call::bias is read
 };
@@ -56,7 +58,7 @@ class IntGroupedGemm {
   IntGroupedGemm(const IntGroupedGemm&) = delete;
   IntGroupedGemm& operator=(const IntGroupedGemm&) = delete;
 
-  // Named tactics ("sm90.int4.gemv.n8", "sm90.int4.gemv.n2", "sm90.int4.coop.128x64x64.c1x1",
+  // Named tactics ("sm90.int4.gemv.n8", "sm90.int4.gemv.n16", "sm90.int4.coop.128x64x64.c1x1",
   // ...; int8 for 8-bit weights), never numbered.
   std::vector<std::string> tactics() const;
   // The tactic for `rows_per_group_hint` rows per group on average (host-known).
@@ -90,9 +92,8 @@ class IntGroupedGemm {
   const IntGroupedShape& shape() const;
 
   // Host-only shape checks (also on machines without a GPU): ok, or kInvalidArgument /
-  // kUnsupported naming the value. The CUTLASS tactics need group_size 64 or 128 (a multiple of
-  // their 64-deep k tile); the GEMV would run 32, but a layer runs every bucket, so 32 is
-  // refused here as in the registry's capability.
+  // kUnsupported naming the value. Group sizes 64 or 128: the CUTLASS tactics' 64-deep k tile
+  // and the GEMV's 64-wide k spans.
   static Status validate(const IntGroupedShape& shape);
 
  private:

@@ -1,14 +1,14 @@
-// The CUDA-core grouped GEMV that the packed-weight decode tactics share (sm90_int_gemv.cu: int4 /
-// int8 codes with fp32 group scales; sm90_mx_gemv.cu: MXFP4, NVFP4, MXFP8): it streams the packed
-// weights once for the few rows of each group. A block of 8 warps owns 32 weight rows of one
-// group (an item); each warp takes 4 of them, one at a time, its lanes walking the row in 16-byte
-// chunks two at a time, both loads in flight before either is converted. A chunk's weights become
-// fp32 in registers (the format's row decoder, below), and are multiplied with the group's rows,
-// NT (8 or 2) at a time (a group with more rows re-reads its weights, from L2), into fp32 sums
-// that the warp adds up in a fixed tree (deterministic). The bias is added before the one
-// rounding. Blocks are persistent over (non-empty group, row tile) items: every block compacts
-// the non-empty groups from row_offsets itself, so empty experts cost nothing. Launched plainly
-// (no programmatic dependent launch): it reads what the kernels before wrote.
+// The CUDA-core grouped GEMV of the microscaling decode tactics (sm90_mx_gemv.cu: MXFP4, NVFP4,
+// MXFP8), and the host half (StreamGemvGrid) that the int GEMV (sm90_int_gemv.cu, on the tensor
+// cores) shares with it: it streams the packed weights once for the few rows of each group. A block
+// of 8 warps owns 32 weight rows of one group (an item); each warp takes 4 of them, one at a time,
+// its lanes walking the row in 16-byte chunks two at a time, both loads in flight before either is
+// converted. A chunk's weights become fp32 in registers (the format's row decoder, below), and are
+// multiplied with the group's rows, NT (8 or 2) at a time (a group with more rows re-reads its
+// weights, from L2), into fp32 sums that the warp adds up in a fixed tree (deterministic). The bias
+// is added before the one rounding. Blocks are persistent over (non-empty group, row tile) items:
+// every block compacts the non-empty groups from row_offsets itself, so empty experts cost nothing.
+// Launched plainly (no programmatic dependent launch): it reads what the kernels before wrote.
 //
 // A row decoder (one weight row of one group) has:
 //   static constexpr int kVals;          weights per 16-byte chunk
@@ -25,6 +25,7 @@
 #include <string>
 
 #include "common/cuda_status.hpp"
+#include "common/kernel_smem.hpp"
 #include "gemm/gemv_common.cuh"
 #include "gemm/live_groups.cuh"
 #include "moekit/status.hpp"
@@ -146,19 +147,24 @@ __device__ __forceinline__ void stream_gemv(const StreamGemvArgs& p, int* s_acti
 // fills the arguments every such kernel takes.
 class StreamGemvGrid {
  public:
-  // `tactic` names the tactic in messages (what()).
+  // `tactic` names the tactic in messages (what()). smem: the kernel's dynamic shared memory
+  // (0: the `groups` ints of stream_gemv's compaction); rows_per_item: weight rows per item.
   Status init(const void* kernel, const std::string& tactic, int groups, int64_t n, int64_t k,
-              int64_t max_rows, int sm_count) {
+              int64_t max_rows, int sm_count, std::size_t smem = 0,
+              int rows_per_item = kStreamRowsPerBlock) {
     what_ = "tactic " + tactic + " (groups " + std::to_string(groups) + ", n " + std::to_string(n) +
             ", k " + std::to_string(k) + ")";
     groups_ = groups;
     n_ = static_cast<int>(n);
     k_ = static_cast<int>(k);
     max_rows_ = max_rows;
-    smem_ = sizeof(int) * static_cast<std::size_t>(groups);
+    smem_ = smem > 0 ? smem : sizeof(int) * static_cast<std::size_t>(groups);
     cudaFuncAttributes attr{};
     Status st =
         moekit::cuda_status(cudaFuncGetAttributes(&attr, kernel), what_ + ": loading the kernel");
+    if (!st.ok()) return st;
+    // Raised, never lowered: FC1's and FC2's GEMMs launch the same kernel with their own sizes.
+    st = moekit::raise_dynamic_smem_limit(kernel, smem_, what_);
     if (!st.ok()) return st;
     int per_sm = 0;
     st = moekit::cuda_status(
@@ -166,7 +172,7 @@ class StreamGemvGrid {
         what_ + ": occupancy");
     if (!st.ok()) return st;
     resident_ = static_cast<int64_t>(std::max(per_sm, 1)) * sm_count;
-    row_tiles_ = static_cast<int>((n + kStreamRowsPerBlock - 1) / kStreamRowsPerBlock);
+    row_tiles_ = static_cast<int>((n + rows_per_item - 1) / rows_per_item);
     return {};
   }
   // This run's grid: at most min(groups, rows) groups have rows (rows_bound > 0 caps the rows).

@@ -147,6 +147,29 @@ TEST_F(IntGroupedGemmTest, EveryTacticAgainstTheHostProduct) {
           }
 }
 
+// A k long enough that the GEMV stages its rows in slices of k (6144 columns are past both its
+// 8- and 16-row passes' one-slice limit) and takes 128-row items: groups of up to 20 rows, one
+// past a 16-row pass, and a partial row tile.
+TEST_F(IntGroupedGemmTest, GemvSlicesOfALongK) {
+  std::mt19937_64 rng(base_seed() ^ 0x51ce);
+  for (const Variant& v : {Variant{WeightFormat::kInt4Group, DType::kBFloat16, 128, true, true},
+                           Variant{WeightFormat::kInt8Group, DType::kFloat16, 64, false, false}})
+    check_variant(v, 136, 6144, {3, 0, 20}, rng);
+}
+
+// More groups than the GEMV's shared memory holds beside the staged rows (its compacted list of
+// non-empty groups is an int each): refused when the GEMM is built, naming the count.
+TEST_F(IntGroupedGemmTest, GemvRefusesMoreGroupsThanItsSharedMemoryHolds) {
+  const IntGroupedShape shape{30000, 64, 128, 16, DType::kBFloat16, 4, 64, false, false};
+  try {
+    IntGroupedGemm gemm(shape, 0);
+    ADD_FAILURE() << "built with 30000 groups";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("30000"), std::string::npos) << e.what();
+  }
+}
+
 // Calls the GEMM refuses: an unknown tactic (kNotFound), a null or misaligned operand
 // (kInvalidArgument); nothing is enqueued.
 TEST_F(IntGroupedGemmTest, RefusesBadCalls) {
