@@ -22,8 +22,8 @@ namespace moekit::gemm {
 namespace int_detail {
 namespace {
 
-constexpr int kFinishThreads = 256;  // one output column each
-constexpr int kFinishRows = 32;      // rows per block
+constexpr int kFinishThreads = 256;  // one output column each, in turn
+constexpr int kFinishRows = 32;      // rows per tile: one fp32 accumulator each per thread
 
 struct FinishArgs {
   const int32_t* row_offsets;
@@ -33,21 +33,27 @@ struct FinishArgs {
   const float* bias;   // [groups, n] or null
   void* out;           // [rows, n] elem
   int groups, n, k, group_size;
+  int col_chunk;  // columns per block (gridDim.x blocks split n)
 };
 
-// A block per kFinishRows rows x kFinishThreads columns (grid-stride over the row tiles). With
-// zero points the rows' group sums of `a` go to shared memory first ([kFinishRows][k / group]:
-// one warp per row, each lane a fixed slice of the group, a fixed shuffle tree), then each
-// thread adds, per row, its column's bias and zero terms times those sums to the fp32 D, in
-// group order, and rounds once.
+// A block per tile of kFinishRows rows (grid-stride over the tiles) and col_chunk columns. With
+// zero points the rows' group sums of `a` go to shared memory first ([k / group][kFinishRows]:
+// one warp per row, each lane a fixed slice of the group, a fixed shuffle tree), once per tile
+// and block: a block spans all n columns wherever the tiles alone fill the GPU, so that `a` is
+// read once (16 column blocks per tile had each re-read it, and each thread had loaded every
+// zero term once per row: the finish took 510 of mixtral's 1120 us at 64 tokens, H200,
+// bench/results/2026-12-07-h200-8e8399d-gemv-ab-tune.md). Then each thread takes a column: its
+// rows' fp32 D (and bias) in registers, per run of rows of one group each zero term loaded
+// once and added times the rows' sums, in group order; one rounding.
 template <class T>
 __global__ void __launch_bounds__(kFinishThreads) finish_kernel(FinishArgs f) {
-  extern __shared__ float s_sums[];  // [kFinishRows][k / group] (zero points only)
+  extern __shared__ __align__(16) float s_sums[];  // [k / group][kFinishRows] (zero points)
   __shared__ int s_group[kFinishRows];
   const int64_t rows_end = f.row_offsets[f.groups];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int kg = f.k / f.group_size;
-  const int64_t col = int64_t(blockIdx.x) * kFinishThreads + tid;
+  const int col_begin = blockIdx.x * f.col_chunk;
+  const int col_end = min(f.n, col_begin + f.col_chunk);
   const T* a = static_cast<const T*>(f.a);
   T* out = static_cast<T*>(f.out);
   const int64_t tiles = (rows_end + kFinishRows - 1) / kFinishRows;
@@ -81,25 +87,48 @@ __global__ void __launch_bounds__(kFinishThreads) finish_kernel(FinishArgs f) {
             sum += pipeline::elem_to_float(x[int64_t(gi) * f.group_size + j]);
 #pragma unroll
           for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-          if (lane == 0) s_sums[r * kg + gi] = sum;
+          if (lane == 0) s_sums[gi * kFinishRows + r] = sum;
         }
       }
     }
     __syncthreads();
-    if (col < f.n) {
-      for (int r = 0; r < kFinishRows; ++r) {
-        const int g = s_group[r];
-        if (g < 0) break;
-        const int64_t row = r0 + r;
-        float acc = f.d32[row * f.n + col];
-        if (f.bias != nullptr) acc += __ldg(f.bias + int64_t(g) * f.n + col);
+    const int rows = static_cast<int>(min(int64_t(kFinishRows), rows_end - r0));
+    for (int col = col_begin + tid; col < col_end; col += kFinishThreads) {
+      float acc[kFinishRows];
+#pragma unroll
+      for (int r = 0; r < kFinishRows; ++r)
+        acc[r] = r < rows ? f.d32[(r0 + r) * f.n + col] : 0.0f;
+      // Runs of rows of one group (the tile's rows are in group order; usually one run).
+      for (int rb = 0; rb < rows;) {
+        const int g = s_group[rb];
+        int re = rb + 1;
+        while (re < rows && s_group[re] == g) ++re;
+        const float b = f.bias != nullptr ? __ldg(f.bias + int64_t(g) * f.n + col) : 0.0f;
+#pragma unroll
+        for (int r = 0; r < kFinishRows; ++r)
+          if (r >= rb && r < re) acc[r] += b;
         if (f.zeros != nullptr) {
           const float* z = f.zeros + int64_t(g) * kg * f.n + col;
-          for (int gi = 0; gi < kg; ++gi)
-            acc = fmaf(__ldg(z + int64_t(gi) * f.n), s_sums[r * kg + gi], acc);
+          for (int gi = 0; gi < kg; ++gi) {
+            const float zg = __ldg(z + int64_t(gi) * f.n);
+            const float4* sums = reinterpret_cast<const float4*>(s_sums + gi * kFinishRows);
+#pragma unroll
+            for (int q = 0; q < kFinishRows / 4; ++q) {
+              const float4 v = sums[q];  // four rows' sums in one load
+              const float sv[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                const int r = 4 * q + e;
+                if (r >= rb && r < re) acc[r] = fmaf(zg, sv[e], acc[r]);
+              }
+            }
+          }
         }
-        out[row * f.n + col] = pipeline::float_to_elem<T>(acc);
+        rb = re;
       }
+#pragma unroll
+      for (int r = 0; r < kFinishRows; ++r)
+        if (r < rows) out[(r0 + r) * f.n + col] = pipeline::float_to_elem<T>(acc[r]);
     }
     __syncthreads();  // s_group and s_sums are rewritten by the next tile
   }
@@ -125,7 +154,7 @@ Status prepare_finish_int_gemm(const IntGroupedShape& s) {
 
 Status finish_int_gemm(const IntGroupedShape& s, const int32_t* row_offsets, const float* d32,
                        const void* a, const float* zeros, const float* bias, void* out,
-                       int64_t rows_bound, cudaStream_t stream) {
+                       int64_t rows_bound, int sm_count, cudaStream_t stream) {
   const int64_t rows = rows_bound > 0 ? std::min(rows_bound, s.max_rows) : s.max_rows;
   if (rows <= 0) return {};
   FinishArgs f{};
@@ -139,8 +168,14 @@ Status finish_int_gemm(const IntGroupedShape& s, const int32_t* row_offsets, con
   f.n = static_cast<int>(s.n);
   f.k = static_cast<int>(s.k);
   f.group_size = s.group_size;
+  // Column blocks only where the tiles leave SMs idle (two blocks per SM wanted): each one
+  // sums its tile's rows of `a` again.
   const int64_t tiles = (rows + kFinishRows - 1) / kFinishRows;
-  const dim3 grid(static_cast<unsigned>((s.n + kFinishThreads - 1) / kFinishThreads),
+  const int64_t col_blocks_max = (s.n + kFinishThreads - 1) / kFinishThreads;
+  const int64_t col_blocks =
+      std::clamp<int64_t>((2 * int64_t(sm_count) + tiles - 1) / tiles, 1, col_blocks_max);
+  f.col_chunk = static_cast<int>((col_blocks_max + col_blocks - 1) / col_blocks) * kFinishThreads;
+  const dim3 grid(static_cast<unsigned>((s.n + f.col_chunk - 1) / f.col_chunk),
                   static_cast<unsigned>(std::min<int64_t>(tiles, 65535)));
   finish_for(s.elem)<<<grid, kFinishThreads, finish_smem(s), stream>>>(f);
   return cuda_status(cudaGetLastError(), "launching the int GEMM finish kernel");
@@ -164,6 +199,7 @@ std::vector<int_detail::IntTacticEntry> cutlass_tactics(const IntGroupedShape& s
 struct IntGroupedGemm::State {
   IntGroupedShape shape;
   bool staged = false;  // the CUTLASS tactics store fp32 D for the finish kernel
+  int sm_count = 0;      // the finish kernel's grid
   std::vector<std::string> names;
   std::vector<bool> gemv;
   std::vector<std::unique_ptr<int_detail::IntTactic>> tactics;
@@ -199,6 +235,7 @@ IntGroupedGemm::IntGroupedGemm(const IntGroupedShape& shape, int device)
   state_->staged = shape.zero_points || shape.bias;
   DeviceGuard guard(device);
   const int sm_count = detail::require_sm90(device, "the int grouped GEMM");
+  state_->sm_count = sm_count;
   std::vector<int_detail::IntTacticEntry> entries = int_detail::sm90_int_gemv_tactics(shape);
   for (auto& e : cutlass_tactics(shape))
     if (e.fp32_out == state_->staged) entries.push_back(std::move(e));
@@ -274,7 +311,7 @@ Status IntGroupedGemm::run(const Call& c, const int32_t* row_offsets, cudaStream
   Status st = state_->tactics[i]->run(p, stream);
   if (!st.ok() || !staged) return st;
   return int_detail::finish_int_gemm(s, row_offsets, c.staging, c.a, p.zeros, p.bias, c.d,
-                                     c.rows_bound, stream);
+                                     c.rows_bound, state_->sm_count, stream);
 }
 
 std::size_t IntGroupedGemm::staging_bytes() const {

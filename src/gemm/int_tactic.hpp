@@ -57,10 +57,11 @@ std::vector<IntTacticEntry> sm90_int_gemv_tactics(const IntGroupedShape& shape);
 // The CUTLASS tactics' second kernel where staging is used: rows [0, row_offsets[groups]) of
 // out (elem [rows, n]) = round(d32 + bias[g] + sum over groups gi of zeros[g, gi, :] * (sum of
 // a's row over the columns of group gi)), each row's g from row_offsets; fp32, in that order.
-// zeros and bias may each be null (not added). rows_bound > 0 bounds the rows (grid size).
+// zeros and bias may each be null (not added). rows_bound > 0 bounds the rows (grid size);
+// sm_count sizes the grid.
 Status finish_int_gemm(const IntGroupedShape& s, const int32_t* row_offsets, const float* d32,
                        const void* a, const float* zeros, const float* bias, void* out,
-                       int64_t rows_bound, cudaStream_t stream);
+                       int64_t rows_bound, int sm_count, cudaStream_t stream);
 // Loads the finish kernel for `s` (before any graph capture).
 Status prepare_finish_int_gemm(const IntGroupedShape& s);
 
