@@ -359,18 +359,14 @@ void apply_routing_profile(HostInputs& in, const MoeSpec& spec, const tune::Rout
 
 std::vector<TacticTime> time_tactics(MoeLayer& layer, Gemm gemm, int64_t bucket,
                                      const HostInputs& in, L2Flush flush, double budget_us) {
+  const std::vector<std::string> names = layer.tactics(gemm);
+  std::vector<TacticChoices> choices;
+  for (const std::string& tactic : names)
+    choices.push_back(TacticChoices{{TacticChoice{gemm, bucket, tactic}}});
+  const std::vector<double> us = time_choices_on_device(layer, in, flush, choices, budget_us);
   std::vector<TacticTime> times;
-  for (const std::string& tactic : layer.tactics(gemm)) {
-    layer.set_tactics(TacticChoices{{TacticChoice{gemm, bucket, tactic}}});
-    BenchRow row;
-    bench_layer_on_device(layer, in, flush, row, 0, budget_us);
-    times.push_back({tactic, row.median_us});
-  }
-  layer.set_tactics(TacticChoices{});
-  std::stable_sort(times.begin(), times.end(), [](const TacticTime& a, const TacticTime& b) {
-    return a.median_us < b.median_us;
-  });
-  return times;
+  for (std::size_t i = 0; i < names.size(); ++i) times.push_back({names[i], us[i]});
+  return tune::rank_tactics(std::move(times), layer.builtin_tactic(gemm, bucket));
 }
 
 }  // namespace moekit::cli

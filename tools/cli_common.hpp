@@ -9,6 +9,7 @@
 #include "moekit/io.hpp"
 #include "moekit/layer.hpp"
 #include "moekit/spec.hpp"
+#include "tune/rank_tactics.hpp"
 #include "tune/routing_profile.hpp"
 
 namespace moekit::cli {
@@ -124,15 +125,20 @@ void bench_layer_on_device(MoeLayer& layer, const HostInputs& in, L2Flush flush,
 void apply_routing_profile(HostInputs& in, const MoeSpec& spec, const tune::RoutingProfile& profile,
                            uint64_t seed);
 
-// The tuner's measuring step: for each tactic the layer's engine built for `gemm`
-// (MoeLayer::tactics), forces it at `bucket` tokens (MoeLayer::set_tactics; the other GEMM keeps
-// its pick) and times the forward of `in` (bucket tokens) as bench does (graph replays, L2 flush,
-// median), within `budget_us` per tactic. Fastest first. The layer's tactics are cleared after.
-// Needs a CUDA device implementation (bench_layer_on_device).
-struct TacticTime {
-  std::string tactic;
-  double median_us = 0.0;
-};
+// Times one forward of `in` per entry of `choices` (MoeLayer::set_tactics before each capture)
+// as bench does (graph replays, each after an L2 flush), the replays of all choices interleaved
+// round by round, so that the clocks' drift over the run falls on every choice alike: at least
+// 30 rounds, more until each choice's replays add up to `budget_us` (500 at most). Medians in
+// the order of `choices`; the layer's tactics are cleared after. Needs a CUDA device.
+std::vector<double> time_choices_on_device(MoeLayer& layer, const HostInputs& in, L2Flush flush,
+                                           const std::vector<TacticChoices>& choices,
+                                           double budget_us);
+
+// The tuner's measuring step: each tactic the layer's engine built for `gemm`
+// (MoeLayer::tactics) forced at `bucket` tokens (the other GEMM keeps its pick), the forwards
+// timed together (time_choices_on_device), ranked by tune::rank_tactics against the engine's
+// own pick (MoeLayer::builtin_tactic).
+using tune::TacticTime;
 std::vector<TacticTime> time_tactics(MoeLayer& layer, Gemm gemm, int64_t bucket,
                                      const HostInputs& in, L2Flush flush, double budget_us);
 

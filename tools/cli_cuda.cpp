@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -378,6 +379,56 @@ void bench_layer_on_device(MoeLayer& layer, const HostInputs& in, L2Flush flush_
   row.p10_us = quantile(us, 0.1);
   row.p90_us = quantile(us, 0.9);
   cudaStreamDestroy(stream);
+}
+
+std::vector<double> time_choices_on_device(MoeLayer& layer, const HostInputs& in,
+                                           L2Flush flush_mode,
+                                           const std::vector<TacticChoices>& choices,
+                                           double budget_us) {
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  DeviceInputs d(layer.spec(), in, device);
+  cudaStream_t stream;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  d.args.stream = stream;
+  const auto forward = [&] { layer.forward(d.args); };
+  std::vector<std::unique_ptr<ReplayGraph>> graphs;
+  for (const TacticChoices& c : choices) {  // the choice is read when the forward launches
+    layer.set_tactics(c);
+    forward();  // eager warm-up of this choice's kernels
+    check(cudaStreamSynchronize(stream), "warm-up forward");
+    throw_if_error(layer.poll_errors());
+    graphs.push_back(std::make_unique<ReplayGraph>(stream, forward));
+  }
+  layer.set_tactics(TacticChoices{});
+  L2Flusher flush(flush_mode, stream);
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  std::vector<std::vector<double>> us(graphs.size());
+  std::vector<double> total(graphs.size(), 0.0);
+  const auto least_total = [&] { return *std::min_element(total.begin(), total.end()); };
+  for (int rep = 0; !graphs.empty() && rep < 500 && (rep < 30 || least_total() < budget_us);
+       ++rep)
+    for (std::size_t i = 0; i < graphs.size(); ++i) {
+      flush.run(rep);
+      check(cudaEventRecord(start, stream), "cudaEventRecord");
+      graphs[i]->launch();
+      check(cudaEventRecord(stop, stream), "cudaEventRecord");
+      check(cudaEventSynchronize(stop), "graph replay");
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+      us[i].push_back(ms * 1e3);
+      total[i] += ms * 1e3;
+    }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  throw_if_error(layer.poll_errors());
+  graphs.clear();
+  cudaStreamDestroy(stream);
+  std::vector<double> medians;
+  for (const auto& u : us) medians.push_back(quantile(u, 0.5));
+  return medians;
 }
 
 Floors measure_floors(L2Flush flush_mode) {

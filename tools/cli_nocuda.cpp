@@ -18,5 +18,9 @@ EpBenchRow time_ep_layer_on_device(EpLayer&, const HostInputs&, int) {
 void bench_layer_on_device(MoeLayer&, const HostInputs&, L2Flush, BenchRow&, int, double) {
   no_cuda("moekit bench");
 }
+std::vector<double> time_choices_on_device(MoeLayer&, const HostInputs&, L2Flush,
+                                           const std::vector<TacticChoices>&, double) {
+  no_cuda("moekit tune");
+}
 Floors measure_floors(L2Flush) { no_cuda("moekit bench"); }
 }  // namespace moekit::cli

@@ -72,6 +72,10 @@ class MoeLayer {
   bool tactics_apply(Gemm gemm, int64_t tokens) const {
     return engine_->tactics_apply(gemm, tokens);
   }
+  // Engine::builtin_tactic: the engine's own pick for `gemm` at `tokens` tokens, or empty.
+  std::string builtin_tactic(Gemm gemm, int64_t tokens) const {
+    return engine_->builtin_tactic(gemm, tokens);
+  }
 
   const MoeSpec& spec() const { return spec_; }
   const Resolution& resolution() const { return resolution_; }

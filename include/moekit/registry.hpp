@@ -122,6 +122,10 @@ class Engine {
   // false where a fused path runs its own kernels there (the BF16 engine's one-token slices and
   // chained decode). `moekit tune` measures nothing at such buckets.
   virtual bool tactics_apply(Gemm /*gemm*/, int64_t /*tokens*/) const { return true; }
+  // The tactic the engine runs for `gemm` at `tokens` tokens without tuned choices (its built-in
+  // pick; a name from tactics()), or empty (no named tactics, or a fused path there). The tuner
+  // keeps it unless another tactic is measurably faster.
+  virtual std::string builtin_tactic(Gemm /*gemm*/, int64_t /*tokens*/) const { return {}; }
 };
 
 class Implementation {

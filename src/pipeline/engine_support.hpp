@@ -255,6 +255,9 @@ class TwoGemmEngine : public Engine {
     return gemm == Gemm::kFc1 ? fc1_->tactics() : fc2_->tactics();
   }
   void set_tactics(const TacticChoices& choices) override { tuned_ = choices; }
+  std::string builtin_tactic(Gemm gemm, int64_t T) const override {
+    return (gemm == Gemm::kFc1 ? fc1_ : fc2_)->pick_tactic(rows_hint(T));
+  }
 
  protected:
   explicit TwoGemmEngine(int device) : device_(device) {}

@@ -44,6 +44,10 @@ class Sm90Engine final : public Engine {
   bool tactics_apply(Gemm, int64_t T) const override {
     return !(T == 1 && slices_one_token()) && !chains(T);
   }
+  std::string builtin_tactic(Gemm gemm, int64_t T) const override {
+    if (!tactics_apply(gemm, T)) return {};
+    return (gemm == Gemm::kFc1 ? fc1_ : fc2_)->pick_tactic(hint_of(T), false);
+  }
 
  private:
   MoeSpec spec_;

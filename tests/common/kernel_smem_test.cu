@@ -43,8 +43,11 @@ TEST_F(KernelSmemTest, ALaterSmallerNeedDoesNotLowerTheLimit) {
 TEST_F(KernelSmemTest, MoreThanTheDeviceHasIsAnErrorNamingTheKernel) {
   const Status st = raise_dynamic_smem_limit(reinterpret_cast<const void*>(touch_shared),
                                              std::size_t{1} << 30, "the test kernel");
-  EXPECT_EQ(st.code(), ErrorCode::kCuda);
+  // Refused before any CUDA call fails (compute-sanitizer reports none).
+  EXPECT_EQ(st.code(), ErrorCode::kUnsupported);
   EXPECT_NE(st.message().find("the test kernel"), std::string::npos);
+  EXPECT_NE(st.message().find(std::to_string(std::size_t{1} << 30)), std::string::npos);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
 }  // namespace

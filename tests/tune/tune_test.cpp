@@ -20,6 +20,7 @@
 #include "moekit/status.hpp"
 #include "quant/quant.hpp"
 #include "support/command.hpp"
+#include "tune/rank_tactics.hpp"
 #include "tune/routing_profile.hpp"
 
 namespace moekit {
@@ -768,6 +769,35 @@ TEST(TuneCli, RunAndBenchTakeATuningFile) {
     const testcmd::Ran help = moekit_cli(std::string(sub) + " --help");
     EXPECT_NE(help.out.find("--tuning-file"), std::string::npos) << sub;
   }
+}
+
+TEST(RankTactics, TheBuiltInPickStaysFirstWithinTheMargin) {
+  using tune::rank_tactics;
+  // 0.5% faster than the built-in: noise, the pick stays; the rest fastest first.
+  auto r = rank_tactics({{"a", 100.0}, {"b", 99.5}, {"c", 101.0}}, "a");
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[0].tactic, "a");
+  EXPECT_EQ(r[1].tactic, "b");
+  EXPECT_EQ(r[2].tactic, "c");
+  // 2% faster: the tuned tactic wins, the built-in is the runner-up.
+  r = rank_tactics({{"a", 100.0}, {"b", 98.0}, {"c", 99.5}}, "a");
+  EXPECT_EQ(r[0].tactic, "b");
+  EXPECT_EQ(r[1].tactic, "c");
+  EXPECT_EQ(r[2].tactic, "a");
+  // Exactly at the margin the built-in stays.
+  r = rank_tactics({{"b", 99.0}, {"a", 100.0}}, "a", 0.01);
+  EXPECT_EQ(r[0].tactic, "a");
+}
+
+TEST(RankTactics, WithoutAKnownBuiltInTheFastestIsFirst) {
+  using tune::rank_tactics;
+  for (const std::string builtin : {"", "not-built"}) {
+    const auto r = rank_tactics({{"a", 100.0}, {"b", 99.9}, {"c", 99.9}}, builtin);
+    EXPECT_EQ(r[0].tactic, "b");  // ties keep their order
+    EXPECT_EQ(r[1].tactic, "c");
+    EXPECT_EQ(r[2].tactic, "a");
+  }
+  EXPECT_TRUE(rank_tactics({}, "a").empty());
 }
 
 }  // namespace
