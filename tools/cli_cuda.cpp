@@ -408,8 +408,7 @@ std::vector<double> time_choices_on_device(MoeLayer& layer, const HostInputs& in
   std::vector<std::vector<double>> us(graphs.size());
   std::vector<double> total(graphs.size(), 0.0);
   const auto least_total = [&] { return *std::min_element(total.begin(), total.end()); };
-  for (int rep = 0; !graphs.empty() && rep < 500 && (rep < 30 || least_total() < budget_us);
-       ++rep)
+  for (int rep = 0; !graphs.empty() && rep < 500 && (rep < 30 || least_total() < budget_us); ++rep)
     for (std::size_t i = 0; i < graphs.size(); ++i) {
       flush.run(rep);
       check(cudaEventRecord(start, stream), "cudaEventRecord");

@@ -26,8 +26,9 @@ inline Status raise_dynamic_smem_limit(const void* kernel, std::size_t bytes,
   int device = 0, optin = 0;
   if (st.ok()) st = cuda_status(cudaGetDevice(&device), what + ": querying the device");
   if (st.ok())
-    st = cuda_status(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
-                     what + ": querying the device's shared memory");
+    st =
+        cuda_status(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+                    what + ": querying the device's shared memory");
   if (st.ok() && bytes + attr.sharedSizeBytes > static_cast<std::size_t>(optin))
     return Status(ErrorCode::kUnsupported,
                   what + " needs " + std::to_string(bytes) + " bytes of dynamic shared memory (" +

@@ -96,8 +96,7 @@ __global__ void __launch_bounds__(kFinishThreads) finish_kernel(FinishArgs f) {
     for (int col = col_begin + tid; col < col_end; col += kFinishThreads) {
       float acc[kFinishRows];
 #pragma unroll
-      for (int r = 0; r < kFinishRows; ++r)
-        acc[r] = r < rows ? f.d32[(r0 + r) * f.n + col] : 0.0f;
+      for (int r = 0; r < kFinishRows; ++r) acc[r] = r < rows ? f.d32[(r0 + r) * f.n + col] : 0.0f;
       // Runs of rows of one group (the tile's rows are in group order; usually one run).
       for (int rb = 0; rb < rows;) {
         const int g = s_group[rb];
@@ -199,7 +198,7 @@ std::vector<int_detail::IntTacticEntry> cutlass_tactics(const IntGroupedShape& s
 struct IntGroupedGemm::State {
   IntGroupedShape shape;
   bool staged = false;  // the CUTLASS tactics store fp32 D for the finish kernel
-  int sm_count = 0;      // the finish kernel's grid
+  int sm_count = 0;     // the finish kernel's grid
   std::vector<std::string> names;
   std::vector<bool> gemv;
   std::vector<std::unique_ptr<int_detail::IntTactic>> tactics;
@@ -260,10 +259,10 @@ std::string IntGroupedGemm::pick_tactic(double rows_per_group_hint) const {
   // a pass; a group with more rows re-streams its weights per pass. Random routing at 4 rows
   // per group on average puts up to ~12 in one group: the 8-row pass up to 4 on average, the
   // 16-row one up to 8. At 16 rows per group (mixtral, 64 tokens) the 16-row pass took 1.68 ms
-  // against 1.11 for the tensor-core GEMM (H200, bench/results/2026-12-07-h200-8e8399d-gemv-ab-tune.md):
-  // past 8 rows the 128 x 64 tile, or where built the 128 x 128 one from 128 rows on, moving
-  // each code once for 64 or 128 rows. The first name holding `part` of the kind wanted, else
-  // the first of that kind.
+  // against 1.11 for the tensor-core GEMM (H200,
+  // bench/results/2026-12-07-h200-8e8399d-gemv-ab-tune.md): past 8 rows the 128 x 64 tile, or where
+  // built the 128 x 128 one from 128 rows on, moving each code once for 64 or 128 rows. The first
+  // name holding `part` of the kind wanted, else the first of that kind.
   const auto& names = state_->names;
   auto first = [&](bool gemv, const std::string& part) -> std::string {
     for (std::size_t i = 0; i < names.size(); ++i)
