@@ -323,85 +323,12 @@ class ReplayGraph {
   cudaGraphExec_t exec_ = nullptr;
 };
 
-// Times replays of `graph` on `stream` (each after an L2 flush, between two events): at least
-// 30 and at most 500, until 1.5 s of replays.
-std::vector<double> time_replays(ReplayGraph& graph, L2Flusher& flush, cudaStream_t stream,
-                                 double budget_us = kBenchBudgetUs) {
-  cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "cudaEventCreate");
-  check(cudaEventCreate(&stop), "cudaEventCreate");
-  std::vector<double> us;
-  double total = 0;
-  for (int rep = 0; rep < 500 && (rep < 30 || total < budget_us); ++rep) {
-    flush.run(rep);
-    check(cudaEventRecord(start, stream), "cudaEventRecord");
-    graph.launch();
-    check(cudaEventRecord(stop, stream), "cudaEventRecord");
-    check(cudaEventSynchronize(stop), "graph replay");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    us.push_back(ms * 1e3);
-    total += ms * 1e3;
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return us;
-}
-
-void bench_layer_on_device(MoeLayer& layer, const HostInputs& in, L2Flush flush_mode, BenchRow& row,
-                           int trace_replays, double budget_us) {
-  int device = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice");
-  DeviceInputs d(layer.spec(), in, device);
-  cudaStream_t stream;
-  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  d.args.stream = stream;
-  layer.forward(d.args);  // eager warm-up; the graph below replays the same work
-  check(cudaStreamSynchronize(stream), "warm-up forward");
-  throw_if_error(layer.poll_errors());
-  const auto forward = [&] { layer.forward(d.args); };
-  ReplayGraph graph(stream, forward);
-  L2Flusher flush(flush_mode, stream);
-  const std::vector<double> us = time_replays(graph, flush, stream, budget_us);
-  throw_if_error(layer.poll_errors());
-  if (trace_replays > 0) {
-    KernelTracer tracer;
-    ReplayGraph traced(stream, forward);             // captured under the tracer
-    for (int rep = 0; rep < trace_replays; ++rep) {  // as the timed loop: flush, replay, wait
-      flush.run(rep);
-      traced.launch();
-      check(cudaStreamSynchronize(stream), "traced replay");
-    }
-    row.trace = summarize_replays(tracer.collect(), trace_replays);
-  }
-  row.reps = static_cast<int>(us.size());
-  row.median_us = quantile(us, 0.5);
-  row.p10_us = quantile(us, 0.1);
-  row.p90_us = quantile(us, 0.9);
-  cudaStreamDestroy(stream);
-}
-
-std::vector<double> time_choices_on_device(MoeLayer& layer, const HostInputs& in,
-                                           L2Flush flush_mode,
-                                           const std::vector<TacticChoices>& choices,
-                                           double budget_us) {
-  int device = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice");
-  DeviceInputs d(layer.spec(), in, device);
-  cudaStream_t stream;
-  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  d.args.stream = stream;
-  const auto forward = [&] { layer.forward(d.args); };
-  std::vector<std::unique_ptr<ReplayGraph>> graphs;
-  for (const TacticChoices& c : choices) {  // the choice is read when the forward launches
-    layer.set_tactics(c);
-    forward();  // eager warm-up of this choice's kernels
-    check(cudaStreamSynchronize(stream), "warm-up forward");
-    throw_if_error(layer.poll_errors());
-    graphs.push_back(std::make_unique<ReplayGraph>(stream, forward));
-  }
-  layer.set_tactics(TacticChoices{});
-  L2Flusher flush(flush_mode, stream);
+// Times replays of each of `graphs` on `stream`, interleaved round by round (each replay after
+// an L2 flush, between two events): at least 30 rounds and at most 500, until each graph's
+// replays add up to `budget_us`. The times per graph, in microseconds.
+std::vector<std::vector<double>> time_replays(const std::vector<ReplayGraph*>& graphs,
+                                              L2Flusher& flush, cudaStream_t stream,
+                                              double budget_us) {
   cudaEvent_t start, stop;
   check(cudaEventCreate(&start), "cudaEventCreate");
   check(cudaEventCreate(&stop), "cudaEventCreate");
@@ -422,9 +349,83 @@ std::vector<double> time_choices_on_device(MoeLayer& layer, const HostInputs& in
     }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
+  return us;
+}
+
+// A layer's inputs on the device and a stream of its own, for timed forwards: warm_up() runs
+// one eager forward (loading its kernels) and checks the layer's device errors.
+class TimedForward {
+ public:
+  TimedForward(MoeLayer& layer, const HostInputs& in)
+      : layer_(layer), d_(layer.spec(), in, current_device()) {
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    d_.args.stream = stream_;
+  }
+  ~TimedForward() { cudaStreamDestroy(stream_); }
+  TimedForward(const TimedForward&) = delete;
+  TimedForward& operator=(const TimedForward&) = delete;
+  void operator()() { layer_.forward(d_.args); }
+  void warm_up() {
+    (*this)();
+    check(cudaStreamSynchronize(stream_), "warm-up forward");
+    throw_if_error(layer_.poll_errors());
+  }
+  cudaStream_t stream() const { return stream_; }
+
+ private:
+  static int current_device() {
+    int device = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    return device;
+  }
+  MoeLayer& layer_;
+  DeviceInputs d_;
+  cudaStream_t stream_ = nullptr;
+};
+
+void bench_layer_on_device(MoeLayer& layer, const HostInputs& in, L2Flush flush_mode, BenchRow& row,
+                           int trace_replays, double budget_us) {
+  TimedForward forward(layer, in);
+  const cudaStream_t stream = forward.stream();
+  forward.warm_up();  // the graph below replays the same work
+  ReplayGraph graph(stream, [&] { forward(); });
+  L2Flusher flush(flush_mode, stream);
+  const std::vector<double> us = time_replays({&graph}, flush, stream, budget_us).front();
   throw_if_error(layer.poll_errors());
-  graphs.clear();
-  cudaStreamDestroy(stream);
+  if (trace_replays > 0) {
+    KernelTracer tracer;
+    ReplayGraph traced(stream, [&] { forward(); });  // captured under the tracer
+    for (int rep = 0; rep < trace_replays; ++rep) {  // as the timed loop: flush, replay, wait
+      flush.run(rep);
+      traced.launch();
+      check(cudaStreamSynchronize(stream), "traced replay");
+    }
+    row.trace = summarize_replays(tracer.collect(), trace_replays);
+  }
+  row.reps = static_cast<int>(us.size());
+  row.median_us = quantile(us, 0.5);
+  row.p10_us = quantile(us, 0.1);
+  row.p90_us = quantile(us, 0.9);
+}
+
+std::vector<double> time_choices_on_device(MoeLayer& layer, const HostInputs& in,
+                                           L2Flush flush_mode,
+                                           const std::vector<TacticChoices>& choices,
+                                           double budget_us) {
+  TimedForward forward(layer, in);
+  std::vector<std::unique_ptr<ReplayGraph>> graphs;
+  std::vector<ReplayGraph*> replayed;
+  for (const TacticChoices& c : choices) {  // the choice is read when the forward launches
+    layer.set_tactics(c);
+    forward.warm_up();  // this choice's kernels loaded before its capture
+    graphs.push_back(std::make_unique<ReplayGraph>(forward.stream(), [&] { forward(); }));
+    replayed.push_back(graphs.back().get());
+  }
+  layer.set_tactics(TacticChoices{});
+  L2Flusher flush(flush_mode, forward.stream());
+  const std::vector<std::vector<double>> us =
+      time_replays(replayed, flush, forward.stream(), budget_us);
+  throw_if_error(layer.poll_errors());
   std::vector<double> medians;
   for (const auto& u : us) medians.push_back(quantile(u, 0.5));
   return medians;
@@ -488,7 +489,7 @@ Floors measure_floors(L2Flush flush_mode) {
     {
       ReplayGraph graph(stream, [&] { check(launch_empty_kernel(stream), "the empty kernel"); });
       L2Flusher flush(flush_mode, stream);
-      f.launch_us = quantile(time_replays(graph, flush, stream), 0.5);
+      f.launch_us = quantile(time_replays({&graph}, flush, stream, kBenchBudgetUs).front(), 0.5);
     }
     cudaStreamDestroy(stream);
   }
