@@ -242,13 +242,13 @@ fi
 
 # Step "tune": for each routing profile of MOEKIT_TUNE_PROFILES (default "uniform zipf:1.2"),
 # `moekit tune` of MOEKIT_BENCH_PRESETS up to MOEKIT_TUNE_MAX_TOKENS (default 4096) into
-# tuning-<profile>.json, then the bench at MOEKIT_TUNE_BENCH_TOKENS (default 1,8,64,512,4096) with
-# the same profile, without and with that file in turn (MOEKIT_AB_ROUNDS rounds, default 2), one
-# process per run, so both compare on one machine; tune-<profile>.txt has the tuner's table and
-# every bench table, the summary one line per run. MOEKIT_TUNE_TIMEOUT (s, default 240) bounds
-# each tune and each bench; MOEKIT_TUNE_BUDGET_MS is tune's --budget-ms, 50 here by default
-# (at least 30 replays per tactic either way; at 200 ms, 60 of the four presets' 104
-# measurements took 200 s on an H100, 2026-12-07).
+# tuning-<profile>.json, then `moekit bench --compare-tuning` at MOEKIT_TUNE_BENCH_TOKENS (default
+# 1,8,64,512,4096) with the same profile: each row's forward without and with that file, the two
+# replayed in turn in one process (MOEKIT_AB_ROUNDS processes, default 1). tune-<profile>.txt
+# has the tuner's table and the bench's; the summary one line per row. MOEKIT_TUNE_TIMEOUT (s,
+# default 240) bounds each tune and each bench; MOEKIT_TUNE_BUDGET_MS is tune's --budget-ms, 50
+# here by default (at least 30 replays per tactic either way; at 200 ms, 60 of the four presets'
+# 104 measurements took 200 s on an H100, 2026-12-07).
 if want tune; then
   presets=${MOEKIT_BENCH_PRESETS:-qwen3-30b-a3b,mixtral-8x7b,deepseek-v3,gpt-oss-120b}
   for profile in ${MOEKIT_TUNE_PROFILES:-uniform zipf:1.2}; do
@@ -258,16 +258,13 @@ if want tune; then
       --max-tokens "${MOEKIT_TUNE_MAX_TOKENS:-4096}" --routing-profile "$profile" \
       --budget-ms "${MOEKIT_TUNE_BUDGET_MS:-50}" --out "$file" >"$txt" 2>&1
     echo "tune $profile: rc=$? ($(grep -c '"tactic"' "$file" 2>/dev/null || echo 0) entries)" >>"$summary"
-    for ((r = 1; r <= ${MOEKIT_AB_ROUNDS:-2}; r++)); do
-      for with in without with; do
-        args=(); [[ $with == with ]] && args=(--tuning-file "$file")
-        echo "######## bench $profile round $r $with the tuning file" >>"$txt"
-        line=$(timeout "${MOEKIT_TUNE_TIMEOUT:-240}" $bin/tools/moekit bench --preset "$presets" \
-          --tokens "${MOEKIT_TUNE_BENCH_TOKENS:-1,8,64,512,4096}" --flush "${MOEKIT_FLUSH:-read}" \
-          --routing-profile "$profile" "${args[@]}" 2>&1 | tee -a "$txt" |
-          awk '$2 ~ /^[0-9]+$/ && $3 ~ /^[0-9.]+$/ {printf "%s %s %s; ", $1, $2, $3} END {print ""}')
-        echo "tune $profile round $r $with file: $line" >>"$summary"
-      done
+    for ((r = 1; r <= ${MOEKIT_AB_ROUNDS:-1}; r++)); do
+      echo "######## bench $profile round $r, without and with the tuning file" >>"$txt"
+      timeout "${MOEKIT_TUNE_TIMEOUT:-240}" $bin/tools/moekit bench --preset "$presets" \
+        --tokens "${MOEKIT_TUNE_BENCH_TOKENS:-1,8,64,512,4096}" --flush "${MOEKIT_FLUSH:-read}" \
+        --routing-profile "$profile" --tuning-file "$file" --compare-tuning 2>&1 | tee -a "$txt" |
+        awk -v p="$profile" -v r="$r" '$2 ~ /^[0-9]+$/ && $3 ~ /^[0-9.]+$/ {
+          printf "tune %s round %s: %s T=%s without %s with %s (%s)\n", p, r, $1, $2, $3, $4, $5 }' >>"$summary"
     done
   done
 fi

@@ -504,15 +504,31 @@ int cmd_bench_ep(const LayerOpts& lo, const std::vector<std::pair<std::string, M
   return 0;
 }
 
+// "fc1 <tactic>, fc2 <tactic>": what `chosen` runs at `tokens` tokens ("built-in": no entry).
+std::string tuned_at(const TacticChoices& chosen, int64_t tokens) {
+  std::string out;
+  for (const Gemm g : {Gemm::kFc1, Gemm::kFc2}) {
+    const std::string* t = chosen.find(g, tokens);
+    out += std::string(out.empty() ? "" : ", ") + to_string(g) + " " + (t ? *t : "built-in");
+  }
+  return out;
+}
+
 int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& flush_text,
               const std::string& json_path, const std::string& trace_text,
-              const std::string& profile_text) {
+              const std::string& profile_text, bool compare_tuning) {
   const int trace_replays = parse_int("--trace", trace_text, 0);
   // The routing the timed batches follow, as `moekit tune` draws it: a tuning file measured
   // under skew is judged under the same skew.
   const tune::RoutingProfile profile = tune::parse_routing_profile(profile_text);
   const std::vector<int64_t> tokens = parse_tokens(tokens_list);
   const L2Flush flush = parse_l2_flush(flush_text);
+  if (compare_tuning && lo.tuning_path().empty())
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string("--compare-tuning needs a tuning file (--tuning-file or $") +
+                    kTuningFileEnv + ")");
+  if (compare_tuning && (trace_replays > 0 || !json_path.empty()))
+    throw Error(ErrorCode::kInvalidArgument, "--compare-tuning takes neither --trace nor --json");
   // The workspace: --max-tokens where given (as a server sizes it for its largest batch; the
   // decode GEMVs' grids follow it), else the largest count asked for.
   const int64_t largest = *std::max_element(tokens.begin(), tokens.end());
@@ -568,8 +584,16 @@ int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& f
         to_string(spec.act_dtype), to_string(spec.routing.method),
         static_cast<long long>(spec.num_experts), static_cast<long long>(spec.top_k), gemm_name);
   }
-  std::printf("%-16s %6s %10s %9s %9s %6s %8s %6s %8s %6s %10s  %s\n", "preset", "T", "median_us",
-              "p10", "p90", "hit", "GB/s", "%bw", "TFLOP/s", "%gemm", "floor_us", "implementation");
+  if (compare_tuning)
+    std::printf(
+        "# --compare-tuning: each row's forward with the engine's built-in picks and with the "
+        "tuning file's, captured apart and replayed in turn (medians of the same rounds)\n"
+        "%-16s %6s %10s %10s %8s  %s\n",
+        "preset", "T", "builtin_us", "tuned_us", "change", "the file's tactics at T");
+  else
+    std::printf("%-16s %6s %10s %9s %9s %6s %8s %6s %8s %6s %10s  %s\n", "preset", "T", "median_us",
+                "p10", "p90", "hit", "GB/s", "%bw", "TFLOP/s", "%gemm", "floor_us",
+                "implementation");
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& [name, spec] : layers) {
     MoeWeights w = bench_random_weights(spec, lo.seed);
@@ -583,9 +607,19 @@ int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& f
     const double expert_bytes = static_cast<double>(local_expert_bytes(spec));
     const char* gemm_name = nullptr;
     const double gemm_rate = gemm_floor_rate(floors, spec.weights.format, &gemm_name);
+    const TacticChoices chosen{layer->resolution().tuning.chosen};
     for (int64_t t : tokens) {
       HostInputs in = random_inputs(spec, t, lo.seed + t);
       apply_routing_profile(in, spec, profile, lo.seed + t);
+      if (compare_tuning) {
+        const std::vector<double> us =
+            time_choices_on_device(*layer, in, flush, {TacticChoices{}, chosen}, kBenchBudgetUs);
+        layer->set_tactics(chosen);  // as the layer was built
+        std::printf("%-16s %6lld %10.1f %10.1f %+7.2f%%  %s\n", name.c_str(), (long long)t, us[0],
+                    us[1], 100.0 * (us[1] / us[0] - 1.0), tuned_at(chosen, t).c_str());
+        std::fflush(stdout);
+        continue;
+      }
       BenchRow row;
       row.preset = name;
       row.tokens = t;
@@ -858,6 +892,7 @@ int main(int argc, char** argv) {
   bench_lo.preset = "qwen3-30b-a3b,mixtral-8x7b,deepseek-v3,gpt-oss-120b";
   std::string tokens = "1,8,64,512,4096,16384", json_path, flush = "read", trace_replays = "0",
               bench_profile = "uniform";
+  bool compare_tuning = false;
   auto* bench =
       app.add_subcommand("bench", "time full forwards (CUDA graph replays) of presets on the GPU");
   bench_lo.add_to(bench);
@@ -873,6 +908,9 @@ int main(int argc, char** argv) {
                    "how the timed batches route, as tune: uniform (random logits), zipf or "
                    "zipf:<s>")
       ->capture_default_str();
+  bench->add_flag("--compare-tuning", compare_tuning,
+                  "time each row with the engine's built-in tactics and with the tuning file's, "
+                  "the two forwards replayed in turn, and print both and the change");
   bench->add_option("--trace", trace_replays,
                     "then replay each forward this many more times with CUPTI recording every "
                     "kernel, and print each kernel's median duration and gap from the one before");
@@ -915,7 +953,9 @@ int main(int argc, char** argv) {
     ro.tokens_given = run_tokens->count() > 0;
     if (*run) return cmd_run(run_lo, ro);
     if (*res) return cmd_resolve(res_lo, json);
-    if (*bench) return cmd_bench(bench_lo, tokens, flush, json_path, trace_replays, bench_profile);
+    if (*bench)
+      return cmd_bench(bench_lo, tokens, flush, json_path, trace_replays, bench_profile,
+                       compare_tuning);
     if (*tune) return cmd_tune(tune_lo, tune_opts);
   } catch (const moekit::Error& e) {
     std::fprintf(stderr, "moekit: error: %s\n", e.what());

@@ -20,6 +20,9 @@
 #include "moekit/status.hpp"
 #include "quant/quant.hpp"
 #include "support/command.hpp"
+#ifdef MOEKIT_WITH_CUDA
+#include "support/gpu.hpp"
+#endif
 #include "tune/rank_tactics.hpp"
 #include "tune/routing_profile.hpp"
 
@@ -770,6 +773,41 @@ TEST(TuneCli, RunAndBenchTakeATuningFile) {
     EXPECT_NE(help.out.find("--tuning-file"), std::string::npos) << sub;
   }
 }
+
+// bench --compare-tuning times a row with and without the file: refused, before any GPU work,
+// without a file or with --trace / --json, which it does not produce.
+TEST(TuneCli, CompareTuningNeedsAFileAndNothingElse) {
+  const testcmd::Ran none = moekit_cli("bench --preset qwen3-30b-a3b --tokens 1 --compare-tuning");
+  EXPECT_EQ(none.code, 1) << none.out << none.err;
+  EXPECT_NE(none.err.find("--compare-tuning needs a tuning file"), std::string::npos) << none.err;
+  const std::string file = tmp_dir() + "/absent.json";
+  for (const char* extra : {"--trace 3", "--json out.json"}) {
+    const testcmd::Ran r = moekit_cli(
+        "bench --preset qwen3-30b-a3b --tokens 1 --compare-tuning "
+        "--tuning-file " +
+        file + " " + extra);
+    EXPECT_EQ(r.code, 1) << extra;
+    EXPECT_NE(r.err.find("--compare-tuning takes neither"), std::string::npos) << r.err;
+  }
+}
+
+#ifdef MOEKIT_WITH_CUDA
+// tune then bench --compare-tuning on a small layer: one row per token count with both times.
+TEST(TuneCli, TuneThenCompareOnTheGpu) {
+  const std::string reason = devtest::gpu_skip_reason();
+  if (!reason.empty()) GTEST_SKIP() << reason;
+  const std::string shape = "--preset qwen3-30b-a3b --experts 8 --hidden 256 --intermediate 128 ";
+  const std::string file = tmp_dir() + "/small-tuned.json";
+  const testcmd::Ran tune =
+      moekit_cli("tune " + shape + "--max-tokens 64 --budget-ms 1 --out " + file);
+  ASSERT_EQ(tune.code, 0) << tune.out << tune.err;
+  const testcmd::Ran bench =
+      moekit_cli("bench " + shape + "--tokens 64 --tuning-file " + file + " --compare-tuning");
+  ASSERT_EQ(bench.code, 0) << bench.out << bench.err;
+  EXPECT_NE(bench.out.find("builtin_us"), std::string::npos) << bench.out;
+  EXPECT_NE(bench.out.find("fc1 "), std::string::npos) << bench.out;  // the file's tactics at T
+}
+#endif
 
 TEST(RankTactics, TheBuiltInPickStaysFirstWithinTheMargin) {
   using tune::rank_tactics;

@@ -205,8 +205,10 @@ TEST_F(TuneWarmupTest, TunedTacticsRunAndCaptureAndUnknownOnesFallBack) {
 }
 
 // Where the engine says a choice of tactics does not apply (its fused decode paths), any choice
-// gives the built-in forward bit for bit; where it does, the tuner measures. The BF16 engine has
-// such buckets at decode sizes and not at 100 tokens; the FP8 engine has none.
+// gives the built-in forward bit for bit and there is no built-in tactic to name; where it does,
+// the tuner measures, and the engine names its own pick (builtin_tactic), one of its tactics,
+// which forced gives the built-in forward bit for bit. The BF16 engine has fused buckets at
+// decode sizes and not at 100 tokens; the FP8 engine has none.
 TEST_F(TuneWarmupTest, TacticsApplyWhereAChoiceChangesTheForward) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x7a20);
   for (const MoeSpec& s : {bf16_spec(), fp8_spec()}) {
@@ -218,7 +220,16 @@ TEST_F(TuneWarmupTest, TacticsApplyWhereAChoiceChangesTheForward) {
     for (const int64_t T : tuning_buckets(s.max_tokens)) {
       const bool fc1 = layer->tactics_apply(Gemm::kFc1, T);
       EXPECT_EQ(fc1, layer->tactics_apply(Gemm::kFc2, T)) << "T " << T;
-      if (fc1) continue;
+      if (fc1) {
+        for (const Gemm g : {Gemm::kFc1, Gemm::kFc2}) {
+          const std::vector<std::string> names = layer->tactics(g);
+          const std::string picked = layer->builtin_tactic(g, T);
+          EXPECT_NE(std::find(names.begin(), names.end(), picked), names.end())
+              << to_string(g) << " T " << T << ": built-in \"" << picked << "\"";
+        }
+        continue;
+      }
+      EXPECT_TRUE(layer->builtin_tactic(Gemm::kFc1, T).empty()) << "T " << T;
       ++fused;
       SCOPED_TRACE("T " + std::to_string(T));
       Batch b(s, T, rng);
@@ -237,6 +248,21 @@ TEST_F(TuneWarmupTest, TacticsApplyWhereAChoiceChangesTheForward) {
     }
     layer->set_tactics(TacticChoices{});
     EXPECT_TRUE(layer->tactics_apply(Gemm::kFc1, s.max_tokens));
+    {  // The built-in picks forced by name run the built-in forward.
+      const int64_t T = s.max_tokens;
+      Batch b(s, T, rng);
+      layer->forward(b.args);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::vector<uint16_t> built_in = b.output();
+      layer->set_tactics(
+          TacticChoices{{TacticChoice{Gemm::kFc1, T, layer->builtin_tactic(Gemm::kFc1, T)},
+                         TacticChoice{Gemm::kFc2, T, layer->builtin_tactic(Gemm::kFc2, T)}}});
+      ASSERT_EQ(cudaMemset(b.d_out.ptr, 0xff, b.d_out.bytes), cudaSuccess);
+      layer->forward(b.args);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_TRUE(b.output() == built_in);
+      layer->set_tactics(TacticChoices{});
+    }
     if (bf16) {
       EXPECT_GT(fused, 0) << "no decode bucket runs a fused path";
     } else {
