@@ -45,17 +45,26 @@ using namespace cute;
 
 constexpr int kBlock = static_cast<int>(Fp8GroupedGemm::kBlock);
 
-// One kernel configuration: tile, cluster, swap-AB. Its name is its identity.
-template <int M, int N, bool SwapAB, class OutElement = cutlass::bfloat16_t>
+// One kernel configuration: tile, cluster, swap-AB, schedule. Its name is its identity.
+// Cooperative: two warp groups share a tile. Ping-pong: each warp group owns a 64-row tile, and
+// one's promotion of a k block's sums (times the blocks' scales) and epilogue overlap the other's
+// MMAs; two 64x128 fp32 sums a thread (the running one and the k block's) fit its registers.
+template <int M, int N, bool SwapAB, class OutElement = cutlass::bfloat16_t, bool Pingpong = false>
 struct Fp8Cfg {
+  static_assert(!Pingpong || (M == 64 && !SwapAB), "ping-pong: normal 64-row tiles");
   static constexpr bool kSwapAB = SwapAB;
+  static constexpr bool kPingpong = Pingpong;
   using ElementD = OutElement;
   static constexpr bool kFp32Out = std::is_same_v<OutElement, float>;
   using Tile = Shape<Int<M>, Int<N>, Int<kBlock>>;
   using Cluster = Shape<_1, _1, _1>;
   static std::string name() {
-    return std::string("sm90.fp8.") + (SwapAB ? "swapab." : "coop.") + std::to_string(M) + "x" +
-           std::to_string(N) + "x" + std::to_string(kBlock) + ".c1x1" + (kFp32Out ? ".f32" : "");
+    return std::string("sm90.fp8.") +
+           (SwapAB     ? "swapab."
+            : Pingpong ? "pingpong."
+                       : "coop.") +
+           std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(kBlock) + ".c1x1" +
+           (kFp32Out ? ".f32" : "");
   }
 };
 
@@ -83,7 +92,8 @@ struct Fp8Kernel {
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Cfg::Tile,
       typename Cfg::Cluster, cutlass::epilogue::collective::EpilogueTileAuto, float, float, void,
       LayoutD*, kAlignD, ElementD, LayoutD*, kAlignD,
-      cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
+      std::conditional_t<Cfg::kPingpong, cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong,
+                         cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>,
       cutlass::epilogue::fusion::LinearCombination<ElementD, float>>::CollectiveOp;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element,
@@ -91,7 +101,9 @@ struct Fp8Kernel {
       float, typename Cfg::Tile, typename Cfg::Cluster,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename Epilogue::SharedStorage))>,
-      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise>::CollectiveOp;
+      std::conditional_t<
+          Cfg::kPingpong, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8Blockwise,
+          cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise>>::CollectiveOp;
   using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
@@ -281,10 +293,17 @@ Fp8Entry entry() {
 }
 
 // The tactic list: a swap-AB tile for the few rows per expert of decode, the 128 x 128 tile for
-// prefill; each with a bf16 and an fp32 D.
+// prefill (the pick); each with a bf16 and an fp32 D. Beside them, for the tuner, the ping-pong
+// 64 x 128 tile (not in MOEKIT_ONE_TACTIC builds).
 std::vector<Fp8Entry> fp8_tactics() {
-  return {entry<Fp8Cfg<128, 128, false>>(), entry<Fp8Cfg<128, 32, true>>(),
-          entry<Fp8Cfg<128, 128, false, float>>(), entry<Fp8Cfg<128, 32, true, float>>()};
+  std::vector<Fp8Entry> v = {entry<Fp8Cfg<128, 128, false>>(), entry<Fp8Cfg<128, 32, true>>(),
+                             entry<Fp8Cfg<128, 128, false, float>>(),
+                             entry<Fp8Cfg<128, 32, true, float>>()};
+#if !defined(MOEKIT_ONE_TACTIC)
+  v.push_back(entry<Fp8Cfg<64, 128, false, cutlass::bfloat16_t, true>>());
+  v.push_back(entry<Fp8Cfg<64, 128, false, float, true>>());
+#endif
+  return v;
 }
 
 }  // namespace

@@ -15,8 +15,8 @@
 // DeepSeek-V3's real H and I for a few tokens; every routing method x activation; all tokens to
 // the same experts (the others empty); codes at the e4m3 limits (+-448, subnormals) in the
 // weights and the activations; all-zero hidden rows; TP and EP ranks; the routing weight on the
-// experts' input (Llama-4); CUDA graph capture of the first call equal to eager; bad caller ids
-// and bad views; the specs the engine refuses. Sm90Fp8EngineSanitizer holds the small case for
+// experts' input (Llama-4); every named tactic forced; CUDA graph capture of the first call
+// equal to eager; bad caller ids and bad views; the specs the engine refuses. Sm90Fp8EngineSanitizer holds the small case for
 // compute-sanitizer; under sanitizer_run() the largest token counts and the real shape are left
 // out. The layers, inputs and checks are shared with the BF16 engine's test:
 // support/engine_check.hpp.
@@ -219,6 +219,25 @@ TEST_F(Sm90Fp8EngineTest, PresetRoutingAcrossTokenCounts) {
       EXPECT_GT(l.engine->workspace_bytes(), 0u);
       check_tokens(l, {1, 7, 64, 513, 4096}, Ids::kRouted, rng);
     }
+  }
+}
+
+// Every named tactic of both GEMMs (what a tuning file may choose), forced at a decode and a
+// prefill token count, against the exact reference.
+TEST_F(Sm90Fp8EngineTest, EveryTacticMatchesTheReference) {
+  std::mt19937_64 rng(devtest::base_seed() ^ 0xf8e7);
+  for (const WeightFormat f : kFormats) {
+    Layer l = make_layer(fp8(scaled_preset("qwen3-30b-a3b", 32, 256, 256), f), rng());
+    for (const Gemm g : {Gemm::kFc1, Gemm::kFc2})
+      for (const std::string& tactic : l.engine->tactics(g))
+        for (const int64_t T : {int64_t{7}, int64_t{513}}) {
+          if (T > kSanitizerMaxTokens && sanitizer_run()) continue;
+          SCOPED_TRACE(describe(l.spec) + " " + to_string(g) + " " + tactic + " T" +
+                       std::to_string(T));
+          l.engine->set_tactics(TacticChoices{{TacticChoice{g, T, tactic}}});
+          check_inputs(l, nullptr, make_inputs(l, T, Ids::kRouted, rng));
+        }
+    l.engine->set_tactics(TacticChoices{});
   }
 }
 
