@@ -69,6 +69,19 @@ MoeSpec spec_for_rank(const MoeSpec& spec, int rank, int world_size);
 // host transport, the bound GPU for NCCL); `stream` is a cudaStream_t for NCCL, ignored on the
 // host. Every rank of the world calls the same collectives in the same order.
 //
+// One all_to_all_v's buffers and counts, and one all_gather's: parts of the grouped forms below.
+struct AllToAllPart {
+  const void* send = nullptr;
+  std::vector<int64_t> send_bytes;
+  void* recv = nullptr;
+  std::vector<int64_t> recv_bytes;
+};
+struct AllGatherPart {
+  const void* send = nullptr;
+  int64_t bytes = 0;
+  void* recv = nullptr;
+};
+
 // Teardown: release() ends the communicator. Releasing twice is harmless (the second call
 // returns the first call's status and does nothing). A release that fails leaves the
 // communicator poisoned: every later call fails with kComm and nothing is reused. The destructor
@@ -98,6 +111,12 @@ class Communicator {
                       const std::vector<int64_t>& recv_bytes, void* stream);
   // recv [world_size() * bytes]: rank s's `bytes` bytes at s * bytes.
   Status all_gather(const void* send, int64_t bytes, void* recv, void* stream);
+  // Several of them as one collective where the transport can (NCCL: one group, one launch,
+  // instead of one per part; an EP dispatch sends its rows, ids and weights together). Each part
+  // as the single form; every rank passes its parts in the same order. All parts are checked
+  // before any moves; a bad one is named by its index.
+  Status all_to_all_v(const std::vector<AllToAllPart>& parts, void* stream);
+  Status all_gather(const std::vector<AllGatherPart>& parts, void* stream);
   // send [world_size() * count] fp32; recv [count] is the sum over ranks of segment rank().
   // recv may be send + rank() * count (in place, as NCCL allows).
   Status reduce_scatter_sum(const float* send, int64_t count, float* recv, void* stream);
@@ -112,6 +131,9 @@ class Communicator {
                                  void* recv, const std::vector<int64_t>& recv_bytes,
                                  void* stream) = 0;
   virtual Status do_all_gather(const void* send, int64_t bytes, void* recv, void* stream) = 0;
+  // The grouped forms: by default each part in turn.
+  virtual Status do_all_to_all_v_parts(const std::vector<AllToAllPart>& parts, void* stream);
+  virtual Status do_all_gather_parts(const std::vector<AllGatherPart>& parts, void* stream);
   virtual Status do_reduce_scatter_sum(const float* send, int64_t count, float* recv,
                                        void* stream) = 0;
   virtual Status do_exchange_host(const std::vector<uint8_t>& mine,

@@ -23,29 +23,83 @@ Status Communicator::usable(const char* what) const {
                     ": build a new one");
 }
 
+namespace {
+
+// The counts of one all_to_all_v (`what` names it: the call, or the call and its part).
+Status check_all_to_all_counts(const std::string& what, int world_size,
+                               const std::vector<int64_t>& send_bytes,
+                               const std::vector<int64_t>& recv_bytes) {
+  const auto n = static_cast<size_t>(world_size);
+  if (send_bytes.size() != n || recv_bytes.size() != n)
+    return Status(ErrorCode::kInvalidArgument,
+                  what + " with " + std::to_string(send_bytes.size()) + " send and " +
+                      std::to_string(recv_bytes.size()) + " receive counts in a world of " +
+                      std::to_string(world_size));
+  for (size_t r = 0; r < n; ++r) {
+    if (send_bytes[r] < 0 || recv_bytes[r] < 0)
+      return Status(ErrorCode::kInvalidArgument,
+                    what + " with a negative count for rank " + std::to_string(r));
+  }
+  return {};
+}
+
+Status check_all_gather_bytes(const std::string& what, int64_t bytes) {
+  if (bytes < 0)
+    return Status(ErrorCode::kInvalidArgument, what + " of " + std::to_string(bytes) + " bytes");
+  return {};
+}
+
+std::string part_name(const char* call, std::size_t i) {
+  return std::string(call) + " part " + std::to_string(i);
+}
+
+}  // namespace
+
 Status Communicator::all_to_all_v(const void* send, const std::vector<int64_t>& send_bytes,
                                   void* recv, const std::vector<int64_t>& recv_bytes,
                                   void* stream) {
   if (Status st = usable("all_to_all_v"); !st.ok()) return st;
-  const auto n = static_cast<size_t>(world_size_);
-  if (send_bytes.size() != n || recv_bytes.size() != n)
-    return Status(ErrorCode::kInvalidArgument,
-                  "all_to_all_v with " + std::to_string(send_bytes.size()) + " send and " +
-                      std::to_string(recv_bytes.size()) + " receive counts in a world of " +
-                      std::to_string(world_size_));
-  for (size_t r = 0; r < n; ++r) {
-    if (send_bytes[r] < 0 || recv_bytes[r] < 0)
-      return Status(ErrorCode::kInvalidArgument,
-                    "all_to_all_v with a negative count for rank " + std::to_string(r));
-  }
+  if (Status st = check_all_to_all_counts("all_to_all_v", world_size_, send_bytes, recv_bytes);
+      !st.ok())
+    return st;
   return do_all_to_all_v(send, send_bytes, recv, recv_bytes, stream);
 }
 
 Status Communicator::all_gather(const void* send, int64_t bytes, void* recv, void* stream) {
   if (Status st = usable("all_gather"); !st.ok()) return st;
-  if (bytes < 0)
-    return Status(ErrorCode::kInvalidArgument, "all_gather of " + std::to_string(bytes) + " bytes");
+  if (Status st = check_all_gather_bytes("all_gather", bytes); !st.ok()) return st;
   return do_all_gather(send, bytes, recv, stream);
+}
+
+Status Communicator::all_to_all_v(const std::vector<AllToAllPart>& parts, void* stream) {
+  if (Status st = usable("all_to_all_v"); !st.ok()) return st;
+  for (std::size_t i = 0; i < parts.size(); ++i)
+    if (Status st = check_all_to_all_counts(part_name("all_to_all_v", i), world_size_,
+                                            parts[i].send_bytes, parts[i].recv_bytes);
+        !st.ok())
+      return st;
+  return do_all_to_all_v_parts(parts, stream);
+}
+
+Status Communicator::all_gather(const std::vector<AllGatherPart>& parts, void* stream) {
+  if (Status st = usable("all_gather"); !st.ok()) return st;
+  for (std::size_t i = 0; i < parts.size(); ++i)
+    if (Status st = check_all_gather_bytes(part_name("all_gather", i), parts[i].bytes); !st.ok())
+      return st;
+  return do_all_gather_parts(parts, stream);
+}
+
+Status Communicator::do_all_to_all_v_parts(const std::vector<AllToAllPart>& parts, void* stream) {
+  for (const AllToAllPart& p : parts)
+    if (Status st = do_all_to_all_v(p.send, p.send_bytes, p.recv, p.recv_bytes, stream); !st.ok())
+      return st;
+  return {};
+}
+
+Status Communicator::do_all_gather_parts(const std::vector<AllGatherPart>& parts, void* stream) {
+  for (const AllGatherPart& p : parts)
+    if (Status st = do_all_gather(p.send, p.bytes, p.recv, stream); !st.ok()) return st;
+  return {};
 }
 
 Status Communicator::reduce_scatter_sum(const float* send, int64_t count, float* recv,

@@ -318,12 +318,13 @@ void EpLayer::forward_all_to_all(int64_t T, const void* hidden, const int32_t* i
   comm::pack_rows(plan, hidden, row_bytes, send_rows_.data());
   comm::pack_rows(plan, ids, k * 4, send_ids_.data());
   comm::pack_rows(plan, weights, k * 4, send_weights_.data());
-  throw_if_error(comm_->all_to_all_v(send_rows_.data(), scaled(plan.send_counts, row_bytes),
-                                     recv_rows_.data(), scaled(recv_counts, row_bytes), nullptr));
-  throw_if_error(comm_->all_to_all_v(send_ids_.data(), scaled(plan.send_counts, k * 4),
-                                     recv_ids_.data(), scaled(recv_counts, k * 4), nullptr));
-  throw_if_error(comm_->all_to_all_v(send_weights_.data(), scaled(plan.send_counts, k * 4),
-                                     recv_weights_.data(), scaled(recv_counts, k * 4), nullptr));
+  throw_if_error(comm_->all_to_all_v({{send_rows_.data(), scaled(plan.send_counts, row_bytes),
+                                       recv_rows_.data(), scaled(recv_counts, row_bytes)},
+                                      {send_ids_.data(), scaled(plan.send_counts, k * 4),
+                                       recv_ids_.data(), scaled(recv_counts, k * 4)},
+                                      {send_weights_.data(), scaled(plan.send_counts, k * 4),
+                                       recv_weights_.data(), scaled(recv_counts, k * 4)}},
+                                     nullptr));
   stats_.dispatch_ms = ms_since(t);
   int64_t received = 0;
   for (int64_t c : recv_counts) received += c;
@@ -369,9 +370,10 @@ void EpLayer::forward_all_gather(int64_t T, const void* hidden, const int32_t* i
       send_weights_[t * k + j] = 0.0f;
     }
   }
-  throw_if_error(comm_->all_gather(send_rows_.data(), P * row_bytes, recv_rows_.data(), nullptr));
-  throw_if_error(comm_->all_gather(send_ids_.data(), P * k * 4, recv_ids_.data(), nullptr));
-  throw_if_error(comm_->all_gather(send_weights_.data(), P * k * 4, recv_weights_.data(), nullptr));
+  throw_if_error(comm_->all_gather({{send_rows_.data(), P * row_bytes, recv_rows_.data()},
+                                    {send_ids_.data(), P * k * 4, recv_ids_.data()},
+                                    {send_weights_.data(), P * k * 4, recv_weights_.data()}},
+                                   nullptr));
   stats_.dispatch_ms = ms_since(t);
   t = Clock::now();
   local_forward(plan.rows(), recv_rows_.data(), recv_ids_.data(), recv_weights_.data(),

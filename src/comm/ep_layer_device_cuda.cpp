@@ -168,10 +168,12 @@ void EpLayer::forward_device(const ForwardArgs& a) {
   // Rows to and from each peer (all-to-all forms).
   std::vector<int64_t> send_rows_to(world, P), recv_rows_from(world, P);
   using ep_internal::scaled;
+  // Rows, ids and weights in one grouped collective (one NCCL launch, not three).
   if (gathers) {
-    throw_if_error(comm_->all_gather(d.send_rows, P * row_bytes, d.recv_rows, stream));
-    throw_if_error(comm_->all_gather(d.send_ids, P * k * 4, d.recv_ids, stream));
-    throw_if_error(comm_->all_gather(d.send_weights, P * k * 4, d.recv_weights, stream));
+    throw_if_error(comm_->all_gather({{d.send_rows, P * row_bytes, d.recv_rows},
+                                      {d.send_ids, P * k * 4, d.recv_ids},
+                                      {d.send_weights, P * k * 4, d.recv_weights}},
+                                     stream));
   } else {
     if (!low_latency) {
       // Counts first; the one wait of the normal form sizes the receive on the host.
@@ -187,12 +189,13 @@ void EpLayer::forward_device(const ForwardArgs& a) {
       send_rows_to.assign(d.counts_host, d.counts_host + world);
       recv_rows_from.assign(d.counts_host + world, d.counts_host + 2 * world);
     }
-    throw_if_error(comm_->all_to_all_v(d.send_rows, scaled(send_rows_to, row_bytes), d.recv_rows,
-                                       scaled(recv_rows_from, row_bytes), stream));
-    throw_if_error(comm_->all_to_all_v(d.send_ids, scaled(send_rows_to, k * 4), d.recv_ids,
-                                       scaled(recv_rows_from, k * 4), stream));
-    throw_if_error(comm_->all_to_all_v(d.send_weights, scaled(send_rows_to, k * 4), d.recv_weights,
-                                       scaled(recv_rows_from, k * 4), stream));
+    throw_if_error(comm_->all_to_all_v(
+        {{d.send_rows, scaled(send_rows_to, row_bytes), d.recv_rows,
+          scaled(recv_rows_from, row_bytes)},
+         {d.send_ids, scaled(send_rows_to, k * 4), d.recv_ids, scaled(recv_rows_from, k * 4)},
+         {d.send_weights, scaled(send_rows_to, k * 4), d.recv_weights,
+          scaled(recv_rows_from, k * 4)}},
+        stream));
   }
   int64_t received = 0;
   for (int64_t c : recv_rows_from) received += c;

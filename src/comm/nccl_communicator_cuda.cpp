@@ -72,6 +72,22 @@ class NcclCommunicator final : public Communicator {
     const Status end = nccl_status(ncclGroupEnd(), "ncclGroupEnd");  // always closes the group
     return first.ok() ? end : first;
   }
+  // The grouped forms: every part's operations in one outer group (NCCL nests groups), one
+  // launch; the group is closed whatever a part returned.
+  Status do_all_to_all_v_parts(const std::vector<AllToAllPart>& parts, void* stream) override {
+    return in_one_group([&] { return Communicator::do_all_to_all_v_parts(parts, stream); });
+  }
+  Status do_all_gather_parts(const std::vector<AllGatherPart>& parts, void* stream) override {
+    return in_one_group([&] { return Communicator::do_all_gather_parts(parts, stream); });
+  }
+  template <class Body>
+  Status in_one_group(Body&& body) {
+    DeviceGuard g(device_);
+    if (Status st = nccl_status(ncclGroupStart(), "ncclGroupStart"); !st.ok()) return st;
+    const Status first = body();
+    const Status end = nccl_status(ncclGroupEnd(), "ncclGroupEnd");
+    return first.ok() ? end : first;
+  }
   Status do_all_gather(const void* send, int64_t bytes, void* recv, void* stream) override {
     DeviceGuard g(device_);
     return nccl_status(

@@ -94,6 +94,52 @@ TEST(HostCommunicator, DifferentCollectivesFailOnEveryRank) {
   EXPECT_EQ(codes, (std::vector<ErrorCode>{ErrorCode::kComm, ErrorCode::kComm}));
 }
 
+// The grouped forms move what the single forms do, part by part, in one call.
+TEST(HostCommunicator, GroupedPartsMoveWhatSeparateCallsDo) {
+  for (int n : {1, 2, 4, 8}) {
+    SCOPED_TRACE(n);
+    auto world = make_host_world(n);
+    const auto codes = run_ranks(world, [&](int r, Communicator& c) {
+      // Part p: rank r sends (r + d + p) % 3 + p bytes to rank d, each byte 16 r + d + 64 p.
+      std::vector<AllToAllPart> parts(3);
+      std::vector<std::vector<uint8_t>> send(3), recv(3);
+      for (int p = 0; p < 3; ++p) {
+        parts[p].send_bytes.resize(n);
+        parts[p].recv_bytes.resize(n);
+        for (int d = 0; d < n; ++d) {
+          parts[p].send_bytes[d] = (r + d + p) % 3 + p;
+          parts[p].recv_bytes[d] = (d + r + p) % 3 + p;
+          for (int64_t i = 0; i < parts[p].send_bytes[d]; ++i)
+            send[p].push_back(static_cast<uint8_t>(16 * r + d + 64 * p));
+        }
+        recv[p].assign(
+            std::accumulate(parts[p].recv_bytes.begin(), parts[p].recv_bytes.end(), int64_t{0}),
+            0xee);
+        parts[p].send = send[p].data();
+        parts[p].recv = recv[p].data();
+      }
+      throw_if_error(c.all_to_all_v(parts, nullptr));
+      for (int p = 0; p < 3; ++p) {
+        size_t at = 0;
+        for (int s = 0; s < n; ++s)
+          for (int64_t i = 0; i < parts[p].recv_bytes[s]; ++i)
+            EXPECT_EQ(recv[p][at++], static_cast<uint8_t>(16 * s + r + 64 * p)) << "part " << p;
+      }
+      const int64_t a[1] = {r}, b[2] = {10 * r, 10 * r + 1};
+      std::vector<int64_t> all_a(n), all_b(2 * n);
+      throw_if_error(
+          c.all_gather({{a, sizeof a, all_a.data()}, {b, sizeof b, all_b.data()}}, nullptr));
+      for (int s = 0; s < n; ++s) {
+        EXPECT_EQ(all_a[s], s);
+        EXPECT_EQ(all_b[2 * s], 10 * s);
+        EXPECT_EQ(all_b[2 * s + 1], 10 * s + 1);
+      }
+      throw_if_error(c.all_gather(std::vector<AllGatherPart>{}, nullptr));  // nothing to move
+    });
+    for (ErrorCode c : codes) EXPECT_EQ(c, ErrorCode::kOk);
+  }
+}
+
 TEST(HostCommunicator, BadArgumentsAreRefusedBeforeCommunicating) {
   auto world = make_host_world(2);
   uint8_t b[8];
@@ -101,6 +147,14 @@ TEST(HostCommunicator, BadArgumentsAreRefusedBeforeCommunicating) {
   EXPECT_EQ(world[0]->all_to_all_v(b, {1, -1}, b, {1, 1}, nullptr).code(),
             ErrorCode::kInvalidArgument);
   EXPECT_EQ(world[0]->all_gather(b, -1, b, nullptr).code(), ErrorCode::kInvalidArgument);
+  // A grouped call with one bad part moves nothing and names the part.
+  const Status parts =
+      world[0]->all_to_all_v({{b, {1, 1}, b, {1, 1}}, {b, {1}, b, {1, 1}}}, nullptr);
+  EXPECT_EQ(parts.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(parts.message().find("part 1"), std::string::npos) << parts.message();
+  const Status gathers = world[0]->all_gather({{b, 1, b}, {b, -3, b}}, nullptr);
+  EXPECT_EQ(gathers.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(gathers.message().find("part 1 of -3 bytes"), std::string::npos) << gathers.message();
   float f[2];
   EXPECT_EQ(world[0]->reduce_scatter_sum(f, -2, f, nullptr).code(), ErrorCode::kInvalidArgument);
   try {
