@@ -16,10 +16,10 @@
 // the same experts (the others empty); codes at the e4m3 limits (+-448, subnormals) in the
 // weights and the activations; all-zero hidden rows; TP and EP ranks; the routing weight on the
 // experts' input (Llama-4); every named tactic forced; CUDA graph capture of the first call
-// equal to eager; bad caller ids and bad views; the specs the engine refuses. Sm90Fp8EngineSanitizer holds the small case for
-// compute-sanitizer; under sanitizer_run() the largest token counts and the real shape are left
-// out. The layers, inputs and checks are shared with the BF16 engine's test:
-// support/engine_check.hpp.
+// equal to eager; bad caller ids and bad views; the specs the engine refuses.
+// Sm90Fp8EngineSanitizer holds the small case for compute-sanitizer; under sanitizer_run() the
+// largest token counts and the real shape are left out. The layers, inputs and checks are shared
+// with the BF16 engine's test: support/engine_check.hpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
