@@ -183,23 +183,19 @@ class Fp8CutlassTactic final : public Fp8Tactic {
   using K = Fp8Kernel<Cfg>;
 
  public:
-  ~Fp8CutlassTactic() override {
-    if (workspace_ != nullptr) cudaFree(workspace_);
-  }
-
   Status init(const Fp8GroupedShape& s, int device, int sm_count) override {
-    name_ = "fp8 tactic " + Cfg::name() + " (groups " + std::to_string(s.groups) + ", n " +
-            std::to_string(s.n) + ", k " + std::to_string(s.k) + ")";
+    c_.name = "fp8 tactic " + Cfg::name() + " (groups " + std::to_string(s.groups) + ", n " +
+              std::to_string(s.n) + ", k " + std::to_string(s.k) + ")";
     const int g = s.groups, n = static_cast<int>(s.n), k = static_cast<int>(s.k);
     // The per-group arrays and the strides, which do not depend on M_g (packed, K-major
     // operands; D's leading dimension is n).
-    const std::size_t o_shapes = arena_.take(sizeof(typename K::UnderShape) * g);
-    const std::size_t o_ptrs = arena_.take(sizeof(void*) * 5 * g);
-    const std::size_t o_lsfa = arena_.take(sizeof(typename K::LayoutSFA) * g);
-    const std::size_t o_lsfb = arena_.take(sizeof(typename K::LayoutSFB) * g);
-    const std::size_t o_sa = arena_.take(sizeof(typename K::StrideA) * g);
-    const std::size_t o_sb = arena_.take(sizeof(typename K::StrideB) * g);
-    const std::size_t o_sd = arena_.take(sizeof(typename K::StrideD) * g);
+    const std::size_t o_shapes = c_.arena.take(sizeof(typename K::UnderShape) * g);
+    const std::size_t o_ptrs = c_.arena.take(sizeof(void*) * 5 * g);
+    const std::size_t o_lsfa = c_.arena.take(sizeof(typename K::LayoutSFA) * g);
+    const std::size_t o_lsfb = c_.arena.take(sizeof(typename K::LayoutSFB) * g);
+    const std::size_t o_sa = c_.arena.take(sizeof(typename K::StrideA) * g);
+    const std::size_t o_sb = c_.arena.take(sizeof(typename K::StrideB) * g);
+    const std::size_t o_sd = c_.arena.take(sizeof(typename K::StrideD) * g);
     typename K::StrideA sa;
     typename K::StrideB sb;
     typename K::StrideD sd;
@@ -212,28 +208,24 @@ class Fp8CutlassTactic final : public Fp8Tactic {
       sb = cutlass::make_cute_packed_stride(typename K::StrideB{}, {n, k, 1});
       sd = cutlass::make_cute_packed_stride(typename K::StrideD{}, {1, n, 1});
     }
-    Status st = arena_.allocate(name_);
-    if (st.ok()) st = arena_.fill(o_sa, sa, g, name_);
-    if (st.ok()) st = arena_.fill(o_sb, sb, g, name_);
-    if (st.ok()) st = arena_.fill(o_sd, sd, g, name_);
-    // Load the problem kernel now, not lazily inside a graph capture of the first forward.
-    cudaFuncAttributes attr{};
-    if (st.ok())
-      st = cuda_status(cudaFuncGetAttributes(&attr, write_fp8_problems<K, Cfg::kSwapAB>),
-                       name_ + ": loading the problem kernel");
+    Status st = c_.arena.allocate(c_.name);
+    if (st.ok()) st = c_.arena.fill(o_sa, sa, g, c_.name);
+    if (st.ok()) st = c_.arena.fill(o_sb, sb, g, c_.name);
+    if (st.ok()) st = c_.arena.fill(o_sd, sd, g, c_.name);
+    if (st.ok()) st = c_.load(reinterpret_cast<const void*>(write_fp8_problems<K, Cfg::kSwapAB>));
     if (!st.ok()) return st;
-    arrays_.shapes = reinterpret_cast<typename K::UnderShape*>(arena_.at(o_shapes));
+    arrays_.shapes = reinterpret_cast<typename K::UnderShape*>(c_.arena.at(o_shapes));
     // Five pointer arrays of `g` entries each, one after the other.
     auto ptr_array = [&](int i) {
-      return static_cast<void*>(arena_.at(o_ptrs + sizeof(void*) * g * i));
+      return static_cast<void*>(c_.arena.at(o_ptrs + sizeof(void*) * g * i));
     };
     arrays_.ptr_a = static_cast<const typename K::Element**>(ptr_array(0));
     arrays_.ptr_b = static_cast<const typename K::Element**>(ptr_array(1));
     arrays_.ptr_sfa = static_cast<const float**>(ptr_array(2));
     arrays_.ptr_sfb = static_cast<const float**>(ptr_array(3));
     arrays_.ptr_d = static_cast<typename K::ElementD**>(ptr_array(4));
-    arrays_.layout_sfa = reinterpret_cast<typename K::LayoutSFA*>(arena_.at(o_lsfa));
-    arrays_.layout_sfb = reinterpret_cast<typename K::LayoutSFB*>(arena_.at(o_lsfb));
+    arrays_.layout_sfa = reinterpret_cast<typename K::LayoutSFA*>(c_.arena.at(o_lsfa));
+    arrays_.layout_sfb = reinterpret_cast<typename K::LayoutSFB*>(c_.arena.at(o_lsfb));
 
     typename K::Gemm::Arguments args;
     args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
@@ -241,9 +233,9 @@ class Fp8CutlassTactic final : public Fp8Tactic {
     args.problem_shape.problem_shapes = arrays_.shapes;
     args.problem_shape.host_problem_shapes = nullptr;
     args.mainloop.ptr_A = arrays_.ptr_a;
-    args.mainloop.dA = reinterpret_cast<typename K::StrideA*>(arena_.at(o_sa));
+    args.mainloop.dA = reinterpret_cast<typename K::StrideA*>(c_.arena.at(o_sa));
     args.mainloop.ptr_B = arrays_.ptr_b;
-    args.mainloop.dB = reinterpret_cast<typename K::StrideB*>(arena_.at(o_sb));
+    args.mainloop.dB = reinterpret_cast<typename K::StrideB*>(c_.arena.at(o_sb));
     args.mainloop.ptr_SFA = arrays_.ptr_sfa;
     args.mainloop.layout_SFA = arrays_.layout_sfa;
     args.mainloop.ptr_SFB = arrays_.ptr_sfb;
@@ -253,29 +245,23 @@ class Fp8CutlassTactic final : public Fp8Tactic {
     args.epilogue.ptr_C = nullptr;
     args.epilogue.dC = nullptr;
     args.epilogue.ptr_D = arrays_.ptr_d;
-    args.epilogue.dD = reinterpret_cast<typename K::StrideD*>(arena_.at(o_sd));
+    args.epilogue.dD = reinterpret_cast<typename K::StrideD*>(c_.arena.at(o_sd));
     args.hw_info.device_id = device;
     args.hw_info.sm_count = sm_count;
-    return moekit::gemm::detail::initialize_cutlass(gemm_, args, &workspace_, &workspace_bytes_,
-                                                    name_);
+    return c_.initialize(args);
   }
 
   Status run(const ProblemArgs& p, cudaStream_t stream) override {
     const int threads = 128, blocks = (p.groups + threads - 1) / threads;
     write_fp8_problems<K, Cfg::kSwapAB><<<blocks, threads, 0, stream>>>(p, arrays_);
-    const Status st = cuda_status(cudaGetLastError(), name_ + ": launching the problem kernel");
-    return st.ok() ? moekit::gemm::detail::run_cutlass(gemm_, stream, name_) : st;
+    return c_.run(stream);
   }
 
-  std::size_t workspace_bytes() const override { return workspace_bytes_ + arena_.bytes(); }
+  std::size_t workspace_bytes() const override { return c_.workspace_bytes(); }
 
  private:
-  typename K::Gemm gemm_;
+  moekit::gemm::detail::CutlassGrouped<typename K::Gemm> c_;
   GroupArrays<K> arrays_{};
-  moekit::gemm::detail::DeviceArena arena_;
-  void* workspace_ = nullptr;
-  std::size_t workspace_bytes_ = 0;
-  std::string name_;
 };
 
 struct Fp8Entry {

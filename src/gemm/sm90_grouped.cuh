@@ -37,6 +37,7 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/util/packed_stride.hpp"
 
+#include "gemm/cutlass_setup.cuh"
 #include "gemm/sm90_cluster_pairs.cuh"
 #include "gemm/sm90_dynamic_scheduler.cuh"
 #include "gemm/sm90_epilogues.cuh"
@@ -152,23 +153,16 @@ struct Sm90GroupedKernel {
   static_assert(sizeof(typename ProblemShape::UnderlyingProblemShape) == 3 * sizeof(int32_t));
 };
 
-inline std::string cutlass_error(cutlass::Status s) { return cutlassGetStatusString(s); }
-
 template <class Element, class Cfg, bool kAct, ActKinds kKinds = ActKinds::kAll>
 class Sm90GroupedTactic final : public Tactic {
   using K = Sm90GroupedKernel<Element, Cfg, kAct, kKinds>;
 
  public:
-  ~Sm90GroupedTactic() override {
-    if (strides_ != nullptr) cudaFree(strides_);
-    if (workspace_ != nullptr) cudaFree(workspace_);
-  }
-
   Status init(const TacticContext& ctx) override {
-    const std::string what = "tactic " + Cfg::name() + (kAct ? " with activation" : "") +
-                             " (groups " + std::to_string(ctx.shape.groups) + ", n " +
-                             std::to_string(ctx.shape.n) + ", k " + std::to_string(ctx.shape.k) +
-                             ")";
+    c_.name = "tactic " + Cfg::name() + (kAct ? " with activation" : "") + " (groups " +
+              std::to_string(ctx.shape.groups) + ", n " + std::to_string(ctx.shape.n) + ", k " +
+              std::to_string(ctx.shape.k) + ")";
+    const std::string& what = c_.name;
     const int groups = ctx.shape.groups;
     const int n = static_cast<int>(ctx.shape.n), k = static_cast<int>(ctx.shape.k);
     // Strides do not depend on M_g (packed, K-major operands; D's leading dimension is n), so
@@ -185,23 +179,17 @@ class Sm90GroupedTactic final : public Tactic {
       sb = cutlass::make_cute_packed_stride(typename K::StrideB{}, {n, k, 1});
       sd = cutlass::make_cute_packed_stride(typename K::StrideD{}, {1, n, 1});
     }
-    const size_t bytes_a = sizeof(sa) * groups, bytes_b = sizeof(sb) * groups,
-                 bytes_d = sizeof(sd) * groups;
-    std::vector<char> host(bytes_a + bytes_b + bytes_d);
-    for (int g = 0; g < groups; ++g) {
-      std::memcpy(host.data() + g * sizeof(sa), &sa, sizeof(sa));
-      std::memcpy(host.data() + bytes_a + g * sizeof(sb), &sb, sizeof(sb));
-      std::memcpy(host.data() + bytes_a + bytes_b + g * sizeof(sd), &sd, sizeof(sd));
-    }
-    strides_bytes_ = host.size();
-    cudaError_t err = cudaMalloc(&strides_, host.size());
-    if (err != cudaSuccess) return cuda_status(err, "cudaMalloc(strides)", what);
-    err = cudaMemcpy(strides_, host.data(), host.size(), cudaMemcpyHostToDevice);
-    if (err != cudaSuccess) return cuda_status(err, "cudaMemcpy(strides)", what);
-    auto* d_sa = reinterpret_cast<typename K::StrideA*>(static_cast<char*>(strides_));
-    auto* d_sb = reinterpret_cast<typename K::StrideB*>(static_cast<char*>(strides_) + bytes_a);
-    auto* d_sd =
-        reinterpret_cast<typename K::StrideD*>(static_cast<char*>(strides_) + bytes_a + bytes_b);
+    const std::size_t o_sa = c_.arena.take(sizeof(sa) * groups);
+    const std::size_t o_sb = c_.arena.take(sizeof(sb) * groups);
+    const std::size_t o_sd = c_.arena.take(sizeof(sd) * groups);
+    Status status = c_.arena.allocate(what);
+    if (status.ok()) status = c_.arena.fill(o_sa, sa, groups, what);
+    if (status.ok()) status = c_.arena.fill(o_sb, sb, groups, what);
+    if (status.ok()) status = c_.arena.fill(o_sd, sd, groups, what);
+    if (!status.ok()) return status;
+    auto* d_sa = reinterpret_cast<typename K::StrideA*>(c_.arena.at(o_sa));
+    auto* d_sb = reinterpret_cast<typename K::StrideB*>(c_.arena.at(o_sb));
+    auto* d_sd = reinterpret_cast<typename K::StrideD*>(c_.arena.at(o_sd));
 
     using ElementPtr = const typename K::Gemm::ElementA**;
     using UnderShape = typename K::ProblemShape::UnderlyingProblemShape;
@@ -239,57 +227,22 @@ class Sm90GroupedTactic final : public Tactic {
       args.epilogue.dD = d_sd;
     }
     args.hw_info = hw;
-
-    cutlass::Status st = gemm_.can_implement(args);
-    if (st != cutlass::Status::kSuccess)
-      return Status(ErrorCode::kUnsupported,
-                    what + ": CUTLASS can_implement failed: " + cutlass_error(st));
-    workspace_bytes_ = K::Gemm::get_workspace_size(args);
-    if (workspace_bytes_ > 0) {
-      err = cudaMalloc(&workspace_, workspace_bytes_);
-      if (err != cudaSuccess) return cuda_status(err, "cudaMalloc(workspace)", what);
-      // Zeroed once. Most of it holds the per-SM TMA descriptors of the ptr-array main loop (and
-      // of CUTLASS's TMA-store epilogue), which CUTLASS's initialize_workspace leaves as
-      // cudaMalloc returned them. The load warp copies a whole 128-byte descriptor there
-      // (tensormap.cp_fenceproxy, warp-wide: 4 bytes a lane) and fences it (a warp-wide
-      // acquire) before any TMA reads it, so the old contents never matter; but initcheck takes
-      // those warp-wide accesses for 4-byte reads of uninitialized memory, one per lane, on
-      // every block's first descriptor (reported at lane 1 of warp 0, the load warp, in the
-      // swap-AB and pair kernels alike). The dynamic orders' counters after them are zeroed
-      // here too, and again by their initialize_workspace.
-      err = cudaMemset(workspace_, 0, workspace_bytes_);
-      if (err != cudaSuccess) return cuda_status(err, "cudaMemset(workspace)", what);
-    }
-    st = gemm_.initialize(args, workspace_);
-    if (st != cutlass::Status::kSuccess)
-      return Status(ErrorCode::kCuda, what + ": CUTLASS initialize failed: " + cutlass_error(st) +
-                                          " (" + cudaGetErrorString(cudaGetLastError()) + ")");
+    if (status = c_.initialize(args); !status.ok()) return status;
     // The dynamic scheduler's counters are cleared on the legacy stream (initialize_workspace).
     if constexpr (Cfg::kDynamic) {
-      err = cudaStreamSynchronize(nullptr);
+      const cudaError_t err = cudaStreamSynchronize(nullptr);
       if (err != cudaSuccess) return cuda_status(err, "cudaStreamSynchronize(workspace)", what);
     }
-    name_ = what;
     return {};
   }
 
-  Status run(const RunArgs& a) override {
-    cutlass::Status st = gemm_.run(a.stream);
-    if (st != cutlass::Status::kSuccess)
-      return Status(ErrorCode::kCuda, name_ + ": CUTLASS run failed: " + cutlass_error(st) + " (" +
-                                          cudaGetErrorString(cudaGetLastError()) + ")");
-    return {};
-  }
+  // The per-group arrays were written by GroupedGemm's problem kernel.
+  Status run(const RunArgs& a) override { return c_.run_gemm(a.stream); }
 
-  std::size_t workspace_bytes() const override { return workspace_bytes_ + strides_bytes_; }
+  std::size_t workspace_bytes() const override { return c_.workspace_bytes(); }
 
  private:
-  typename K::Gemm gemm_;
-  void* strides_ = nullptr;
-  void* workspace_ = nullptr;
-  std::size_t workspace_bytes_ = 0;
-  std::size_t strides_bytes_ = 0;
-  std::string name_;
+  CutlassGrouped<typename K::Gemm> c_;
 };
 
 // A pair tile's "+act" kernel: two kernels, one per family of kinds (ActKinds), of which init()

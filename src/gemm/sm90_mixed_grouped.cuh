@@ -144,51 +144,43 @@ class MixedTactic final : public IntTactic {
   using K = MixedKernel<Cfg>;
 
  public:
-  ~MixedTactic() override {
-    if (workspace_ != nullptr) cudaFree(workspace_);
-  }
-
   Status init(const IntGroupedShape& s, int device, int sm_count) override {
-    name_ = "int tactic " + Cfg::name() + (Cfg::kFp32Out ? " (fp32 D" : " (") + ", groups " +
-            std::to_string(s.groups) + ", n " + std::to_string(s.n) + ", k " + std::to_string(s.k) +
-            ", group " + std::to_string(s.group_size) + ")";
+    c_.name = "int tactic " + Cfg::name() + (Cfg::kFp32Out ? " (fp32 D" : " (") + ", groups " +
+              std::to_string(s.groups) + ", n " + std::to_string(s.n) + ", k " +
+              std::to_string(s.k) + ", group " + std::to_string(s.group_size) + ")";
     if (s.group_size % kTileK != 0)
       return Status(ErrorCode::kUnsupported,
-                    name_ + ": the group size must be a multiple of the 64-deep k tile");
+                    c_.name + ": the group size must be a multiple of the 64-deep k tile");
     shape_ = s;
     const int g = s.groups, n = static_cast<int>(s.n), k = static_cast<int>(s.k);
     // The per-group arrays and the strides, which do not depend on a group's rows (packed,
     // K-major operands; D's and the scales' leading dimension is n).
-    const std::size_t o_shapes = arena_.take(sizeof(typename K::UnderShape) * g);
-    const std::size_t o_ptrs = arena_.take(sizeof(void*) * 4 * g);
-    const std::size_t o_sa = arena_.take(sizeof(typename K::StrideA) * g);
-    const std::size_t o_sb = arena_.take(sizeof(typename K::StrideB) * g);
-    const std::size_t o_ss = arena_.take(sizeof(typename K::StrideS) * g);
-    const std::size_t o_sd = arena_.take(sizeof(typename K::StrideD) * g);
-    Status st = arena_.allocate(name_);
+    const std::size_t o_shapes = c_.arena.take(sizeof(typename K::UnderShape) * g);
+    const std::size_t o_ptrs = c_.arena.take(sizeof(void*) * 4 * g);
+    const std::size_t o_sa = c_.arena.take(sizeof(typename K::StrideA) * g);
+    const std::size_t o_sb = c_.arena.take(sizeof(typename K::StrideB) * g);
+    const std::size_t o_ss = c_.arena.take(sizeof(typename K::StrideS) * g);
+    const std::size_t o_sd = c_.arena.take(sizeof(typename K::StrideD) * g);
+    Status st = c_.arena.allocate(c_.name);
     if (st.ok())
-      st = arena_.fill(o_sa, cutlass::make_cute_packed_stride(typename K::StrideA{}, {n, k, 1}), g,
-                       name_);
+      st = c_.arena.fill(o_sa, cutlass::make_cute_packed_stride(typename K::StrideA{}, {n, k, 1}),
+                         g, c_.name);
     if (st.ok())
-      st = arena_.fill(o_sb, cutlass::make_cute_packed_stride(typename K::StrideB{}, {1, k, 1}), g,
-                       name_);
+      st = c_.arena.fill(o_sb, cutlass::make_cute_packed_stride(typename K::StrideB{}, {1, k, 1}),
+                         g, c_.name);
     if (st.ok())
-      st = arena_.fill(
+      st = c_.arena.fill(
           o_ss, cutlass::make_cute_packed_stride(typename K::StrideS{}, {n, k / s.group_size, 1}),
-          g, name_);
+          g, c_.name);
     if (st.ok())
-      st = arena_.fill(o_sd, cutlass::make_cute_packed_stride(typename K::StrideD{}, {n, 1, 1}), g,
-                       name_);
-    // Load the problem kernel now, not lazily inside a graph capture of the first forward.
-    cudaFuncAttributes attr{};
-    if (st.ok())
-      st = cuda_status(cudaFuncGetAttributes(&attr, write_mixed_problems<K>),
-                       name_ + ": loading the problem kernel");
+      st = c_.arena.fill(o_sd, cutlass::make_cute_packed_stride(typename K::StrideD{}, {n, 1, 1}),
+                         g, c_.name);
+    if (st.ok()) st = c_.load(reinterpret_cast<const void*>(write_mixed_problems<K>));
     if (!st.ok()) return st;
-    arrays_.shapes = reinterpret_cast<typename K::UnderShape*>(arena_.at(o_shapes));
+    arrays_.shapes = reinterpret_cast<typename K::UnderShape*>(c_.arena.at(o_shapes));
     // Four arrays of g pointers, one after the other.
     auto ptr_array = [&](int i) {
-      return static_cast<void*>(arena_.at(o_ptrs + sizeof(void*) * g * i));
+      return static_cast<void*>(c_.arena.at(o_ptrs + sizeof(void*) * g * i));
     };
     arrays_.ptr_w = static_cast<const typename K::ElementCode**>(ptr_array(0));
     arrays_.ptr_a = static_cast<const typename K::ElementAct**>(ptr_array(1));
@@ -201,11 +193,11 @@ class MixedTactic final : public IntTactic {
     args.problem_shape.problem_shapes = arrays_.shapes;
     args.problem_shape.host_problem_shapes = nullptr;
     args.mainloop.ptr_A = arrays_.ptr_w;
-    args.mainloop.dA = reinterpret_cast<typename K::StrideA*>(arena_.at(o_sa));
+    args.mainloop.dA = reinterpret_cast<typename K::StrideA*>(c_.arena.at(o_sa));
     args.mainloop.ptr_B = arrays_.ptr_a;
-    args.mainloop.dB = reinterpret_cast<typename K::StrideB*>(arena_.at(o_sb));
+    args.mainloop.dB = reinterpret_cast<typename K::StrideB*>(c_.arena.at(o_sb));
     args.mainloop.ptr_S = arrays_.ptr_s;
-    args.mainloop.dS = reinterpret_cast<typename K::StrideS*>(arena_.at(o_ss));
+    args.mainloop.dS = reinterpret_cast<typename K::StrideS*>(c_.arena.at(o_ss));
     args.mainloop.chunk_size = s.group_size;
     args.mainloop.ptr_Z = nullptr;
     args.epilogue.thread.alpha = 1.0f;
@@ -213,11 +205,10 @@ class MixedTactic final : public IntTactic {
     args.epilogue.ptr_C = nullptr;
     args.epilogue.dC = nullptr;
     args.epilogue.ptr_D = arrays_.ptr_d;
-    args.epilogue.dD = reinterpret_cast<typename K::StrideD*>(arena_.at(o_sd));
+    args.epilogue.dD = reinterpret_cast<typename K::StrideD*>(c_.arena.at(o_sd));
     args.hw_info.device_id = device;
     args.hw_info.sm_count = sm_count;
-    return moekit::gemm::detail::initialize_cutlass(gemm_, args, &workspace_, &workspace_bytes_,
-                                                    name_);
+    return c_.initialize(args);
   }
 
   Status run(const IntProblem& p, cudaStream_t stream) override {
@@ -236,20 +227,15 @@ class MixedTactic final : public IntTactic {
     a.d_row_bytes = shape_.n * static_cast<int64_t>(sizeof(typename K::ElementD));
     const int threads = 128, blocks = (a.groups + threads - 1) / threads;
     write_mixed_problems<K><<<blocks, threads, 0, stream>>>(a, arrays_);
-    const Status st = cuda_status(cudaGetLastError(), name_ + ": launching the problem kernel");
-    return st.ok() ? moekit::gemm::detail::run_cutlass(gemm_, stream, name_) : st;
+    return c_.run(stream);
   }
 
-  std::size_t workspace_bytes() const override { return workspace_bytes_ + arena_.bytes(); }
+  std::size_t workspace_bytes() const override { return c_.workspace_bytes(); }
 
  private:
-  typename K::Gemm gemm_;
+  moekit::gemm::detail::CutlassGrouped<typename K::Gemm> c_;
   MixedArrays<K> arrays_{};
   IntGroupedShape shape_;
-  moekit::gemm::detail::DeviceArena arena_;
-  void* workspace_ = nullptr;
-  std::size_t workspace_bytes_ = 0;
-  std::string name_;
 };
 
 template <class Cfg>
