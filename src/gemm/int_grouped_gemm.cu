@@ -258,7 +258,7 @@ std::string IntGroupedGemm::pick_tactic(double rows_per_group_hint) const {
   // (one or two MMA column tiles), at a cost per code that does not grow with the rows inside
   // a pass; a group with more rows re-streams its weights per pass. Random routing at 4 rows
   // per group on average puts up to ~12 in one group: the 8-row pass up to 4 on average, the
-  // 16-row one up to 8. At 16 rows per group (mixtral, 64 tokens) the 16-row pass took 1.68 ms
+  // 16-row one up to 8. At 16 rows per group (mixtral, 64 tokens) the 16-row pass took 1.70 ms
   // against 1.11 for the tensor-core GEMM (H200,
   // bench/results/2026-12-07-h200-8e8399d-gemv-ab-tune.md): past 8 rows the 128 x 64 tile, or where
   // built the 128 x 128 one from 128 rows on, moving each code once for 64 or 128 rows. The first
