@@ -16,8 +16,8 @@
 
 namespace moekit::gemm::detail {
 
-// groups >= 1; n, k in [1, 2^31); max_rows in [0, 2^31); bf16 or fp16 activations. `what` names
-// the GEMM in the messages, which name the value.
+// groups >= 1; n, k in [1, 2^31); max_rows in [0, 2^31); bf16 or fp16 activations; n a multiple
+// of 8 (the output's 16-byte rows). `what` names the GEMM in the messages, which name the value.
 inline Status check_grouped_extents(const std::string& what, int groups, int64_t n, int64_t k,
                                     int64_t max_rows, DType elem) {
   if (groups < 1)
@@ -32,6 +32,9 @@ inline Status check_grouped_extents(const std::string& what, int groups, int64_t
   if (elem != DType::kBFloat16 && elem != DType::kFloat16)
     return Status(ErrorCode::kUnsupported,
                   what + " runs bf16 or fp16 activations, not " + std::string(to_string(elem)));
+  if (n % 8 != 0)
+    return Status(ErrorCode::kUnsupported,
+                  what + " n " + std::to_string(n) + " must be a multiple of 8 (16-byte rows)");
   return {};
 }
 

@@ -221,9 +221,6 @@ Status IntGroupedGemm::validate(const IntGroupedShape& s) {
     return Status(ErrorCode::kUnsupported, what + " k " + std::to_string(s.k) +
                                                " is not a multiple of the group size " +
                                                std::to_string(s.group_size));
-  if (s.n % 8 != 0)
-    return Status(ErrorCode::kUnsupported,
-                  what + " n " + std::to_string(s.n) + " must be a multiple of 8 (16-byte rows)");
   return {};
 }
 

@@ -36,9 +36,6 @@ Status MxGroupedGemm::validate(const MxGroupedShape& s) {
                   what + " k " + std::to_string(s.k) +
                       " must be a multiple of 32 (a 16-byte chunk of the GEMV holds 32 e2m1 or 16 "
                       "e4m3 values, and MXFP blocks are 32 wide)");
-  if (s.n % 8 != 0)
-    return Status(ErrorCode::kUnsupported,
-                  what + " n " + std::to_string(s.n) + " must be a multiple of 8 (16-byte rows)");
   return {};
 }
 
