@@ -22,43 +22,76 @@ namespace moekit::gemm {
 namespace int_detail {
 namespace {
 
-constexpr int kFinishThreads = 256;  // one output column each, in turn
+constexpr int kFinishThreads = 256;  // one output column each
 constexpr int kFinishRows = 32;      // rows per tile: one fp32 accumulator each per thread
+constexpr int kSumWarps = 8;         // rows per block of the group-sum kernel (a warp each)
+constexpr int kZeroBatch = 8;        // zero terms loaded at once per thread
+constexpr int kSumSteps = 4;         // 16-byte loads in flight per lane (group-sum kernel)
+
+// Rows [0, row_offsets[groups]) of `a` summed per group of columns into sums [rows, k / group]:
+// a warp per row, each lane a 16-byte vector of 8 elements per step, the lanes of one group
+// (group / 8 of them: 8 or 16) summed by a fixed shuffle tree, kSumSteps loads in flight.
+template <class T>
+__global__ void __launch_bounds__(kSumWarps * 32)
+    group_sums_kernel(const int32_t* row_offsets, int groups, const T* a, int k, int group_size,
+                      float* sums) {
+  const int64_t rows_end = row_offsets[groups];
+  const int lane = threadIdx.x & 31;
+  const int lanes_per_group = group_size / 8, kg = k / group_size, vectors = k / 8;
+  for (int64_t row = int64_t(blockIdx.x) * kSumWarps + (threadIdx.x >> 5); row < rows_end;
+       row += int64_t(gridDim.x) * kSumWarps) {
+    const uint4* x = reinterpret_cast<const uint4*>(a + row * k);
+    float* out = sums + row * kg;
+    for (int base = 0; base < vectors; base += 32 * kSumSteps) {
+      uint4 v[kSumSteps];
+#pragma unroll
+      for (int j = 0; j < kSumSteps; ++j) {
+        const int i = base + 32 * j + lane;
+        v[j] = i < vectors ? __ldg(x + i) : uint4{0, 0, 0, 0};
+      }
+#pragma unroll
+      for (int j = 0; j < kSumSteps; ++j) {
+        float f[8];
+        pipeline::unpack8<T>(v[j], f);
+        float sum = ((f[0] + f[1]) + (f[2] + f[3])) + ((f[4] + f[5]) + (f[6] + f[7]));
+        for (int o = lanes_per_group / 2; o > 0; o >>= 1)
+          sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        const int i = base + 32 * j + lane;
+        if (i < vectors && lane % lanes_per_group == 0) out[i / lanes_per_group] = sum;
+      }
+    }
+  }
+}
 
 struct FinishArgs {
   const int32_t* row_offsets;
   const float* d32;    // [rows, n]
-  const void* a;       // [rows, k] elem (zero points)
+  const float* sums;   // [rows, k / group]: the rows' group sums of `a` (zero points)
   const float* zeros;  // [groups, k / group, n] or null
   const float* bias;   // [groups, n] or null
   void* out;           // [rows, n] elem
-  int groups, n, k, group_size;
-  int col_chunk;  // columns per block (gridDim.x blocks split n)
+  int groups, n, kg;
 };
 
-// A block per tile of kFinishRows rows (grid-stride over the tiles) and col_chunk columns. With
-// zero points the rows' group sums of `a` go to shared memory first ([k / group][kFinishRows]:
-// one warp per row, each lane a fixed slice of the group, a fixed shuffle tree), once per tile
-// and block: a block spans all n columns wherever the tiles alone fill the GPU, so that `a` is
-// read once (16 column blocks per tile had each re-read it, and each thread had loaded every
-// zero term once per row: the finish took 510 of mixtral's 1120 us at 64 tokens, H200,
-// bench/results/2026-12-07-h200-8e8399d-gemv-ab-tune.md). Then each thread takes a column: its
-// rows' fp32 D (and bias) in registers, per run of rows of one group each zero term loaded
-// once and added times the rows' sums, in group order; one rounding.
+// A block per tile of kFinishRows rows (grid-stride over the tiles) and kFinishThreads columns,
+// a column per thread: the tile's group sums (group_sums_kernel) staged in shared memory
+// ([k / group][kFinishRows]), the column's fp32 D (and bias) in registers, per run of rows of
+// one expert the zero terms loaded kZeroBatch at a time and added times the rows' sums, in
+// group order; one rounding. The sums had been taken inside this kernel, a warp's loop of
+// dependent loads per row and group: the finish took 3.6 of mixtral's 11.5 ms at 4096 tokens
+// and 0.4 of 1.2 at 64 (H100, bench/results/2026-12-07-h100-ec428f1-tests-tune.md).
 template <class T>
 __global__ void __launch_bounds__(kFinishThreads) finish_kernel(FinishArgs f) {
   extern __shared__ __align__(16) float s_sums[];  // [k / group][kFinishRows] (zero points)
   __shared__ int s_group[kFinishRows];
   const int64_t rows_end = f.row_offsets[f.groups];
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int kg = f.k / f.group_size;
-  const int col_begin = blockIdx.x * f.col_chunk;
-  const int col_end = min(f.n, col_begin + f.col_chunk);
-  const T* a = static_cast<const T*>(f.a);
+  const int tid = threadIdx.x;
+  const int col = blockIdx.x * kFinishThreads + tid;
   T* out = static_cast<T*>(f.out);
   const int64_t tiles = (rows_end + kFinishRows - 1) / kFinishRows;
   for (int64_t tile = blockIdx.y; tile < tiles; tile += gridDim.y) {
     const int64_t r0 = tile * kFinishRows;
+    const int rows = static_cast<int>(min(int64_t(kFinishRows), rows_end - r0));
     if (tid < kFinishRows) {
       const int64_t row = r0 + tid;
       int g = -1;
@@ -75,25 +108,13 @@ __global__ void __launch_bounds__(kFinishThreads) finish_kernel(FinishArgs f) {
       }
       s_group[tid] = g;
     }
-    if (f.zeros != nullptr) {
-      const int per_lane = f.group_size / 32;
-      for (int r = warp; r < kFinishRows; r += kFinishThreads / 32) {
-        const int64_t row = r0 + r;
-        if (row >= rows_end) break;
-        const T* x = a + row * f.k + lane * per_lane;
-        for (int gi = 0; gi < kg; ++gi) {
-          float sum = 0.0f;
-          for (int j = 0; j < per_lane; ++j)
-            sum += pipeline::elem_to_float(x[int64_t(gi) * f.group_size + j]);
-#pragma unroll
-          for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-          if (lane == 0) s_sums[gi * kFinishRows + r] = sum;
-        }
+    if (f.zeros != nullptr)
+      for (int i = tid; i < kFinishRows * f.kg; i += kFinishThreads) {
+        const int r = i / f.kg, gi = i - r * f.kg;  // read along the rows' sums, coalesced
+        s_sums[gi * kFinishRows + r] = r < rows ? f.sums[(r0 + r) * f.kg + gi] : 0.0f;
       }
-    }
     __syncthreads();
-    const int rows = static_cast<int>(min(int64_t(kFinishRows), rows_end - r0));
-    for (int col = col_begin + tid; col < col_end; col += kFinishThreads) {
+    if (col < f.n) {
       float acc[kFinishRows];
 #pragma unroll
       for (int r = 0; r < kFinishRows; ++r) acc[r] = r < rows ? f.d32[(r0 + r) * f.n + col] : 0.0f;
@@ -107,18 +128,25 @@ __global__ void __launch_bounds__(kFinishThreads) finish_kernel(FinishArgs f) {
         for (int r = 0; r < kFinishRows; ++r)
           if (r >= rb && r < re) acc[r] += b;
         if (f.zeros != nullptr) {
-          const float* z = f.zeros + int64_t(g) * kg * f.n + col;
-          for (int gi = 0; gi < kg; ++gi) {
-            const float zg = __ldg(z + int64_t(gi) * f.n);
-            const float4* sums = reinterpret_cast<const float4*>(s_sums + gi * kFinishRows);
+          const float* z = f.zeros + int64_t(g) * f.kg * f.n + col;
+          for (int g0 = 0; g0 < f.kg; g0 += kZeroBatch) {
+            float zb[kZeroBatch];
 #pragma unroll
-            for (int q = 0; q < kFinishRows / 4; ++q) {
-              const float4 v = sums[q];  // four rows' sums in one load
-              const float sv[4] = {v.x, v.y, v.z, v.w};
+            for (int j = 0; j < kZeroBatch; ++j)
+              zb[j] = g0 + j < f.kg ? __ldg(z + int64_t(g0 + j) * f.n) : 0.0f;
 #pragma unroll
-              for (int e = 0; e < 4; ++e) {
-                const int r = 4 * q + e;
-                if (r >= rb && r < re) acc[r] = fmaf(zg, sv[e], acc[r]);
+            for (int j = 0; j < kZeroBatch; ++j) {
+              if (g0 + j >= f.kg) break;
+              const float4* sums = reinterpret_cast<const float4*>(s_sums + (g0 + j) * kFinishRows);
+#pragma unroll
+              for (int q = 0; q < kFinishRows / 4; ++q) {
+                const float4 v = sums[q];  // four rows' sums in one load
+                const float sv[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                  const int r = 4 * q + e;
+                  if (r >= rb && r < re) acc[r] = fmaf(zb[j], sv[e], acc[r]);
+                }
               }
             }
           }
@@ -144,37 +172,64 @@ std::size_t finish_smem(const IntGroupedShape& s) {
                        : 0;
 }
 
-}  // namespace
-
-Status prepare_finish_int_gemm(const IntGroupedShape& s) {
-  return raise_dynamic_smem_limit(reinterpret_cast<const void*>(finish_for(s.elem)), finish_smem(s),
-                                  "the int GEMM finish kernel");
+// The group sums' place in the staging: after the fp32 D [max_rows, n].
+std::size_t sums_offset(const IntGroupedShape& s) {
+  return static_cast<std::size_t>(s.max_rows) * static_cast<std::size_t>(s.n);
 }
 
-Status finish_int_gemm(const IntGroupedShape& s, const int32_t* row_offsets, const float* d32,
+}  // namespace
+
+std::size_t staging_floats(const IntGroupedShape& s) {
+  if (!s.zero_points && !s.bias) return 0;
+  return sums_offset(s) + (s.zero_points ? static_cast<std::size_t>(s.max_rows) *
+                                               static_cast<std::size_t>(s.k / s.group_size)
+                                         : 0);
+}
+
+Status prepare_finish_int_gemm(const IntGroupedShape& s) {
+  Status st = raise_dynamic_smem_limit(reinterpret_cast<const void*>(finish_for(s.elem)),
+                                       finish_smem(s), "the int GEMM finish kernel");
+  if (st.ok() && s.zero_points) {
+    cudaFuncAttributes attr{};
+    const void* sums = s.elem == DType::kFloat16
+                           ? reinterpret_cast<const void*>(group_sums_kernel<__half>)
+                           : reinterpret_cast<const void*>(group_sums_kernel<__nv_bfloat16>);
+    st = cuda_status(cudaFuncGetAttributes(&attr, sums), "loading the int GEMM group-sum kernel");
+  }
+  return st;
+}
+
+Status finish_int_gemm(const IntGroupedShape& s, const int32_t* row_offsets, float* staging,
                        const void* a, const float* zeros, const float* bias, void* out,
                        int64_t rows_bound, int sm_count, cudaStream_t stream) {
   const int64_t rows = rows_bound > 0 ? std::min(rows_bound, s.max_rows) : s.max_rows;
   if (rows <= 0) return {};
   FinishArgs f{};
   f.row_offsets = row_offsets;
-  f.d32 = d32;
-  f.a = a;
+  f.d32 = staging;
+  f.sums = staging + sums_offset(s);
   f.zeros = zeros;
   f.bias = bias;
   f.out = out;
   f.groups = s.groups;
   f.n = static_cast<int>(s.n);
-  f.k = static_cast<int>(s.k);
-  f.group_size = s.group_size;
-  // Column blocks only where the tiles leave SMs idle (two blocks per SM wanted): each one
-  // sums its tile's rows of `a` again.
+  f.kg = static_cast<int>(s.k / s.group_size);
+  if (zeros != nullptr) {
+    const int64_t blocks = std::min<int64_t>((rows + kSumWarps - 1) / kSumWarps, 16 * sm_count);
+    const int k = static_cast<int>(s.k);
+    float* sums = staging + sums_offset(s);
+    if (s.elem == DType::kFloat16)
+      group_sums_kernel<__half><<<blocks, kSumWarps * 32, 0, stream>>>(
+          row_offsets, s.groups, static_cast<const __half*>(a), k, s.group_size, sums);
+    else
+      group_sums_kernel<__nv_bfloat16><<<blocks, kSumWarps * 32, 0, stream>>>(
+          row_offsets, s.groups, static_cast<const __nv_bfloat16*>(a), k, s.group_size, sums);
+    if (Status st = cuda_status(cudaGetLastError(), "launching the int GEMM group-sum kernel");
+        !st.ok())
+      return st;
+  }
   const int64_t tiles = (rows + kFinishRows - 1) / kFinishRows;
-  const int64_t col_blocks_max = (s.n + kFinishThreads - 1) / kFinishThreads;
-  const int64_t col_blocks =
-      std::clamp<int64_t>((2 * int64_t(sm_count) + tiles - 1) / tiles, 1, col_blocks_max);
-  f.col_chunk = static_cast<int>((col_blocks_max + col_blocks - 1) / col_blocks) * kFinishThreads;
-  const dim3 grid(static_cast<unsigned>((s.n + f.col_chunk - 1) / f.col_chunk),
+  const dim3 grid(static_cast<unsigned>((s.n + kFinishThreads - 1) / kFinishThreads),
                   static_cast<unsigned>(std::min<int64_t>(tiles, 65535)));
   finish_for(s.elem)<<<grid, kFinishThreads, finish_smem(s), stream>>>(f);
   return cuda_status(cudaGetLastError(), "launching the int GEMM finish kernel");
@@ -311,9 +366,7 @@ Status IntGroupedGemm::run(const Call& c, const int32_t* row_offsets, cudaStream
 }
 
 std::size_t IntGroupedGemm::staging_bytes() const {
-  return state_->staged
-             ? sizeof(float) * static_cast<std::size_t>(state_->shape.max_rows * state_->shape.n)
-             : 0;
+  return sizeof(float) * int_detail::staging_floats(state_->shape);
 }
 
 std::size_t IntGroupedGemm::workspace_bytes() const {

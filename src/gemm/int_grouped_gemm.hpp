@@ -71,8 +71,9 @@ class IntGroupedGemm {
     const float* zeros = nullptr;   // [groups, k / group, n] zero terms (shape.zero_points)
     const float* bias = nullptr;    // [groups, n] (shape.bias)
     void* d = nullptr;              // [max_rows, n] elem
-    // fp32 [max_rows, n], staging_bytes() of it, where that is not 0: the CUTLASS tactics' D
-    // before the zero-point and bias kernel. May be shared with other GEMMs run on the stream.
+    // fp32, staging_bytes() of it, where that is not 0: the CUTLASS tactics' D [max_rows, n]
+    // before the zero-point and bias kernel, and the rows' group sums [max_rows, k / group]
+    // with zero points. May be shared with other GEMMs run on the stream.
     float* staging = nullptr;
     std::string tactic;  // empty: pick_tactic(rows_per_group_hint)
     double rows_per_group_hint = 1.0;

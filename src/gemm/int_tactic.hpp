@@ -54,15 +54,18 @@ std::vector<IntTacticEntry> sm90_fp16_int8_group_tactics();
 // The GEMV for `shape` (its element type, width and zero points): sm90_int_gemv.cu.
 std::vector<IntTacticEntry> sm90_int_gemv_tactics(const IntGroupedShape& shape);
 
-// The CUTLASS tactics' second kernel where staging is used: rows [0, row_offsets[groups]) of
-// out (elem [rows, n]) = round(d32 + bias[g] + sum over groups gi of zeros[g, gi, :] * (sum of
-// a's row over the columns of group gi)), each row's g from row_offsets; fp32, in that order.
-// zeros and bias may each be null (not added). rows_bound > 0 bounds the rows (grid size);
-// sm_count sizes the grid.
-Status finish_int_gemm(const IntGroupedShape& s, const int32_t* row_offsets, const float* d32,
+// The CUTLASS tactics' finish where staging is used: rows [0, row_offsets[groups]) of out (elem
+// [rows, n]) = round(d32 + bias[g] + sum over groups gi of zeros[g, gi, :] * (sum of a's row
+// over the columns of group gi)), each row's g from row_offsets; fp32, in that order. staging
+// holds staging_floats(s): d32 [max_rows, n] (the GEMM's D), then with zero points the rows'
+// group sums [max_rows, k / group] (a first kernel writes them). zeros and bias may each be
+// null (not added). rows_bound > 0 bounds the rows (grid size); sm_count sizes the grid.
+Status finish_int_gemm(const IntGroupedShape& s, const int32_t* row_offsets, float* staging,
                        const void* a, const float* zeros, const float* bias, void* out,
                        int64_t rows_bound, int sm_count, cudaStream_t stream);
-// Loads the finish kernel for `s` (before any graph capture).
+// Floats of staging the finish needs for `s` (0 without zero points and bias).
+std::size_t staging_floats(const IntGroupedShape& s);
+// Loads the finish kernels for `s` (before any graph capture).
 Status prepare_finish_int_gemm(const IntGroupedShape& s);
 
 }  // namespace moekit::gemm::int_detail

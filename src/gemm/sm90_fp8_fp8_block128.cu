@@ -14,6 +14,7 @@
 // addresses never change; run() only launches.
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -266,21 +267,20 @@ class Fp8CutlassTactic final : public Fp8Tactic {
 
 struct Fp8Entry {
   std::string name;
-  bool swap_ab;
   bool fp32_out;
   std::unique_ptr<Fp8Tactic> (*make)();
 };
 
 template <class Cfg>
 Fp8Entry entry() {
-  return Fp8Entry{Cfg::name(), Cfg::kSwapAB, Cfg::kFp32Out, []() -> std::unique_ptr<Fp8Tactic> {
+  return Fp8Entry{Cfg::name(), Cfg::kFp32Out, []() -> std::unique_ptr<Fp8Tactic> {
                     return std::make_unique<Fp8CutlassTactic<Cfg>>();
                   }};
 }
 
 // The tactic list: a swap-AB tile for the few rows per expert of decode, the 128 x 128 tile for
-// prefill (the pick); each with a bf16 and an fp32 D. Beside them, for the tuner, the ping-pong
-// 64 x 128 tile (not in MOEKIT_ONE_TACTIC builds).
+// prefill; each with a bf16 and an fp32 D. Beside them the ping-pong 64 x 128 tile for ~32 rows
+// per expert (pick_tactic; not in MOEKIT_ONE_TACTIC builds).
 std::vector<Fp8Entry> fp8_tactics() {
   std::vector<Fp8Entry> v = {entry<Fp8Cfg<128, 128, false>>(), entry<Fp8Cfg<128, 32, true>>(),
                              entry<Fp8Cfg<128, 128, false, float>>(),
@@ -298,7 +298,6 @@ struct Fp8GroupedGemm::State {
   Fp8GroupedShape shape;
   int device = 0;
   std::vector<std::string> names;
-  std::vector<bool> swap_ab;
   std::vector<std::unique_ptr<Fp8Tactic>> tactics;
 };
 
@@ -338,7 +337,6 @@ Fp8GroupedGemm::Fp8GroupedGemm(const Fp8GroupedShape& shape, int device)
     std::unique_ptr<Fp8Tactic> t = e.make();
     throw_if_error(t->init(shape, device, prop.multiProcessorCount));
     state_->names.push_back(e.name);
-    state_->swap_ab.push_back(e.swap_ab);
     state_->tactics.push_back(std::move(t));
   }
   check_cuda(cudaDeviceSynchronize(), "finishing the fp8 grouped GEMM's set-up");
@@ -349,10 +347,21 @@ Fp8GroupedGemm::~Fp8GroupedGemm() = default;
 std::vector<std::string> Fp8GroupedGemm::tactics() const { return state_->names; }
 
 std::string Fp8GroupedGemm::pick_tactic(double rows_per_group_hint) const {
-  // Up to 32 rows per expert the weights fill the 128-row tile and the rows the 32-wide one.
-  const bool swap = rows_per_group_hint <= 32.0;
-  for (std::size_t i = 0; i < state_->names.size(); ++i)
-    if (state_->swap_ab[i] == swap) return state_->names[i];
+  // The BF16 engine's bands, confirmed for FP8 by `moekit tune` (H100, 2026-12-07,
+  // bench/results/2026-12-07-h100-ec428f1-tests-tune.md, softmax_topk routing): up to ~24 rows per
+  // expert the swap-AB tile (weights as M, 32 rows as N) reads each weight once; around 32 rows
+  // the 64-row ping-pong tile wastes least (qwen3 T=512, 32 rows: the forward 318.5 -> 292.6 us
+  // with it on both GEMMs; deepseek's FC1 at 32 rows too); from 64 rows the 128 x 128 tile,
+  // except qwen3's small FC2 (ping-pong to 64 rows, within 1%). Builds with one tactic per
+  // family lack the ping-pong tile: the swap-AB one stands in up to 48 rows.
+  const double h = std::isfinite(rows_per_group_hint) ? std::max(rows_per_group_hint, 0.0) : 0.0;
+  const std::vector<const char*> wanted =
+      h <= 24.0   ? std::vector<const char*>{"sm90.fp8.swapab."}
+      : h <= 48.0 ? std::vector<const char*>{"sm90.fp8.pingpong.", "sm90.fp8.swapab."}
+                  : std::vector<const char*>{"sm90.fp8.coop."};
+  for (const char* prefix : wanted)
+    for (const std::string& name : state_->names)
+      if (name.rfind(prefix, 0) == 0) return name;
   return state_->names.front();
 }
 
