@@ -72,7 +72,8 @@ class Fp8QuantizeTest : public GpuTest {};
 
 TEST_F(Fp8QuantizeTest, GatherMatchesTheHostBitForBit) {
   std::mt19937_64 rng(base_seed() ^ 0xf8a1);
-  const int64_t T = 7, k = 3, H = 384, L = 4, groups = H / kGroup;
+  // 10 groups a row: the kernel's chunks of 8 groups, one whole and one partial.
+  const int64_t T = 7, k = 3, H = 1280, L = 4, groups = H / kGroup;
   const std::vector<float> hidden = special_rows(T, H, rng, true);
   std::vector<uint16_t> hidden_bits(hidden.size());
   for (std::size_t i = 0; i < hidden.size(); ++i)
