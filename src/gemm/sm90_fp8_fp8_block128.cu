@@ -38,11 +38,15 @@
 #include "common/cuda_status.hpp"
 #include "gemm/cutlass_setup.cuh"
 #include "gemm/fp8_grouped_gemm.hpp"
+#include "gemm/fp8_tactic.hpp"
 
 namespace moekit::gemm {
 namespace {
 
 using namespace cute;
+using fp8_detail::Fp8Problem;
+using fp8_detail::Fp8Tactic;
+using fp8_detail::Fp8TacticEntry;
 
 constexpr int kBlock = static_cast<int>(Fp8GroupedGemm::kBlock);
 
@@ -128,20 +132,9 @@ struct GroupArrays {
   typename K::LayoutSFB* layout_sfb;
 };
 
-struct ProblemArgs {
-  const int32_t* row_offsets;
-  int groups;
-  int n, k;
-  const uint8_t* a;
-  const float* a_scales;
-  const uint8_t* w;
-  const float* w_scales;
-  char* d;
-};
-
 // One thread per group: its problem shape, operand, scale and output pointers, scale layouts.
 template <class K, bool kSwapAB>
-__global__ void write_fp8_problems(ProblemArgs p, GroupArrays<K> arr) {
+__global__ void write_fp8_problems(Fp8Problem p, GroupArrays<K> arr) {
   const int g = blockIdx.x * blockDim.x + threadIdx.x;
   if (g >= p.groups) return;
   const int64_t row0 = p.row_offsets[g];
@@ -170,14 +163,6 @@ __global__ void write_fp8_problems(ProblemArgs p, GroupArrays<K> arr) {
   }
   arr.ptr_d[g] = reinterpret_cast<typename K::ElementD*>(p.d) + row0 * p.n;
 }
-
-class Fp8Tactic {
- public:
-  virtual ~Fp8Tactic() = default;
-  virtual Status init(const Fp8GroupedShape& s, int device, int sm_count) = 0;
-  virtual Status run(const ProblemArgs& p, cudaStream_t stream) = 0;
-  virtual std::size_t workspace_bytes() const = 0;
-};
 
 template <class Cfg>
 class Fp8CutlassTactic final : public Fp8Tactic {
@@ -252,7 +237,7 @@ class Fp8CutlassTactic final : public Fp8Tactic {
     return c_.initialize(args);
   }
 
-  Status run(const ProblemArgs& p, cudaStream_t stream) override {
+  Status run(const Fp8Problem& p, cudaStream_t stream) override {
     const int threads = 128, blocks = (p.groups + threads - 1) / threads;
     write_fp8_problems<K, Cfg::kSwapAB><<<blocks, threads, 0, stream>>>(p, arrays_);
     return c_.run(stream);
@@ -265,26 +250,20 @@ class Fp8CutlassTactic final : public Fp8Tactic {
   GroupArrays<K> arrays_{};
 };
 
-struct Fp8Entry {
-  std::string name;
-  bool fp32_out;
-  std::unique_ptr<Fp8Tactic> (*make)();
-};
-
 template <class Cfg>
-Fp8Entry entry() {
-  return Fp8Entry{Cfg::name(), Cfg::kFp32Out, []() -> std::unique_ptr<Fp8Tactic> {
-                    return std::make_unique<Fp8CutlassTactic<Cfg>>();
-                  }};
+Fp8TacticEntry entry() {
+  return Fp8TacticEntry{Cfg::name(), Cfg::kFp32Out, []() -> std::unique_ptr<Fp8Tactic> {
+                          return std::make_unique<Fp8CutlassTactic<Cfg>>();
+                        }};
 }
 
 // The tactic list: a swap-AB tile for the few rows per expert of decode, the 128 x 128 tile for
 // prefill; each with a bf16 and an fp32 D. Beside them the ping-pong 64 x 128 tile for ~32 rows
 // per expert (pick_tactic; not in MOEKIT_ONE_TACTIC builds).
-std::vector<Fp8Entry> fp8_tactics() {
-  std::vector<Fp8Entry> v = {entry<Fp8Cfg<128, 128, false>>(), entry<Fp8Cfg<128, 32, true>>(),
-                             entry<Fp8Cfg<128, 128, false, float>>(),
-                             entry<Fp8Cfg<128, 32, true, float>>()};
+std::vector<Fp8TacticEntry> fp8_tactics() {
+  std::vector<Fp8TacticEntry> v = {entry<Fp8Cfg<128, 128, false>>(), entry<Fp8Cfg<128, 32, true>>(),
+                                   entry<Fp8Cfg<128, 128, false, float>>(),
+                                   entry<Fp8Cfg<128, 32, true, float>>()};
 #if !defined(MOEKIT_ONE_TACTIC)
   v.push_back(entry<Fp8Cfg<64, 128, false, cutlass::bfloat16_t, true>>());
   v.push_back(entry<Fp8Cfg<64, 128, false, float, true>>());
@@ -383,7 +362,7 @@ Status Fp8GroupedGemm::run(const Call& c, const int32_t* row_offsets, cudaStream
       return Status(ErrorCode::kInvalidArgument,
                     "fp8 grouped GEMM: an operand is not 16-byte aligned (TMA rows)");
   if (state_->shape.max_rows == 0) return {};
-  ProblemArgs p{};
+  Fp8Problem p{};
   p.row_offsets = row_offsets;
   p.groups = state_->shape.groups;
   p.n = static_cast<int>(state_->shape.n);
