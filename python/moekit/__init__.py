@@ -432,7 +432,7 @@ def _stream_handle(stream: Any) -> int:
 class MoeLayer:
     """One MoE layer: resolved, weights prepared, workspace sized for max_tokens.
 
-    backend: "auto", a family ("reference", "cutlass") or an implementation id; device: "cpu"
+    backend: "auto", a family ("reference", "cutlass", "mx") or an implementation id; device: "cpu"
     (the CPU reference), "cuda" / "cuda:N" / an index (a GPU implementation on that device), or
     None (whatever the resolver chooses). When nothing can run the layer, UnsupportedError
     carries the resolver's report (also: moekit.resolve(spec)).

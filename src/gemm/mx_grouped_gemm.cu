@@ -100,4 +100,6 @@ Status MxGroupedGemm::run(const Call& c, const int32_t* row_offsets, cudaStream_
 
 const MxGroupedShape& MxGroupedGemm::shape() const { return state_->shape; }
 
+std::size_t MxGroupedGemm::workspace_bytes() const { return 0; }
+
 }  // namespace moekit::gemm

@@ -73,6 +73,8 @@ class MxGroupedGemm {
   Status run(const Call& call, const int32_t* row_offsets, cudaStream_t stream);
 
   const MxGroupedShape& shape() const;
+  // Device bytes its tactics hold besides the caller's arrays (none: the GEMVs keep nothing).
+  std::size_t workspace_bytes() const;
 
   // Host-only shape checks (also on machines without a GPU): ok, or kInvalidArgument /
   // kUnsupported naming the value.

@@ -50,6 +50,17 @@ class Carver {
   std::size_t used_ = 0;
 };
 
+// Sizes `carve` (Carver& -> its pieces; it runs twice: sizing, then carving), allocates
+// `memory` once for it and returns the pieces carved from that allocation.
+template <class Carve>
+auto carve_allocation(DeviceMemory& memory, const Carve& carve, const char* what) {
+  Carver sizing;
+  carve(sizing);
+  memory = device_alloc(sizing.used(), what);
+  Carver cut(static_cast<char*>(memory.get()));
+  return carve(cut);
+}
+
 inline std::string shape_string(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);

@@ -114,11 +114,7 @@ Sm90Fp8Engine::Sm90Fp8Engine(const MoeSpec& spec, const MoeWeights& weights, int
     p.in2 = c.take<float>(per_tensor && !per_token ? L : 0);
     return p;
   };
-  Carver wsize;
-  carve_weights(wsize);
-  weight_memory_ = device_alloc(wsize.used(), "expert weights");
-  Carver wc(static_cast<char*>(weight_memory_.get()));
-  const auto wp = carve_weights(wc);
+  const auto wp = carve_allocation(weight_memory_, carve_weights, "expert weights");
   upload(wp.w1, weights.fc1.values.data(), w1_bytes, "fc1 weights");
   upload(wp.w2, weights.fc2.values.data(), w2_bytes, "fc2 weights");
   upload(wp.s1, s1.data(), sizeof(float) * s1.size(), "fc1 weight scales");

@@ -18,6 +18,9 @@ const std::vector<const Implementation*>& all_implementations() {
       &registry::impls::cuda_sm90_cutlass_fp8(),
       &registry::impls::cuda_sm90_cutlass_int4_group(),
       &registry::impls::cuda_sm90_cutlass_int8_group(),
+      &registry::impls::cuda_sm90_mx_mxfp4(),
+      &registry::impls::cuda_sm90_mx_nvfp4(),
+      &registry::impls::cuda_sm90_mx_mxfp8(),
       &registry::impls::cpu_reference(),
   };
   return table;

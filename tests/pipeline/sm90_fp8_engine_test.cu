@@ -486,17 +486,9 @@ TEST_F(Sm90Fp8EngineTest, GraphCaptureOfFirstCallEqualsEager) {
 // of the wrong dtype, shape, device or alignment refused with kInvalidArgument.
 TEST_F(Sm90Fp8EngineTest, BadCallerIdsAndBadViews) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0xf80b);
-  for (const WeightFormat f : kFormats) {
-    MoeSpec s = small_fp8(RoutingMethod::kExternal, f, 1000);
-    for (const int64_t T : {6, 64, 1000}) {
-      Layer l = make_layer(s, rng());
-      check_bad_ids(l, T, rng);
-    }
-    s.routing.method = RoutingMethod::kTopKSoftmax;
-    s.max_tokens = 16;
-    Layer routed = make_layer(s, rng());
-    expect_bad_views_refused(routed, rng);
-  }
+  for (const WeightFormat f : kFormats)
+    check_bad_calls(small_fp8(RoutingMethod::kExternal, f, 1000), fp8_factory(true), rng,
+                    set_static_input_scales);
 }
 
 // Host-side refusals: no GPU needed (checked before any CUDA call). Each is kUnsupported and

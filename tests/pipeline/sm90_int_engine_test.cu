@@ -70,14 +70,11 @@ class Sm90IntEngineTest : public GpuTest {
  protected:
   // Each token count on fresh inputs against the reference.
   void check_tokens(Layer& l, const std::vector<int64_t>& tokens, Ids mode, std::mt19937_64& rng) {
-    for (const int64_t T : tokens) {
-      if (T > kSanitizerMaxTokens && sanitizer_run()) continue;
-      SCOPED_TRACE(describe(l.spec) + " group " + std::to_string(l.spec.weights.group_size) +
-                   (l.spec.weights.zero_points ? " zero points" : "") +
-                   (l.spec.weights.pre_quant_scale ? " pre-quant" : "") + " T" + std::to_string(T));
-      const Inputs in = make_inputs(l, T, mode, rng);
-      expect_close(l.spec, run_forward(l, in), reference_out(l, in), kTolerance);
-    }
+    const WeightQuant& q = l.spec.weights;
+    check_token_counts(l, tokens, mode, rng, kTolerance,
+                       " group " + std::to_string(q.group_size) +
+                           (q.zero_points ? " zero points" : "") +
+                           (q.pre_quant_scale ? " pre-quant" : ""));
   }
 };
 
@@ -290,26 +287,12 @@ TEST_F(Sm90IntEngineTest, GraphCaptureOfFirstCallEqualsEager) {
 TEST_F(Sm90IntEngineTest, BadCallerIdsAndBadViews) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x1a0a);
   for (const WeightFormat f : kFormats) {
-    MoeSpec s =
+    const MoeSpec s =
         int_layer(engine_spec(8, 2, 256, 128, RoutingMethod::kExternal, ActivationKind::kSwiGLU), f,
                   DType::kBFloat16, 64, true, true);
-    s.max_tokens = 1000;
-    for (const int64_t T : {6, 64, 1000}) {
-      Layer l = make_layer(s, rng());
-      check_bad_ids(l, T, rng);
-    }
-    s.routing.method = RoutingMethod::kTopKSoftmax;
-    s.max_tokens = 16;
-    Layer routed = make_layer(s, rng());
-    expect_bad_views_refused(routed, rng);
-    // A forced tactic that is not built: kNotFound, naming it.
-    try {
-      make_layer(s, rng(), true, "sm90.int4.no_such_tactic");
-      ADD_FAILURE() << "an unknown tactic was accepted";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::kNotFound);
-      EXPECT_NE(std::string(e.what()).find("no_such_tactic"), std::string::npos) << e.what();
-    }
+    check_bad_calls(s, int_factory(true), rng);
+    expect_unknown_tactic_refused(s, int_factory(true, "sm90.int4.no_such_tactic"),
+                                  "no_such_tactic");
   }
 }
 

@@ -1,6 +1,8 @@
 // Shared fixtures of the registry tests: specs, hand-built environments and a fake
 // implementation whose capability a test sets row by row.
 #pragma once
+#include <gtest/gtest.h>
+
 #include <memory>
 #include <string>
 #include <utility>
@@ -80,5 +82,32 @@ class FakeImpl final : public Implementation {
   std::string id_, family_;
   Capability cap_;
 };
+
+// `s` with every feature of the reference that the Hopper engines run: both biases, Llama-4
+// routing with the weight on the experts' input, GeGLU (tanh) on interleaved gate/up, an
+// intermediate of 512 over TP 2, and EP 2 (rank 1 of each).
+inline MoeSpec with_every_feature(MoeSpec s) {
+  s.fc1_bias = s.fc2_bias = true;
+  s.routing.method = RoutingMethod::kLlama4;
+  s.routing.weight_placement = RouterWeightPlacement::kInput;
+  s.intermediate = 512;
+  s.tp_size = s.ep_size = 2;
+  s.tp_rank = s.ep_rank = 1;
+  s.activation.kind = ActivationKind::kGeGLUTanh;
+  s.gate_up_layout = GateUpLayout::kInterleaved;
+  return s;
+}
+
+// Without a GPU `s` runs on the reference, and a request for `id` says why not at the GPU stage.
+inline void expect_reference_without_gpu(const MoeSpec& s, const char* id) {
+  Environment env = h200_env();
+  env.gpus.clear();
+  const Resolution r = resolve(s, env, "auto");
+  ASSERT_TRUE(r.ok()) << id;
+  EXPECT_EQ(r.chosen->id(), "cpu.reference") << id;
+  const Eligibility e = find_implementation(id)->can_implement(s, env);
+  ASSERT_FALSE(e.ok()) << id;
+  EXPECT_EQ(e.rejection().stage, RejectStage::kGpuGeneration) << e.rejection().reason;
+}
 
 }  // namespace moekit::registry::test

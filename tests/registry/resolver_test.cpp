@@ -29,7 +29,8 @@ TEST(PriorityTable, EveryImplementationExactlyOnce) {
   }
   // Every implementation this library has must be in the table, in both builds.
   for (const char* id : {"cpu.reference", "cuda.sm90.cutlass.bf16", "cuda.sm90.cutlass.fp16",
-                         "cuda.sm90.cutlass.int4_group", "cuda.sm90.cutlass.int8_group"})
+                         "cuda.sm90.cutlass.int4_group", "cuda.sm90.cutlass.int8_group",
+                         "cuda.sm90.mx.mxfp4", "cuda.sm90.mx.nvfp4", "cuda.sm90.mx.mxfp8"})
     EXPECT_EQ(ids.count(id), 1u) << id;
   EXPECT_EQ(table.back()->id(), "cpu.reference") << "the fallback comes last";
   EXPECT_EQ(priority_of("no.such.impl"), -1);

@@ -81,15 +81,7 @@ TEST(Sm90IntRegistry, IntLayersResolveToTheirImplementation) {
 TEST(Sm90IntRegistry, EveryFeatureOfTheReferenceAtTheseShapes) {
   for (const auto& [format, id] : kIntImpls) {
     SCOPED_TRACE(id);
-    MoeSpec all = int_spec(format, DType::kFloat16, 128, true, true);
-    all.fc1_bias = all.fc2_bias = true;
-    all.routing.method = RoutingMethod::kLlama4;
-    all.routing.weight_placement = RouterWeightPlacement::kInput;
-    all.intermediate = 512;
-    all.tp_size = all.ep_size = 2;
-    all.tp_rank = all.ep_rank = 1;
-    all.activation.kind = ActivationKind::kGeGLUTanh;
-    all.gate_up_layout = GateUpLayout::kInterleaved;
+    const MoeSpec all = with_every_feature(int_spec(format, DType::kFloat16, 128, true, true));
     ASSERT_TRUE(all.validate().empty());
     const Eligibility e = find_implementation(id)->can_implement(all, h200_env());
     EXPECT_TRUE(e.ok()) << e.rejection().reason;
@@ -149,17 +141,8 @@ TEST(Sm90IntRegistry, OnlyBf16AndFp16Activations) {
 // Without a GPU (this build's own environment or none written) the int layers run on the
 // reference, and a request for the implementation says why not at the GPU stage.
 TEST(Sm90IntRegistry, NoGpuMeansTheReference) {
-  for (const auto& [format, id] : kIntImpls) {
-    Environment env = h200_env();
-    env.gpus.clear();
-    const MoeSpec s = int_spec(format, DType::kBFloat16, 128, true, true);
-    const Resolution r = resolve(s, env, "auto");
-    ASSERT_TRUE(r.ok());
-    EXPECT_EQ(r.chosen->id(), "cpu.reference");
-    const Eligibility e = find_implementation(id)->can_implement(s, env);
-    ASSERT_FALSE(e.ok());
-    EXPECT_EQ(e.rejection().stage, RejectStage::kGpuGeneration) << e.rejection().reason;
-  }
+  for (const auto& [format, id] : kIntImpls)
+    expect_reference_without_gpu(int_spec(format, DType::kBFloat16, 128, true, true), id);
 }
 
 }  // namespace

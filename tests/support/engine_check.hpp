@@ -492,4 +492,46 @@ inline void expect_refused(const std::vector<Refused>& cases, const EngineFactor
   }
 }
 
+// Each of `tokens` on fresh inputs against the reference within `tol` (counts past
+// kSanitizerMaxTokens skipped under compute-sanitizer); `what` adds to the trace.
+inline void check_token_counts(Layer& l, const std::vector<int64_t>& tokens, Ids mode,
+                               std::mt19937_64& rng, double tol, const std::string& what = "") {
+  for (const int64_t T : tokens) {
+    if (T > kSanitizerMaxTokens && sanitizer_run()) continue;
+    SCOPED_TRACE(describe(l.spec) + what + " T" + std::to_string(T));
+    const Inputs in = make_inputs(l, T, mode, rng);
+    expect_close(l.spec, run_forward(l, in), reference_out(l, in), tol);
+  }
+}
+
+// Bad caller ids (out of range, negative, repeated) at 6, 64 and 1000 tokens on `s` with
+// external routing, dropped and the first one reported (check_bad_ids); then, routed, views of
+// the wrong dtype, shape, device or alignment refused (expect_bad_views_refused). `edit` as
+// make_engine_layer's.
+inline void check_bad_calls(MoeSpec s, const EngineFactory& make, std::mt19937_64& rng,
+                            const std::function<void(MoeWeights&)>& edit = nullptr) {
+  s.routing.method = RoutingMethod::kExternal;
+  s.max_tokens = 1000;
+  for (const int64_t T : {6, 64, 1000}) {
+    Layer l = make_engine_layer(s, rng(), make, edit);
+    check_bad_ids(l, T, rng);
+  }
+  s.routing.method = RoutingMethod::kTopKSoftmax;
+  s.max_tokens = 16;
+  Layer routed = make_engine_layer(s, rng(), make, edit);
+  expect_bad_views_refused(routed, rng);
+}
+
+// `make` forces a tactic named `unknown` that no GEMM builds: kNotFound, naming it.
+inline void expect_unknown_tactic_refused(const MoeSpec& s, const EngineFactory& make,
+                                          const std::string& unknown) {
+  try {
+    make(s, quant::make_random_weights(s, 1));
+    ADD_FAILURE() << "an unknown tactic was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kNotFound);
+    EXPECT_NE(std::string(e.what()).find(unknown), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace moekit::devtest

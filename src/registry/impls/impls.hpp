@@ -21,6 +21,9 @@ const Implementation& cuda_sm90_cutlass_fp8_block128();
 const Implementation& cuda_sm90_cutlass_fp8();
 const Implementation& cuda_sm90_cutlass_int4_group();
 const Implementation& cuda_sm90_cutlass_int8_group();
+const Implementation& cuda_sm90_mx_mxfp4();
+const Implementation& cuda_sm90_mx_nvfp4();
+const Implementation& cuda_sm90_mx_mxfp8();
 
 // pipeline::make_sm90_engine in CUDA builds (sm90_engine_cuda.cpp); a CUDA-less build throws
 // Error(kUnsupported) (sm90_engine_nocuda.cpp). The resolver rejects those implementations in
@@ -33,5 +36,8 @@ std::unique_ptr<Engine> create_sm90_fp8_engine(const MoeSpec& spec, const MoeWei
 // The same for pipeline::make_sm90_int_engine (the int group formats).
 std::unique_ptr<Engine> create_sm90_int_engine(const MoeSpec& spec, const MoeWeights& weights,
                                                int device);
+// The same for pipeline::make_sm90_mx_engine (the microscaling formats).
+std::unique_ptr<Engine> create_sm90_mx_engine(const MoeSpec& spec, const MoeWeights& weights,
+                                              int device);
 
 }  // namespace moekit::registry::impls

@@ -11,14 +11,18 @@ bool is_fp8(WeightFormat f) {
 bool is_int_group(WeightFormat f) {
   return f == WeightFormat::kInt4Group || f == WeightFormat::kInt8Group;
 }
+bool is_mx(WeightFormat f) {
+  return f == WeightFormat::kMXFP4 || f == WeightFormat::kNVFP4 || f == WeightFormat::kMXFP8;
+}
 }  // namespace
 
 Sm90CutlassImpl::Sm90CutlassImpl(std::string id, WeightFormat weights,
-                                 std::vector<DType> activations)
-    : id_(std::move(id)) {
+                                 std::vector<DType> activations, std::string family)
+    : id_(std::move(id)), family_(std::move(family)) {
   Capability& c = cap_;
   c.sm_min = c.sm_max = 90;  // sm_90a: wgmma and TMA exist nowhere else in this form
-  c.needs_cuda = c.needs_cutlass = true;
+  c.needs_cuda = true;
+  c.needs_cutlass = !is_mx(weights);  // the mx engine runs moekit's kernels only
   c.weight_formats = {weights};
   c.act_dtypes = std::move(activations);
   c.activations = all_activations();
@@ -53,6 +57,14 @@ Sm90CutlassImpl::Sm90CutlassImpl(std::string id, WeightFormat weights,
     c.hidden_multiple = 64;
     c.intermediate_multiple = 64;
   }
+  if (is_mx(weights)) {
+    // MXFP4 / NVFP4 / MXFP8 (gemm/mx_grouped_gemm.hpp, pipeline/sm90_mx_layout.hpp): K (hidden
+    // for FC1, the local intermediate for FC2) a multiple of 32, a GEMV lane's 16-byte chunk of
+    // 32 e2m1 or 16 e4m3 values and the MX blocks' width; N (FC1's 2 x I rows, hidden) a
+    // multiple of 8 for the 16-byte output rows, which the same multiple of 32 covers.
+    c.hidden_multiple = 32;
+    c.intermediate_multiple = 32;
+  }
   c.max_top_k = 32;     // routing and finalize kernels keep a token's slots in one warp
   c.max_experts = 512;  // routing holds 16 experts per lane of one warp
 }
@@ -71,6 +83,7 @@ std::unique_ptr<Engine> Sm90CutlassImpl::create_engine(const MoeSpec& spec,
                                                        int device_index) const {
   if (is_fp8(spec.weights.format)) return create_sm90_fp8_engine(spec, weights, device_index);
   if (is_int_group(spec.weights.format)) return create_sm90_int_engine(spec, weights, device_index);
+  if (is_mx(spec.weights.format)) return create_sm90_mx_engine(spec, weights, device_index);
   return create_sm90_engine(spec, weights, device_index);
 }
 

@@ -1,4 +1,4 @@
-// CUDA-less builds keep the cuda.sm90.cutlass.* declarations (so the resolver can say "this
+// CUDA-less builds keep the cuda.sm90.* declarations (so the resolver can say "this
 // build has no CUDA") but have no engine to build.
 #include "moekit/status.hpp"
 #include "registry/impls/impls.hpp"
@@ -7,9 +7,11 @@ namespace moekit::registry::impls {
 
 namespace {
 [[noreturn]] void no_cuda() {
-  throw Error(ErrorCode::kUnsupported,
-              "cuda.sm90.cutlass cannot build an engine: this build has no CUDA (configured with "
-              "MOEKIT_CUDA=OFF).");
+  throw Error(
+      ErrorCode::kUnsupported,
+      "the cuda.sm90 implementations cannot build an engine: this build has no CUDA (configured "
+      "with "
+      "MOEKIT_CUDA=OFF).");
 }
 }  // namespace
 
@@ -20,5 +22,6 @@ std::unique_ptr<Engine> create_sm90_fp8_engine(const MoeSpec&, const MoeWeights&
 std::unique_ptr<Engine> create_sm90_int_engine(const MoeSpec&, const MoeWeights&, int) {
   no_cuda();
 }
+std::unique_ptr<Engine> create_sm90_mx_engine(const MoeSpec&, const MoeWeights&, int) { no_cuda(); }
 
 }  // namespace moekit::registry::impls
