@@ -1,6 +1,7 @@
 // IntGroupedGemm (int_grouped_gemm.hpp): its tactic list (the GEMV of sm90_int_gemv.cu, the
-// CUTLASS ones of the sm90_<act>_<int4|int8>_group.cu units), the pick, the checks, and the
-// kernel that finishes a CUTLASS tactic's fp32 D where zero points or a bias need it.
+// CUTLASS ones of the sm90_<act>_<int4|int8>_group.cu units; for groups of 32 the streaming GEMV
+// of sm90_int_stream_gemv.cu), the pick, the checks, and the kernels that finish a CUTLASS
+// tactic's fp32 D where zero points or a bias need it.
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -267,11 +268,9 @@ Status IntGroupedGemm::validate(const IntGroupedShape& s) {
   if (s.bits != 4 && s.bits != 8)
     return Status(ErrorCode::kUnsupported,
                   what + " runs 4- or 8-bit codes, not " + std::to_string(s.bits) + "-bit ones");
-  if (s.group_size != 64 && s.group_size != 128)
-    return Status(ErrorCode::kUnsupported,
-                  what + " group size " + std::to_string(s.group_size) +
-                      ": CUTLASS's mixed-input mainloop reloads scales per 64-deep k tile, so "
-                      "groups of 64 or 128 columns");
+  if (s.group_size != 32 && s.group_size != 64 && s.group_size != 128)
+    return Status(ErrorCode::kUnsupported, what + " group size " + std::to_string(s.group_size) +
+                                               ": groups of 32, 64 or 128 columns");
   if (s.k % s.group_size != 0)
     return Status(ErrorCode::kUnsupported, what + " k " + std::to_string(s.k) +
                                                " is not a multiple of the group size " +
@@ -283,13 +282,18 @@ IntGroupedGemm::IntGroupedGemm(const IntGroupedShape& shape, int device)
     : state_(std::make_unique<State>()) {
   throw_if_error(validate(shape));
   state_->shape = shape;
-  state_->staged = shape.zero_points || shape.bias;
+  // Groups of 32: the streaming GEMV alone (the tensor-core GEMV sums 64-wide k spans and
+  // CUTLASS's mainloop reloads scales per 64-deep k tile).
+  const bool by_64 = shape.group_size % 64 == 0;
+  state_->staged = by_64 && (shape.zero_points || shape.bias);
   DeviceGuard guard(device);
   const int sm_count = detail::require_sm90(device, "the int grouped GEMM");
   state_->sm_count = sm_count;
-  std::vector<int_detail::IntTacticEntry> entries = int_detail::sm90_int_gemv_tactics(shape);
-  for (auto& e : cutlass_tactics(shape))
-    if (e.fp32_out == state_->staged) entries.push_back(std::move(e));
+  std::vector<int_detail::IntTacticEntry> entries =
+      by_64 ? int_detail::sm90_int_gemv_tactics(shape) : int_detail::sm90_int_stream_tactics(shape);
+  if (by_64)
+    for (auto& e : cutlass_tactics(shape))
+      if (e.fp32_out == state_->staged) entries.push_back(std::move(e));
   for (auto& e : entries) {
     std::unique_ptr<int_detail::IntTactic> t = e.make();
     throw_if_error(t->init(shape, device, sm_count));
@@ -323,6 +327,7 @@ std::string IntGroupedGemm::pick_tactic(double rows_per_group_hint) const {
       if (state_->gemv[i] == gemv) return names[i];
     return names.front();
   };
+  // Groups of 32 have the streaming GEMV only (first() falls back to it).
   if (rows_per_group_hint <= 8.0)
     return first(true, rows_per_group_hint <= 4.0 ? ".gemv.n8" : ".gemv.n16");
   return first(false, rows_per_group_hint >= 128.0 ? "x128x" : "x64x");
@@ -366,7 +371,7 @@ Status IntGroupedGemm::run(const Call& c, const int32_t* row_offsets, cudaStream
 }
 
 std::size_t IntGroupedGemm::staging_bytes() const {
-  return sizeof(float) * int_detail::staging_floats(state_->shape);
+  return state_->staged ? sizeof(float) * int_detail::staging_floats(state_->shape) : 0;
 }
 
 std::size_t IntGroupedGemm::workspace_bytes() const {

@@ -20,6 +20,9 @@
 //    registers, multiplied with the rows on the tensor cores (mma.sync) in 64-wide k spans
 //    summed in fp32, each span's sum times its fp32 scale plus the zero term times the rows'
 //    fp32 span sums; bias included; group sizes that are multiples of 64.
+//  - Groups of 32 (neither kernel above can apply a scale per 32 columns): the CUDA-core
+//    streaming GEMV at every row count (sm90_int_stream_gemv.cu), each code decoded to
+//    q' * s + zero_term in fp32, bias included; it re-reads an expert's codes once per 8 rows.
 // Row counts live only in device memory (no host sync), so a forward can be graph-captured.
 // C++17, no public headers: CUDA translation units include this.
 #pragma once
@@ -42,7 +45,7 @@ struct IntGroupedShape {
   int64_t max_rows = 0;           // upper bound of row_offsets[groups]
   DType elem = DType::kBFloat16;  // A and D: kBFloat16 or kFloat16
   int bits = 4;                   // 4 (int4) or 8 (int8)
-  int group_size = 128;           // columns per scale: 64 or 128
+  int group_size = 128;           // columns per scale: 32, 64 or 128
   bool zero_points = false;       // Call::zeros is read
   bool bias = false;              // Call::bias is read
 };
@@ -87,14 +90,13 @@ class IntGroupedGemm {
   Status run(const Call& call, const int32_t* row_offsets, cudaStream_t stream);
 
   // Bytes of Call::staging the CUTLASS tactics need (0 where they store D themselves: no zero
-  // points and no bias).
+  // points and no bias; and for groups of 32, which have no CUTLASS tactic).
   std::size_t staging_bytes() const;
   std::size_t workspace_bytes() const;
   const IntGroupedShape& shape() const;
 
   // Host-only shape checks (also on machines without a GPU): ok, or kInvalidArgument /
-  // kUnsupported naming the value. Group sizes 64 or 128: the CUTLASS tactics' 64-deep k tile
-  // and the GEMV's 64-wide k spans.
+  // kUnsupported naming the value. Group sizes 32, 64 or 128 (32 on the streaming GEMV only).
   static Status validate(const IntGroupedShape& shape);
 
  private:

@@ -28,7 +28,8 @@
 namespace moekit::pipeline {
 namespace {
 
-// The kernels' K extent: whole 64-deep k tiles of the CUTLASS mainloop.
+// The kernels' K extent: whole 64-deep k tiles of the CUTLASS mainloop (also with groups of 32,
+// as the capability declares one multiple for the format).
 constexpr int64_t kKMultiple = 64;
 
 // Lays out every expert of `t` (rows in `row_order` when given) and uploads it to `m`'s arrays,
@@ -68,11 +69,6 @@ Sm90IntEngine::Sm90IntEngine(const MoeSpec& spec, const MoeWeights& weights, int
                 std::string("the sm90 int engine runs bf16 or fp16 activations with int4_group or "
                             "int8_group weights, not ") +
                     to_string(elem_) + " activations with " + to_string(q.format) + " weights");
-  if (q.group_size != 64 && q.group_size != 128)
-    throw Error(ErrorCode::kUnsupported,
-                "the sm90 int engine runs groups of 64 or 128 columns, not " +
-                    std::to_string(q.group_size) +
-                    " (CUTLASS's mixed-input mainloop reloads its scales per 64-deep k tile)");
   check_weights(spec, weights);
   lp_ = derive_local(spec);
   const int64_t H = lp_.hidden, I = lp_.intermediate, L = lp_.num_experts, R1 = lp_.fc1_rows;

@@ -3,7 +3,7 @@
 //
 // What it runs (anything else throws Error(kUnsupported) naming the value, before allocating):
 // bf16 or fp16 activations in and out with kInt4Group or kInt8Group weights (fp32 group scales
-// along K, groups of 64 or 128, with or without zero points and the AWQ pre-quant scale); every
+// along K, groups of 32, 64 or 128, with or without zero points and the AWQ pre-quant scale); every
 // activation, gate/up layout, bias, routing method and routing weight placement of the
 // reference; local experts <= 512, top_k <= 32; hidden and local intermediate multiples of 64.
 //
@@ -13,8 +13,9 @@
 // exists. The forward: route, count, permute and gather (the BF16 engine's) -> the routing
 // weights on the input where the spec places them there -> FC1's AWQ pre-quant scale on the
 // gathered rows (x * s per column, rounded to the activation type, as the reference) -> FC1
-// (gemm/int_grouped_gemm.hpp: the CUDA-core GEMV at a few rows per expert, CUTLASS's
-// mixed-input grouped GEMM above; bias added in fp32 before FC1's one rounding) -> the
+// (gemm/int_grouped_gemm.hpp: the tensor-core GEMV at a few rows per expert, CUTLASS's
+// mixed-input grouped GEMM above; for groups of 32 the streaming GEMV at every row count; bias
+// added in fp32 before FC1's one rounding) -> the
 // activation (rounded) -> FC2's pre-quant scale -> FC2 -> finalize (FC2's bias, the weighted sum
 // over top-k).
 //

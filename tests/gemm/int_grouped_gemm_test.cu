@@ -1,12 +1,12 @@
 // IntGroupedGemm (gemm/int_grouped_gemm.hpp) alone: every built tactic (the GEMV, the CUTLASS
-// mixed-input kernels, with the finish kernel where zero points or a bias stage D in fp32)
-// against a host product of the activation rows with the reference's exactly dequantized
-// weights (quant::dequantize_expert) plus the bias, in double, for int4 and int8, bf16 and
-// fp16, groups 64 and 128, with and without zero points and bias; row distributions with empty
-// groups, all rows in the first or the last group, and none. D is poisoned (NaN) first: every
-// row of a group must be written (no NaN), the rows past the last group left alone (still
-// NaN). ||D - ref|| / ||ref|| < 1e-2 (each weight rounded to the activation type after its
-// scale on the tensor cores; fp32 on the GEMV). The shape checks run without a GPU.
+// mixed-input kernels, with the finish kernel where zero points or a bias stage D in fp32; for
+// groups of 32 the streaming GEMV) against a host product of the activation rows with the
+// reference's exactly dequantized weights (quant::dequantize_expert) plus the bias, in double,
+// for int4 and int8, bf16 and fp16, groups 32, 64 and 128, with and without zero points and bias;
+// row distributions with empty groups, all rows in the first or the last group, and none. D is
+// poisoned (NaN) first: every row of a group must be written (no NaN), the rows past the last group
+// left alone (still NaN). ||D - ref|| / ||ref|| < 1e-2 (each weight rounded to the activation type
+// after its scale on the tensor cores; fp32 on the GEMV). The shape checks run without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -138,7 +138,7 @@ TEST_F(IntGroupedGemmTest, EveryTacticAgainstTheHostProduct) {
   };
   for (const WeightFormat f : {WeightFormat::kInt4Group, WeightFormat::kInt8Group})
     for (const DType elem : {DType::kBFloat16, DType::kFloat16})
-      for (const int group : {64, 128})
+      for (const int group : {32, 64, 128})
         for (const bool zero : {false, true})
           for (const bool bias : {false, true}) {
             const Variant v{f, elem, group, zero, bias};
@@ -224,8 +224,11 @@ TEST(IntGroupedGemmShape, ValidateNamesTheValue) {
   };
   std::vector<Bad> bad;
   IntGroupedShape s = ok;
-  s.group_size = 32;
-  bad.push_back({s, ErrorCode::kUnsupported, "32"});
+  s.group_size = 48;
+  bad.push_back({s, ErrorCode::kUnsupported, "48"});
+  s = ok;
+  s.group_size = 32;  // the streaming GEMV's
+  EXPECT_TRUE(IntGroupedGemm::validate(s).ok());
   s = ok;
   s.bits = 2;
   bad.push_back({s, ErrorCode::kUnsupported, "2"});

@@ -1,11 +1,11 @@
 // The Hopper W4A16 / W8A16 implementations in the registry (cuda.sm90.cutlass.int4_group for
 // kInt4Group weights, cuda.sm90.cutlass.int8_group for kInt8Group, both with bf16 or fp16
-// activations): their capability as data (group sizes 64 and 128, zero points, the AWQ
+// activations): their capability as data (group sizes 32, 64 and 128, zero points, the AWQ
 // pre-quant scale, K and N in whole 64-deep k tiles); on an sm_90 environment written by hand,
 // auto and the cutlass family resolve such layers to them, and what they refuse is rejected
-// with the stage and a sentence that names the implementation and the value: group 32 at the
-// format stage (auto then falls back to the reference and says so with that sentence), other
-// activation dtypes at the format stage.
+// with the stage and a sentence that names the implementation and the value: a hidden size off
+// the 64-deep k tiles at the alignment stage (auto then falls back to the reference and says so
+// with that sentence), other activation dtypes at the format stage.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -39,7 +39,7 @@ TEST(Sm90IntRegistry, CapabilityAsData) {
     const Capability& c = impl->capability();
     EXPECT_EQ(c.weight_formats, std::vector<WeightFormat>{format});
     EXPECT_EQ(c.act_dtypes, (std::vector<DType>{DType::kBFloat16, DType::kFloat16}));
-    EXPECT_EQ(c.int_group_sizes, (std::vector<int>{64, 128}));
+    EXPECT_EQ(c.int_group_sizes, (std::vector<int>{32, 64, 128}));
     EXPECT_TRUE(c.int_zero_points);
     EXPECT_TRUE(c.int_pre_quant_scale);
     EXPECT_EQ(c.hidden_multiple, 64);
@@ -60,7 +60,7 @@ TEST(Sm90IntRegistry, CapabilityAsData) {
 TEST(Sm90IntRegistry, IntLayersResolveToTheirImplementation) {
   for (const auto& [format, id] : kIntImpls)
     for (const DType act : {DType::kBFloat16, DType::kFloat16})
-      for (const int group : {64, 128})
+      for (const int group : {32, 64, 128})
         for (const bool zero : {false, true})
           for (const bool pre : {false, true}) {
             const MoeSpec s = int_spec(format, act, group, zero, pre);
@@ -88,36 +88,27 @@ TEST(Sm90IntRegistry, EveryFeatureOfTheReferenceAtTheseShapes) {
   }
 }
 
-// Group 32: CUTLASS's mixed-input mainloop reloads scales per 64-deep k tile. Rejected at the
-// format stage naming the implementation and the value; auto falls back to the reference and
-// reports this implementation's sentence (the member meant for the layer), not another format's.
-TEST(Sm90IntRegistry, GroupSize32IsRefusedWithItsReason) {
-  for (const auto& [format, id] : kIntImpls)
-    for (const bool zero : {false, true}) {
-      SCOPED_TRACE(id);
-      const MoeSpec s = int_spec(format, DType::kBFloat16, 32, zero, false);
-      ASSERT_TRUE(s.validate().empty());
-      const Eligibility e = find_implementation(id)->can_implement(s, h200_env());
-      ASSERT_FALSE(e.ok());
-      EXPECT_EQ(e.rejection().stage, RejectStage::kFormat);
-      EXPECT_NE(e.rejection().reason.find(id), std::string::npos) << e.rejection().reason;
-      EXPECT_NE(e.rejection().reason.find("32"), std::string::npos) << e.rejection().reason;
-      const Resolution r = resolve(s, h200_env(), "auto");
-      ASSERT_TRUE(r.ok());
-      EXPECT_EQ(r.chosen->id(), "cpu.reference");
-      ASSERT_TRUE(r.degraded_from.has_value());
-      EXPECT_EQ(r.degraded_from->reason.stage, RejectStage::kFormat);
-      EXPECT_NE(r.degraded_from->reason.reason.find(id), std::string::npos)
-          << r.degraded_from->reason.reason;
-      // Asked for by name or family: not ok, with the same reason.
-      for (const char* request : {id, "cutlass"}) {
-        const Resolution named = resolve(s, h200_env(), request);
-        EXPECT_FALSE(named.ok()) << request;
-        ASSERT_TRUE(named.degraded_from.has_value()) << request;
-        EXPECT_NE(named.degraded_from->reason.reason.find(id), std::string::npos)
-            << request << ": " << named.degraded_from->reason.reason;
-      }
-    }
+// A hidden size off the kernels' 64-deep k tiles (but on every group size's own multiple):
+// rejected at the alignment stage naming the implementation and the value; auto falls back to
+// the reference and reports this implementation's sentence, not another format's.
+TEST(Sm90IntRegistry, HiddenOffTheKTilesIsRefusedWithItsReason) {
+  for (const auto& [format, id] : kIntImpls) {
+    SCOPED_TRACE(id);
+    MoeSpec s = int_spec(format, DType::kBFloat16, 32, true, false);
+    s.hidden = 288;  // 9 groups of 32, 4.5 k tiles of 64
+    ASSERT_TRUE(s.validate().empty());
+    const Eligibility e = find_implementation(id)->can_implement(s, h200_env());
+    ASSERT_FALSE(e.ok());
+    EXPECT_EQ(e.rejection().stage, RejectStage::kAlignment);
+    EXPECT_NE(e.rejection().reason.find(id), std::string::npos) << e.rejection().reason;
+    EXPECT_NE(e.rejection().reason.find("288"), std::string::npos) << e.rejection().reason;
+    const Resolution r = resolve(s, h200_env(), "auto");
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r.chosen->id(), "cpu.reference");
+    ASSERT_TRUE(r.degraded_from.has_value());
+    EXPECT_NE(r.degraded_from->reason.reason.find(id), std::string::npos)
+        << r.degraded_from->reason.reason;
+  }
 }
 
 TEST(Sm90IntRegistry, OnlyBf16AndFp16Activations) {

@@ -43,13 +43,14 @@ Sm90CutlassImpl::Sm90CutlassImpl(std::string id, WeightFormat weights,
     // would mix 128-row scale blocks), so every layout runs as the BF16 engine's do.
   }
   if (is_int_group(weights)) {
-    // W4A16 / W8A16 (gemm/int_grouped_gemm.hpp): CUTLASS 4.2's Hopper mixed-input mainloop
-    // reloads the group scales once per 64-deep k tile and needs tiles at least 64 deep (four
-    // 16-deep wgmma k blocks), so its group must be a multiple of 64: 32 is refused. Zero
-    // points run (the scale-only kernel plus an fp32 correction; CUTLASS's grouped zero-point
-    // mode does not update its scale descriptors per group), and so does the AWQ pre-quant
-    // scale (a product on the rows before each GEMM, as the reference rounds it).
-    c.int_group_sizes = {64, 128};
+    // W4A16 / W8A16 (gemm/int_grouped_gemm.hpp): groups of 64 and 128 on the tensor cores
+    // (CUTLASS 4.2's Hopper mixed-input mainloop, which reloads the group scales once per 64-deep
+    // k tile, and the tensor-core GEMV's 64-wide spans); groups of 32 on the streaming GEMV at
+    // every token count (correct, slow at prefill). Zero points run (the scale-only kernel plus
+    // an fp32 correction; CUTLASS's grouped zero-point mode does not update its scale
+    // descriptors per group), and so does the AWQ pre-quant scale (a product on the rows before
+    // each GEMM, as the reference rounds it).
+    c.int_group_sizes = {32, 64, 128};
     c.int_zero_points = c.int_pre_quant_scale = true;
     // K (hidden for FC1, the local intermediate for FC2) in whole 64-deep k tiles; N (FC1's rows,
     // hidden) a multiple of 8 for the 16-byte output rows and of 4 for the scales' TMA rows,
