@@ -110,4 +110,22 @@ inline void expect_reference_without_gpu(const MoeSpec& s, const char* id) {
   EXPECT_EQ(e.rejection().stage, RejectStage::kGpuGeneration) << e.rejection().reason;
 }
 
+// On an H200 `id` refuses `s` at `stage`, its sentence naming itself and `value`; auto falls back
+// to the reference and reports that sentence (the one the user can act on).
+inline void expect_refused_then_reference(const MoeSpec& s, const char* id, RejectStage stage,
+                                          const std::string& value) {
+  const Eligibility e = find_implementation(id)->can_implement(s, h200_env());
+  ASSERT_FALSE(e.ok()) << id;
+  EXPECT_EQ(e.rejection().stage, stage) << e.rejection().reason;
+  EXPECT_NE(e.rejection().reason.find(id), std::string::npos) << e.rejection().reason;
+  EXPECT_NE(e.rejection().reason.find(value), std::string::npos) << e.rejection().reason;
+  const Resolution r = resolve(s, h200_env(), "auto");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.chosen->id(), "cpu.reference");
+  ASSERT_TRUE(r.degraded_from.has_value());
+  EXPECT_EQ(r.degraded_from->reason.stage, stage);
+  EXPECT_NE(r.degraded_from->reason.reason.find(id), std::string::npos)
+      << r.degraded_from->reason.reason;
+}
+
 }  // namespace moekit::registry::test

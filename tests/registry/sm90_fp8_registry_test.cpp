@@ -77,19 +77,7 @@ TEST(Sm90Fp8Registry, ShapesNotMultiplesOf128AreRejectedAtAlignment) {
     for (const Case& c : cases) {
       SCOPED_TRACE(c.value);
       ASSERT_TRUE(c.spec.validate().empty());
-      const Eligibility e = impl->can_implement(c.spec, h200_env());
-      ASSERT_FALSE(e.ok());
-      EXPECT_EQ(e.rejection().stage, RejectStage::kAlignment) << e.rejection().reason;
-      EXPECT_NE(e.rejection().reason.find(id), std::string::npos) << e.rejection().reason;
-      EXPECT_NE(e.rejection().reason.find(c.value), std::string::npos) << e.rejection().reason;
-      // Auto falls back to the reference and names this rejection, the one the user can act on.
-      const Resolution r = resolve(c.spec, h200_env(), "auto");
-      ASSERT_TRUE(r.ok());
-      EXPECT_EQ(r.chosen->id(), "cpu.reference");
-      ASSERT_TRUE(r.degraded_from.has_value());
-      EXPECT_EQ(r.degraded_from->reason.stage, RejectStage::kAlignment);
-      EXPECT_NE(r.degraded_from->reason.reason.find(id), std::string::npos)
-          << r.degraded_from->reason.reason;
+      expect_refused_then_reference(c.spec, id, RejectStage::kAlignment, c.value);
     }
   }
 }

@@ -97,17 +97,7 @@ TEST(Sm90IntRegistry, HiddenOffTheKTilesIsRefusedWithItsReason) {
     MoeSpec s = int_spec(format, DType::kBFloat16, 32, true, false);
     s.hidden = 288;  // 9 groups of 32, 4.5 k tiles of 64
     ASSERT_TRUE(s.validate().empty());
-    const Eligibility e = find_implementation(id)->can_implement(s, h200_env());
-    ASSERT_FALSE(e.ok());
-    EXPECT_EQ(e.rejection().stage, RejectStage::kAlignment);
-    EXPECT_NE(e.rejection().reason.find(id), std::string::npos) << e.rejection().reason;
-    EXPECT_NE(e.rejection().reason.find("288"), std::string::npos) << e.rejection().reason;
-    const Resolution r = resolve(s, h200_env(), "auto");
-    ASSERT_TRUE(r.ok());
-    EXPECT_EQ(r.chosen->id(), "cpu.reference");
-    ASSERT_TRUE(r.degraded_from.has_value());
-    EXPECT_NE(r.degraded_from->reason.reason.find(id), std::string::npos)
-        << r.degraded_from->reason.reason;
+    expect_refused_then_reference(s, id, RejectStage::kAlignment, "288");
   }
 }
 
