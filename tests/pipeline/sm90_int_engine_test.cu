@@ -53,12 +53,11 @@ std::string gemv_tactic(WeightFormat f) { return "sm90." + bits_of(f) + ".gemv.n
 std::string cutlass_tactic(WeightFormat f) { return "sm90." + bits_of(f) + ".coop.128x64x64.c1x1"; }
 
 EngineFactory int_factory(bool poison, std::string tactic = "") {
-  return [poison, tactic](const MoeSpec& s, const MoeWeights& w) {
-    Sm90IntOptions options;
-    options.poison = poison;
-    options.force_tactic = tactic;
-    return make_sm90_int_engine(s, w, 0, options);
-  };
+  return hooked_factory<Sm90IntOptions>(
+      [](const MoeSpec& s, const MoeWeights& w, int device, const Sm90IntOptions& o) {
+        return make_sm90_int_engine(s, w, device, o);
+      },
+      poison, std::move(tactic));
 }
 
 // `spec` may be sharded: weights are drawn for the unsharded layer, then cut.

@@ -45,12 +45,11 @@ MoeSpec mx_layer(MoeSpec s, WeightFormat format, DType act = DType::kBFloat16) {
 }
 
 EngineFactory mx_factory(bool poison, std::string tactic = "") {
-  return [poison, tactic](const MoeSpec& s, const MoeWeights& w) {
-    Sm90MxOptions options;
-    options.poison = poison;
-    options.force_tactic = tactic;
-    return make_sm90_mx_engine(s, w, 0, options);
-  };
+  return hooked_factory<Sm90MxOptions>(
+      [](const MoeSpec& s, const MoeWeights& w, int device, const Sm90MxOptions& o) {
+        return make_sm90_mx_engine(s, w, device, o);
+      },
+      poison, std::move(tactic));
 }
 
 // `spec` may be sharded: weights are drawn for the unsharded layer, then cut.

@@ -93,6 +93,18 @@ struct Layer {
 
 using EngineFactory = std::function<std::unique_ptr<Engine>(const MoeSpec&, const MoeWeights&)>;
 
+// An engine maker whose test hooks are `Options` {poison, force_tactic} (Sm90IntOptions,
+// Sm90MxOptions): make(spec, weights, device 0, options).
+template <class Options, class Make>
+EngineFactory hooked_factory(Make make, bool poison, std::string tactic) {
+  return [make, poison, tactic](const MoeSpec& s, const MoeWeights& w) {
+    Options options;
+    options.poison = poison;
+    options.force_tactic = tactic;
+    return make(s, w, 0, options);
+  };
+}
+
 // `spec` may be sharded: weights are drawn for the unsharded layer, changed by `edit` (when
 // given), then cut.
 inline Layer make_engine_layer(const MoeSpec& spec, uint64_t seed, const EngineFactory& make,
