@@ -30,10 +30,6 @@ struct StreamArgs {
   int group_size;
 };
 
-__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
-  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
-
 // One weight row (stream_gemv.cuh's row decoder): its 16-byte chunks of signed codes (int4:
 // element 2j in the low nibble), each inside one group, whose scale and zero term sit `n` floats
 // apart from the next group's.
@@ -55,7 +51,7 @@ struct IntRow {
   static __device__ __forceinline__ void decode8(const uint4& v, int j, const Scale& s,
                                                  float (&w)[8]) {
     if constexpr (kBits == 4) {
-      const uint32_t word = word_of(v, j);  // codes 8j .. 8j + 7
+      const uint32_t word = gemm::detail::word_of(v, j);  // codes 8j .. 8j + 7
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
         const int q = static_cast<int>((word >> (4 * i)) & 0xfu);
@@ -64,7 +60,7 @@ struct IntRow {
     } else {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const uint32_t word = word_of(v, 2 * j + h);
+        const uint32_t word = gemm::detail::word_of(v, 2 * j + h);
 #pragma unroll
         for (int b = 0; b < 4; ++b)
           w[4 * h + b] = fmaf(static_cast<float>(static_cast<int8_t>(word >> (8 * b))), s.s, s.z);

@@ -66,10 +66,6 @@ __device__ __forceinline__ float2 e4m3_pair(uint32_t two) {
   return __half22float2(h);
 }
 
-__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
-  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
-
 // One weight row of a microscaling format (stream_gemv.cuh's row decoder): its chunks, its
 // scale bytes and (NVFP4) its expert's global scale.
 struct MxRowBase {
@@ -89,7 +85,7 @@ struct MxRow<WeightFormat::kMXFP4> : MxRowBase {
   }
   static __device__ __forceinline__ void decode8(const uint4& v, int j, const Scale& s,
                                                  float (&w)[8]) {
-    e2m1_word(word_of(v, j), s, w);
+    e2m1_word(gemm::detail::word_of(v, j), s, w);
   }
 };
 
@@ -108,7 +104,7 @@ struct MxRow<WeightFormat::kNVFP4> : MxRowBase {
   }
   static __device__ __forceinline__ void decode8(const uint4& v, int j, const Scale& s,
                                                  float (&w)[8]) {
-    e2m1_word(word_of(v, j), j < 2 ? s.first : s.second, w);
+    e2m1_word(gemm::detail::word_of(v, j), j < 2 ? s.first : s.second, w);
   }
 };
 
@@ -123,7 +119,7 @@ struct MxRow<WeightFormat::kMXFP8> : MxRowBase {
                                                  float (&w)[8]) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const uint32_t word = word_of(v, 2 * j + h);
+      const uint32_t word = gemm::detail::word_of(v, 2 * j + h);
       const float2 lo = e4m3_pair(word), hi = e4m3_pair(word >> 16);
       w[4 * h] = lo.x * s;
       w[4 * h + 1] = lo.y * s;

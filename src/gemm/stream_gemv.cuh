@@ -38,6 +38,11 @@ constexpr int kStreamThreads = kStreamWarps * 32;
 constexpr int kStreamRowsPerWarp = 4;
 constexpr int kStreamRowsPerBlock = kStreamWarps * kStreamRowsPerWarp;
 
+// 32-bit word i (0..3) of a 16-byte chunk: what the row decoders take their values from.
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
 // What every streaming GEMV kernel reads besides its weights.
 struct StreamGemvArgs {
   const int32_t* row_offsets;  // [groups + 1], device

@@ -51,9 +51,6 @@ class Sm90IntEngine final : public WeightOnlyEngine<gemm::IntGroupedGemm> {
  public:
   Sm90IntEngine(const MoeSpec& spec, const MoeWeights& weights, int device,
                 const Sm90IntOptions& options);
-
- private:
-  DeviceMemory weight_memory_;
 };
 
 Sm90IntEngine::Sm90IntEngine(const MoeSpec& spec, const MoeWeights& weights, int device,

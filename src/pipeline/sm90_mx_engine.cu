@@ -35,9 +35,6 @@ class Sm90MxEngine final : public WeightOnlyEngine<gemm::MxGroupedGemm> {
  public:
   Sm90MxEngine(const MoeSpec& spec, const MoeWeights& weights, int device,
                const Sm90MxOptions& options);
-
- private:
-  DeviceMemory weight_memory_;
 };
 
 Sm90MxEngine::Sm90MxEngine(const MoeSpec& spec, const MoeWeights& weights, int device,
@@ -63,12 +60,6 @@ Sm90MxEngine::Sm90MxEngine(const MoeSpec& spec, const MoeWeights& weights, int d
   const LayerBiases biases = check_biases(spec, lp_, weights);
   check_routing_limits(spec, lp_, "sm90 mx engine");
   const bool nvfp4 = f == WeightFormat::kNVFP4;
-  if (nvfp4 && (static_cast<int64_t>(weights.fc1.global_scale.size()) != L ||
-                static_cast<int64_t>(weights.fc2.global_scale.size()) != L))
-    throw Error(ErrorCode::kInvalidArgument,
-                "nvfp4 global scales hold " + std::to_string(weights.fc1.global_scale.size()) +
-                    " / " + std::to_string(weights.fc2.global_scale.size()) +
-                    " values, expected one per local expert (" + std::to_string(L) + ")");
   const bool gated = activation::is_gated(static_cast<activation::Kind>(spec.activation.kind));
 
   DeviceGuard guard(device_);

@@ -5,9 +5,9 @@
 //   permute (route + count + scan + permute + gather) [-> routing weights on the rows]
 //   [-> FC1's pre-quant scale] -> FC1 (bias inside) -> activation [-> FC2's pre-quant scale]
 //   -> FC2 -> finalize (FC2's bias, the weighted sum over top-k).
-// The engine's constructor fills the protected members: the GEMMs, their calls' weight
-// operands (fc1_call_ / fc2_call_: everything but the rows, D, the tactic and the row hints),
-// the stage configurations and the workspace pieces.
+// The engine's constructor fills the protected members: its weights (weight_memory_), the
+// GEMMs, their calls' weight operands (fc1_call_ / fc2_call_: everything but the rows, D, the
+// tactic and the row hints), the stage configurations and the workspace pieces.
 #pragma once
 #include <algorithm>
 #include <string>
@@ -151,6 +151,7 @@ class WeightOnlyEngine : public TwoGemmEngine<G> {
   }
 
   MoeSpec spec_;
+  DeviceMemory weight_memory_;  // the engine's weights, one allocation
   DType elem_;
   bool weight_on_input_;
   bool poison_;
