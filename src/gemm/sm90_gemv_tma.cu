@@ -30,12 +30,12 @@
 #include <cute/arch/copy_sm90_tma.hpp>
 
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "gemm/gemv_common.cuh"
 #include "gemm/live_groups.cuh"
+#include "gemm/tensor_map.hpp"
 #include "pipeline/pdl.cuh"
 
 namespace moekit::gemm::detail {
@@ -845,24 +845,6 @@ __global__ void __launch_bounds__(Ring<64, kStages>::kThreads, kBlocksPerSm)
   }
 }
 
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder(Status& status) {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
-  static cudaError_t err = cudaSuccess;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
-                                           &q);
-    if (err == cudaSuccess && q == cudaDriverEntryPointSuccess)
-      fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  });
-  if (fn == nullptr)
-    status = Status(ErrorCode::kCuda, std::string("the driver has no cuTensorMapEncodeTiled (") +
-                                          cudaGetErrorString(err) + ")");
-  return fn;
-}
-
 // One run's kernel parameters and tensor maps.
 struct Bound {
   GemvParams p;
@@ -960,7 +942,7 @@ class GemvTmaTactic final : public GemvTacticBase {
     else
       s = acts_.map(a.a, max_rows_, kTokens, "activations", *this);
     if (!s.ok()) return s;
-    out = Bound{params(a), &weights_.map_, &acts.map_};
+    out = Bound{params(a), &weights_.desc, &acts.desc};
     return {};
   }
 
@@ -989,7 +971,7 @@ class GemvTmaTactic final : public GemvTacticBase {
           std::min<int64_t>(sliced_slots_.all, live_groups(a) * slices_of(p_.row_tiles)));
       const cudaError_t err =
           pipeline::launch_pdl(kSliced<>, grid, R::kThreads, smem_, a.stream, *b1.weights, *b1.acts,
-                               fc2_slices_.map_, b1.p, partials, next_item);
+                               fc2_slices_.desc, b1.p, partials, next_item);
       if (err != cudaSuccess) return cuda_status(err, "sliced kernel launch", what_);
       return {};
     } else {
@@ -1051,10 +1033,7 @@ class GemvTmaTactic final : public GemvTacticBase {
   // A [rows, k] tensor read in boxes of box_rows x kBoxK, 128-byte swizzled. L2 promotion 128 B,
   // as CUTLASS's TMA copies: with 256 B the ring streamed 4.14-4.32 TB/s (moekit_tma_stream,
   // 2026-12-01), with 128 B or none 4.50-4.55; qwen3 T=8 140.1 -> 135.2 us, gpt-oss 372.0 -> 361.1.
-  struct TensorMap {
-    CUtensorMap map_{};
-    const void* base_ = nullptr;
-    int64_t rows_ = 0;
+  struct TensorMap : TensorMap2d {
     Status map(const void* base, int64_t rows, int box_rows, const char* name,
                const GemvTmaTactic& t) {
       return map(base, t.p_.k, rows, kBoxK, box_rows, CU_TENSOR_MAP_SWIZZLE_128B, name, t);
@@ -1062,23 +1041,9 @@ class GemvTmaTactic final : public GemvTacticBase {
     // A [rows, cols] tensor in boxes of box_rows x box_cols.
     Status map(const void* base, int64_t cols, int64_t rows, int box_cols, int box_rows,
                CUtensorMapSwizzle swizzle, const char* name, const GemvTmaTactic& t) {
-      if (base == base_ && rows == rows_) return {};
-      if (reinterpret_cast<uintptr_t>(base) % 16 != 0)
-        return Status(ErrorCode::kInvalidArgument, t.what_ + ": " + name + " not 16-byte aligned");
-      const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
-      const cuuint64_t pitch[1] = {cuuint64_t(cols) * 2};
-      const cuuint32_t box[2] = {cuuint32_t(box_cols), cuuint32_t(box_rows)};
-      const cuuint32_t unit[2] = {1, 1};
-      const CUresult r = t.encode_(
-          &map_, kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
-          const_cast<void*>(base), dims, pitch, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
-          CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-      if (r != CUDA_SUCCESS)
-        return Status(ErrorCode::kCuda, t.what_ + ": cuTensorMapEncodeTiled failed for the " +
-                                            name + " (CUresult " + std::to_string(r) + ")");
-      base_ = base;
-      rows_ = rows;
-      return {};
+      return encode(t.encode_, base,
+                    kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
+                    cols, rows, box_cols, box_rows, swizzle, t.what_ + ": the " + name);
     }
   };
 
