@@ -98,6 +98,16 @@ inline MoeSpec with_every_feature(MoeSpec s) {
   return s;
 }
 
+// On an H200, "auto", the family's name and `id` itself each choose `id` for `s`, not degraded.
+inline void expect_resolves_to(const MoeSpec& s, const char* family, const char* id) {
+  for (const char* request : {"auto", family, id}) {
+    const Resolution r = resolve(s, h200_env(), request);
+    ASSERT_TRUE(r.ok()) << request << ": " << r.table();
+    EXPECT_EQ(r.chosen->id(), id) << request;
+    EXPECT_FALSE(r.degraded_from.has_value()) << request;
+  }
+}
+
 // Without a GPU `s` runs on the reference, and a request for `id` says why not at the GPU stage.
 inline void expect_reference_without_gpu(const MoeSpec& s, const char* id) {
   Environment env = h200_env();
