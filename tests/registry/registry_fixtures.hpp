@@ -108,6 +108,14 @@ inline void expect_resolves_to(const MoeSpec& s, const char* family, const char*
   }
 }
 
+// On an H200 `id` runs with_every_feature(s).
+inline void expect_runs_every_feature(const MoeSpec& s, const char* id) {
+  const MoeSpec all = with_every_feature(s);
+  ASSERT_TRUE(all.validate().empty());
+  const Eligibility e = find_implementation(id)->can_implement(all, h200_env());
+  EXPECT_TRUE(e.ok()) << e.rejection().reason;
+}
+
 // Without a GPU `s` runs on the reference, and a request for `id` says why not at the GPU stage.
 inline void expect_reference_without_gpu(const MoeSpec& s, const char* id) {
   Environment env = h200_env();

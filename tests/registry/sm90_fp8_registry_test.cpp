@@ -32,17 +32,9 @@ TEST(Sm90Fp8Registry, Bf16ActivationsWithFp8WeightsResolveToTheirImplementation)
     expect_resolves_to(s, "cutlass", id);
     EXPECT_EQ(impl->family(), "cutlass");
     EXPECT_EQ(impl->device(), Device::kCuda);
-    // Everything the reference runs at these shapes: biases, the weight on the input, TP and EP.
-    MoeSpec all = s;
-    all.fc1_bias = all.fc2_bias = true;
-    all.routing.method = RoutingMethod::kLlama4;
-    all.routing.weight_placement = RouterWeightPlacement::kInput;
-    all.intermediate = 512;
-    all.tp_size = all.ep_size = 2;
-    all.tp_rank = all.ep_rank = 1;
-    ASSERT_TRUE(all.validate().empty());
-    const Eligibility e = impl->can_implement(all, h200_env());
-    EXPECT_TRUE(e.ok()) << e.rejection().reason;
+    // Everything the reference runs at these shapes: biases, the weight on the input, GeGLU on
+    // interleaved gate/up, TP and EP.
+    expect_runs_every_feature(s, id);
   }
 }
 

@@ -76,10 +76,7 @@ TEST(Sm90IntRegistry, IntLayersResolveToTheirImplementation) {
 TEST(Sm90IntRegistry, EveryFeatureOfTheReferenceAtTheseShapes) {
   for (const auto& [format, id] : kIntImpls) {
     SCOPED_TRACE(id);
-    const MoeSpec all = with_every_feature(int_spec(format, DType::kFloat16, 128, true, true));
-    ASSERT_TRUE(all.validate().empty());
-    const Eligibility e = find_implementation(id)->can_implement(all, h200_env());
-    EXPECT_TRUE(e.ok()) << e.rejection().reason;
+    expect_runs_every_feature(int_spec(format, DType::kFloat16, 128, true, true), id);
   }
 }
 
