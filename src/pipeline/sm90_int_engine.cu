@@ -143,9 +143,7 @@ Sm90IntEngine::Sm90IntEngine(const MoeSpec& spec, const MoeWeights& weights, int
   cs2_ = permute::ColumnScales{
       pbuf_.offsets, pbuf_.row_expert, pre ? wp.p2 : nullptr, static_cast<int>(L), I, elem_};
 
-  // Load every kernel forward() may launch, so its first call can be captured in a graph.
   prepare_stages();
-  check_cuda(cudaDeviceSynchronize(), "finishing the engine's set-up");
 }
 
 }  // namespace

@@ -112,9 +112,7 @@ Sm90MxEngine::Sm90MxEngine(const MoeSpec& spec, const MoeWeights& weights, int d
 
   allocate_stage_buffers(0);  // the GEMV stages nothing
 
-  // Load every kernel forward() may launch, so its first call can be captured in a graph.
   prepare_stages();
-  check_cuda(cudaDeviceSynchronize(), "finishing the engine's set-up");
 }
 
 }  // namespace

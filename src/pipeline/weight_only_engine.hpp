@@ -133,8 +133,9 @@ class WeightOnlyEngine : public TwoGemmEngine<G> {
   std::string tactic_for(Gemm gemm, int64_t T) const {
     return force_tactic_.empty() ? this->tuned(gemm, T) : force_tactic_;
   }
-  // Loads the kernels forward() may launch besides the GEMMs' (before any graph capture), and
-  // checks that a forced tactic exists in both GEMMs.
+  // Loads every kernel forward() may launch besides the GEMMs' (so that its first call can be
+  // captured in a graph), checks that a forced tactic exists in both GEMMs, and waits for the
+  // set-up's copies: the constructor's last step.
   void prepare_stages() {
     throw_if_error(permute::prepare(pcfg_));
     if (weight_on_input_) throw_if_error(permute::prepare_apply_weights_to_rows(elem_));
@@ -148,6 +149,7 @@ class WeightOnlyEngine : public TwoGemmEngine<G> {
         if (std::find(names.begin(), names.end(), force_tactic_) == names.end())
           throw Error(ErrorCode::kNotFound, "forced tactic \"" + force_tactic_ + "\" is not built");
       }
+    check_cuda(cudaDeviceSynchronize(), "finishing the engine's set-up");
   }
 
   MoeSpec spec_;

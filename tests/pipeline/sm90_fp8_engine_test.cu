@@ -547,17 +547,7 @@ TEST_F(Sm90Fp8EngineSanitizer, SmallCase) {
   for (const WeightFormat f : kFormats) {
     MoeSpec s = small_fp8(RoutingMethod::kTopKSoftmax, f, 512);
     s.fc1_bias = s.fc2_bias = true;
-    Layer l = make_layer(s, rng());
-    for (const int64_t T : {64, 3, 512}) check_forward(l, T, Ids::kRouted, rng);
-    MoeSpec e = s;
-    e.routing.method = RoutingMethod::kExternal;
-    Layer el = make_layer(e, rng());
-    check_bad_ids(el, 64, rng);
-    MoeSpec w = s;
-    w.routing.weight_placement = RouterWeightPlacement::kInput;
-    Layer wl = make_layer(w, rng());
-    check_forward(wl, 64, Ids::kRouted, rng);
-    check_forward(wl, 3, Ids::kRouted, rng);
+    check_sanitizer_small_case(s, fp8_factory(true), rng, set_static_input_scales);
   }
 }
 

@@ -334,17 +334,7 @@ TEST_F(Sm90IntEngineSanitizer, SmallCase) {
                   f, DType::kBFloat16, 64, true, true);
     s.fc1_bias = s.fc2_bias = true;
     s.max_tokens = 512;
-    Layer l = make_layer(s, rng());
-    for (const int64_t T : {64, 3, 512}) check_forward(l, T, Ids::kRouted, rng);
-    MoeSpec e = s;
-    e.routing.method = RoutingMethod::kExternal;
-    Layer el = make_layer(e, rng());
-    check_bad_ids(el, 64, rng);
-    MoeSpec w = s;
-    w.routing.weight_placement = RouterWeightPlacement::kInput;
-    Layer wl = make_layer(w, rng());
-    check_forward(wl, 64, Ids::kRouted, rng);
-    check_forward(wl, 3, Ids::kRouted, rng);
+    check_sanitizer_small_case(s, int_factory(true), rng);
   }
 }
 

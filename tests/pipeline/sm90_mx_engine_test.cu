@@ -247,7 +247,8 @@ TEST(Sm90MxEngineLimits, RefusesWhatItDoesNotRun) {
 }
 
 // The small cases compute-sanitizer runs (memcheck, racecheck, initcheck): each format with
-// both biases at 3, 64 and 512 tokens, a bad caller id, the weight on the input.
+// both biases at 3, 64 and 512 tokens, a bad caller id, the weight on the input
+// (support/engine_check.hpp, check_sanitizer_small_case).
 class Sm90MxEngineSanitizer : public GpuTest {};
 
 TEST_F(Sm90MxEngineSanitizer, SmallCase) {
@@ -257,16 +258,7 @@ TEST_F(Sm90MxEngineSanitizer, SmallCase) {
         engine_spec(8, 2, 256, 128, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU), f);
     s.fc1_bias = s.fc2_bias = true;
     s.max_tokens = 512;
-    Layer l = make_layer(s, rng());
-    for (const int64_t T : {64, 3, 512}) check_forward(l, T, Ids::kRouted, rng);
-    MoeSpec e = s;
-    e.routing.method = RoutingMethod::kExternal;
-    Layer el = make_layer(e, rng());
-    check_bad_ids(el, 64, rng);
-    MoeSpec w = s;
-    w.routing.weight_placement = RouterWeightPlacement::kInput;
-    Layer wl = make_layer(w, rng());
-    check_forward(wl, 64, Ids::kRouted, rng);
+    check_sanitizer_small_case(s, mx_factory(true), rng);
   }
 }
 

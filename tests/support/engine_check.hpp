@@ -534,6 +534,24 @@ inline void check_bad_calls(MoeSpec s, const EngineFactory& make, std::mt19937_6
   expect_bad_views_refused(routed, rng);
 }
 
+// The small case each quantized engine gives compute-sanitizer (memcheck, racecheck, initcheck):
+// `s` (routed, max_tokens >= 512) at 64, 3 and 512 tokens; with external routing, a bad caller
+// id; with the routing weight on the input, 64 and 3 tokens. `edit` as make_engine_layer's.
+inline void check_sanitizer_small_case(const MoeSpec& s, const EngineFactory& make,
+                                       std::mt19937_64& rng,
+                                       const std::function<void(MoeWeights&)>& edit = nullptr) {
+  Layer l = make_engine_layer(s, rng(), make, edit);
+  for (const int64_t T : {64, 3, 512}) check_forward(l, T, Ids::kRouted, rng);
+  MoeSpec external = s;
+  external.routing.method = RoutingMethod::kExternal;
+  Layer el = make_engine_layer(external, rng(), make, edit);
+  check_bad_ids(el, 64, rng);
+  MoeSpec weighted = s;
+  weighted.routing.weight_placement = RouterWeightPlacement::kInput;
+  Layer wl = make_engine_layer(weighted, rng(), make, edit);
+  for (const int64_t T : {64, 3}) check_forward(wl, T, Ids::kRouted, rng);
+}
+
 // `make` forces a tactic named `unknown` that no GEMM builds: kNotFound, naming it.
 inline void expect_unknown_tactic_refused(const MoeSpec& s, const EngineFactory& make,
                                           const std::string& unknown) {
