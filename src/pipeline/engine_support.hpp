@@ -14,6 +14,7 @@
 #include <cuda_runtime_api.h>
 
 #include "activation/activation_math.hpp"
+#include "activation/gate_up_order.hpp"
 #include "common/cuda_status.hpp"
 #include "moekit/registry.hpp"
 #include "permute/permute.hpp"
@@ -163,6 +164,29 @@ inline void upload(void* dst, const void* src, std::size_t bytes, const char* wh
   if (bytes)
     check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice),
                std::string("uploading ") + what);
+}
+
+// The layer's bias arrays (those `b` says it has) into their device slots: FC1's [L, fc1_rows]
+// in the engine's FC1 row order (`fc1_rows`: engine row r is the checkpoint's row fc1_rows[r],
+// or null for the same order), FC2's [L, H] and the routing's [E].
+struct BiasSlots {
+  float *fc1, *fc2, *routing;
+};
+inline void upload_biases(const MoeWeights& w, const LayerBiases& b, const LocalProblem& lp,
+                          const std::vector<int64_t>* fc1_rows, const BiasSlots& dst) {
+  if (b.fc1) {
+    std::vector<float> bias(w.fc1_bias);
+    if (fc1_rows != nullptr)
+      for (int64_t e = 0; e < lp.num_experts; ++e)
+        activation::gather_rows(*fc1_rows, w.fc1_bias.data() + e * lp.fc1_rows,
+                                bias.data() + e * lp.fc1_rows, sizeof(float));
+    upload(dst.fc1, bias.data(), sizeof(float) * bias.size(), "fc1 bias");
+  }
+  if (b.fc2)
+    upload(dst.fc2, w.fc2_bias.data(), sizeof(float) * lp.num_experts * lp.hidden, "fc2 bias");
+  if (b.routing)
+    upload(dst.routing, w.routing_bias.data(), sizeof(float) * lp.num_experts_global,
+           "routing bias");
 }
 
 // The device routing's and the permute's limits, checked before anything is allocated (the

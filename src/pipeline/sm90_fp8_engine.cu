@@ -119,9 +119,7 @@ Sm90Fp8Engine::Sm90Fp8Engine(const MoeSpec& spec, const MoeWeights& weights, int
   upload(wp.w2, weights.fc2.values.data(), w2_bytes, "fc2 weights");
   upload(wp.s1, s1.data(), sizeof(float) * s1.size(), "fc1 weight scales");
   upload(wp.s2, s2.data(), sizeof(float) * s2.size(), "fc2 weight scales");
-  if (biases.fc1) upload(wp.b1, weights.fc1_bias.data(), sizeof(float) * L * R1, "fc1 bias");
-  if (biases.fc2) upload(wp.b2, weights.fc2_bias.data(), sizeof(float) * L * H, "fc2 bias");
-  if (biases.routing) upload(wp.rb, weights.routing_bias.data(), sizeof(float) * E, "routing bias");
+  upload_biases(weights, biases, lp_, nullptr, {wp.b1, wp.b2, wp.rb});
   if (!weights.fc1.input_scale.empty()) {  // per-tensor weights with static input scales
     upload(wp.in1, weights.fc1.input_scale.data(), sizeof(float) * L, "fc1 input scales");
     upload(wp.in2, weights.fc2.input_scale.data(), sizeof(float) * L, "fc2 input scales");

@@ -113,9 +113,7 @@ Sm90IntEngine::Sm90IntEngine(const MoeSpec& spec, const MoeWeights& weights, int
     upload(wp.p1, weights.fc1.pre_quant_scale.data(), sizeof(float) * L * H, "fc1 pre-quant scale");
     upload(wp.p2, weights.fc2.pre_quant_scale.data(), sizeof(float) * L * I, "fc2 pre-quant scale");
   }
-  if (biases.fc1) upload_fc1_bias(weights, gated ? &fc1_rows : nullptr, L, R1, wp.b1);
-  if (biases.fc2) upload(wp.b2, weights.fc2_bias.data(), sizeof(float) * L * H, "fc2 bias");
-  if (biases.routing) upload(wp.rb, weights.routing_bias.data(), sizeof(float) * E, "routing bias");
+  upload_biases(weights, biases, lp_, gated ? &fc1_rows : nullptr, {wp.b1, wp.b2, wp.rb});
   fc1_call_.w = wp.v1;
   fc1_call_.scales = wp.s1;
   fc1_call_.zeros = zero ? wp.z1 : nullptr;

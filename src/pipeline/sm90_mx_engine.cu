@@ -90,9 +90,7 @@ Sm90MxEngine::Sm90MxEngine(const MoeSpec& spec, const MoeWeights& weights, int d
     upload(wp.g1, weights.fc1.global_scale.data(), sizeof(float) * L, "fc1 global scales");
     upload(wp.g2, weights.fc2.global_scale.data(), sizeof(float) * L, "fc2 global scales");
   }
-  if (biases.fc1) upload_fc1_bias(weights, gated ? &fc1_rows : nullptr, L, R1, wp.b1);
-  if (biases.fc2) upload(wp.b2, weights.fc2_bias.data(), sizeof(float) * L * H, "fc2 bias");
-  if (biases.routing) upload(wp.rb, weights.routing_bias.data(), sizeof(float) * E, "routing bias");
+  upload_biases(weights, biases, lp_, gated ? &fc1_rows : nullptr, {wp.b1, wp.b2, wp.rb});
   fc1_call_.w = wp.v1;
   fc1_call_.scales = reinterpret_cast<const uint8_t*>(wp.s1);
   fc1_call_.global_scales = nvfp4 ? wp.g1 : nullptr;

@@ -15,24 +15,11 @@
 #include <vector>
 
 #include "activation/activation_device.hpp"
-#include "activation/gate_up_order.hpp"
 #include "finalize/finalize.hpp"
 #include "permute/permute.hpp"
 #include "pipeline/engine_support.hpp"
 
 namespace moekit::pipeline {
-
-// FC1's bias [L, fc1_rows] in the engine's FC1 row order (`fc1_rows`: engine row r is the
-// checkpoint's row fc1_rows[r], or null for the same order), uploaded to `dst`.
-inline void upload_fc1_bias(const MoeWeights& w, const std::vector<int64_t>* fc1_rows,
-                            int64_t experts, int64_t rows, float* dst) {
-  std::vector<float> bias(w.fc1_bias);
-  if (fc1_rows != nullptr)
-    for (int64_t e = 0; e < experts; ++e)
-      activation::gather_rows(*fc1_rows, w.fc1_bias.data() + e * rows, bias.data() + e * rows,
-                              sizeof(float));
-  upload(dst, bias.data(), sizeof(float) * bias.size(), "fc1 bias");
-}
 
 template <class G>
 class WeightOnlyEngine : public TwoGemmEngine<G> {
