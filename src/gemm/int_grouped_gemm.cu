@@ -282,8 +282,8 @@ IntGroupedGemm::IntGroupedGemm(const IntGroupedShape& shape, int device)
     : state_(std::make_unique<State>()) {
   throw_if_error(validate(shape));
   state_->shape = shape;
-  // Groups of 32: the streaming GEMV alone (the tensor-core GEMV sums 64-wide k spans and
-  // CUTLASS's mainloop reloads scales per 64-deep k tile).
+  // Groups of 32: the streaming GEMV and our wgmma kernel (the tensor-core GEMV sums 64-wide k
+  // spans and CUTLASS's mainloop reloads scales per 64-deep k tile).
   const bool by_64 = shape.group_size % 64 == 0;
   state_->staged = by_64 && (shape.zero_points || shape.bias);
   DeviceGuard guard(device);
@@ -291,6 +291,7 @@ IntGroupedGemm::IntGroupedGemm(const IntGroupedShape& shape, int device)
   state_->sm_count = sm_count;
   std::vector<int_detail::IntTacticEntry> entries =
       by_64 ? int_detail::sm90_int_gemv_tactics(shape) : int_detail::sm90_int_stream_tactics(shape);
+  for (auto& e : int_detail::sm90_int_wgmma_tactics(shape)) entries.push_back(std::move(e));
   if (by_64)
     for (auto& e : cutlass_tactics(shape))
       if (e.fp32_out == state_->staged) entries.push_back(std::move(e));
@@ -327,9 +328,18 @@ std::string IntGroupedGemm::pick_tactic(double rows_per_group_hint) const {
       if (state_->gemv[i] == gemv) return names[i];
     return names.front();
   };
-  // Groups of 32 have the streaming GEMV only (first() falls back to it).
+  // Groups of 32 have the streaming GEMV (first() falls back to it) and, past 8 rows, our wgmma
+  // kernel where built (bf16); groups of 64 and 128 keep CUTLASS there until the two are
+  // measured against each other.
   if (rows_per_group_hint <= 8.0)
     return first(true, rows_per_group_hint <= 4.0 ? ".gemv.n8" : ".gemv.n16");
+  if (state_->shape.group_size % 64 != 0) {
+    const char* want = rows_per_group_hint <= 64.0 ? ".wgmma.n64" : ".wgmma.n128";
+    for (const char* part : {want, ".wgmma."})
+      for (const std::string& n : names)
+        if (n.find(part) != std::string::npos) return n;
+    return names.front();
+  }
   return first(false, rows_per_group_hint >= 128.0 ? "x128x" : "x64x");
 }
 

@@ -21,8 +21,12 @@
 //    summed in fp32, each span's sum times its fp32 scale plus the zero term times the rows'
 //    fp32 span sums; bias included; group sizes that are multiples of 64.
 //  - Groups of 32 (neither kernel above can apply a scale per 32 columns): the CUDA-core
-//    streaming GEMV at every row count (sm90_int_stream_gemv.cu), each code decoded to
-//    q' * s + zero_term in fp32, bias included; it re-reads an expert's codes once per 8 rows.
+//    streaming GEMV (sm90_int_stream_gemv.cu), each code decoded to q' * s + zero_term in fp32,
+//    bias included; it re-reads an expert's codes once per 8 rows, so past 8 rows per group
+//    (bf16 activations, k a multiple of 64) our wgmma kernel (sm90_int_wgmma.cu on
+//    sm90_decoded_wgmma.cuh) takes over: each code decoded to the same fp32 weight in
+//    registers, rounded once to bf16 for the tensor cores, zero points and bias included. It is
+//    built for groups of 64 and 128 too, for the tuner (the pick keeps CUTLASS there).
 // Row counts live only in device memory (no host sync), so a forward can be graph-captured.
 // C++17, no public headers: CUDA translation units include this.
 #pragma once

@@ -53,6 +53,9 @@ std::vector<IntTacticEntry> sm90_bf16_int8_group_tactics();
 std::vector<IntTacticEntry> sm90_fp16_int8_group_tactics();
 // The GEMV for `shape` (its element type, width and zero points): sm90_int_gemv.cu.
 std::vector<IntTacticEntry> sm90_int_gemv_tactics(const IntGroupedShape& shape);
+// The decoded-weight wgmma kernel (bf16 activations, k a multiple of 64; else none), any group
+// size: sm90_int_wgmma.cu.
+std::vector<IntTacticEntry> sm90_int_wgmma_tactics(const IntGroupedShape& shape);
 // The streaming GEMV for groups of 32 (its element type, width and zero points):
 // sm90_int_stream_gemv.cu.
 std::vector<IntTacticEntry> sm90_int_stream_tactics(const IntGroupedShape& shape);

@@ -45,7 +45,9 @@ MxGroupedGemm::MxGroupedGemm(const MxGroupedShape& shape, int device)
   state_->shape = shape;
   DeviceGuard guard(device);
   const int sm_count = detail::require_sm90(device, "the mx grouped GEMM");
-  for (auto& e : mx_detail::sm90_mx_gemv_tactics(shape)) {
+  std::vector<mx_detail::MxTacticEntry> entries = mx_detail::sm90_mx_gemv_tactics(shape);
+  for (auto& e : mx_detail::sm90_mx_wgmma_tactics(shape)) entries.push_back(std::move(e));
+  for (auto& e : entries) {
     std::unique_ptr<mx_detail::MxTactic> t = e.make();
     throw_if_error(t->init(shape, sm_count));
     state_->names.push_back(e.name);
@@ -58,13 +60,27 @@ MxGroupedGemm::~MxGroupedGemm() = default;
 
 std::vector<std::string> MxGroupedGemm::tactics() const { return state_->names; }
 
+namespace {
+// Rows per group up to which the GEMV is the pick (not yet measured against the tensor cores).
+constexpr double kGemvRows = 8.0;
+}  // namespace
+
 std::string MxGroupedGemm::pick_tactic(double rows_per_group_hint) const {
   // The 2-row GEMV (where built) up to 2 rows: its registers leave room for two blocks per SM;
-  // the 8-row one above (the only tactic there is until the tensor-core one exists).
-  const std::string want = rows_per_group_hint <= 2.0 ? ".gemv.n2" : ".gemv.n8";
-  for (const std::string& n : state_->names)
-    if (n.find(want) != std::string::npos) return n;
-  return state_->names.front();
+  // the 8-row one up to kGemvRows, which re-reads its weights once per 8 rows; the tensor-core
+  // tactic (where built for the shape) above, 64 tokens per tile up to 64 rows.
+  const auto find = [&](const char* want) -> std::string {
+    for (const std::string& n : state_->names)
+      if (n.find(want) != std::string::npos) return n;
+    return {};
+  };
+  std::string pick;
+  if (rows_per_group_hint > kGemvRows) {
+    if (rows_per_group_hint <= 64.0) pick = find(".wgmma.n64");
+    if (pick.empty()) pick = find(".wgmma.n128");
+  }
+  if (pick.empty()) pick = find(rows_per_group_hint <= 2.0 ? ".gemv.n2" : ".gemv.n8");
+  return pick.empty() ? state_->names.front() : pick;
 }
 
 Status MxGroupedGemm::run(const Call& c, const int32_t* row_offsets, cudaStream_t stream) {

@@ -10,10 +10,11 @@
 // [rows, k] row-major (each group's rows from row_offsets); the weights in the device layout of
 // pipeline/sm90_mx_layout.hpp (values [groups, n, k * bits / 8], scale bytes [groups, n,
 // k / block], both row-major); D bf16/fp16 [rows, n].
-// Tactics: the CUDA-core streaming GEMV (sm90_mx_gemv.cu, stream_gemv.cuh) only, 8 or 2 rows of
-// a group per pass over its weights. It is exact for any row count but re-reads the weights
-// (from L2) once per 8 rows, so it is a decode tactic: the tensor-core tactic for prefill is
-// not written yet (docs/architecture.md, "The microscaling engine").
+// Tactics: the CUDA-core streaming GEMV (sm90_mx_gemv.cu, stream_gemv.cuh), 8 or 2 rows of a
+// group per pass over its weights: exact for any row count, but it re-reads the weights (from
+// L2) once per 8 rows, so it is the decode tactic. For prefill, with bf16 activations and k a
+// multiple of 64, the tensor-core tactic (sm90_mx_wgmma.cu): weights decoded to bf16 in
+// registers for wgmma, 128 or 64 tokens per tile.
 // Row counts live only in device memory (no host sync), so a run can be graph-captured.
 // C++17, no public headers: CUDA translation units include this.
 #pragma once

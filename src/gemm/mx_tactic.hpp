@@ -1,6 +1,6 @@
 // Internal to src/gemm: the tactics of MxGroupedGemm (mx_grouped_gemm.hpp) behind a small
-// virtual interface, so that the GEMV (sm90_mx_gemv.cu) and the tensor-core tactic still to be
-// written stay independent of each other and of MxGroupedGemm. C++17.
+// virtual interface, so that the GEMV (sm90_mx_gemv.cu) and the tensor-core tactic
+// (sm90_mx_wgmma.cu) stay independent of each other and of MxGroupedGemm. C++17.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -43,5 +43,7 @@ struct MxTacticEntry {
 
 // The GEMVs for `shape` (its element type and format): sm90_mx_gemv.cu.
 std::vector<MxTacticEntry> sm90_mx_gemv_tactics(const MxGroupedShape& shape);
+// The tensor-core tactics (bf16 activations, k a multiple of 64; else none): sm90_mx_wgmma.cu.
+std::vector<MxTacticEntry> sm90_mx_wgmma_tactics(const MxGroupedShape& shape);
 
 }  // namespace moekit::gemm::mx_detail

@@ -1,4 +1,5 @@
-// MxGroupedGemm (gemm/mx_grouped_gemm.hpp) alone: every built tactic (the streaming GEMV) for
+// MxGroupedGemm (gemm/mx_grouped_gemm.hpp) alone: every built tactic (the streaming GEMV; the
+// tensor-core one where the activations are bf16 and k a multiple of 64) for
 // MXFP4, NVFP4 and MXFP8 weights in the device layout (pipeline/sm90_mx_layout.hpp), bf16 and
 // fp16 activations, with and without a bias, against a host product (in double) of the
 // activation rows with the reference's dequantized weights (quant::dequantize_expert, which the
@@ -253,6 +254,9 @@ TEST_F(MxGroupedGemmTest, EveryTacticAgainstTheHostProduct) {
         for (const auto& counts : distributions) check_case(c, 136, 512, counts, rng);
         // k past 32 chunks: the lanes' second loads and a second pass of the row loop.
         check_case(c, 40, 2080, {1, 0, 7}, rng);
+        // The tensor-core tiles (k a multiple of 64): a partial 256-row tile, token tiles of
+        // 128 and 64 with a partial last one, an empty group, a one-row group.
+        check_case(c, 136, 512, {150, 0, 70, 1}, rng);
       }
 }
 
@@ -263,6 +267,8 @@ TEST_F(MxGroupedGemmTest, GptOssShapes) {
   const Case c{WeightFormat::kMXFP4, DType::kBFloat16, true};
   check_case(c, 2 * 2880, 2880, {1, 0, 2, 0}, rng);
   check_case(c, 2880, 2880, {0, 1, 0, 3}, rng);
+  // Prefill's rows per expert, on the tensor-core tactics.
+  check_case(c, 2880, 2880, {130, 0, 3, 64}, rng);
 }
 
 // A run captured in a graph reads row_offsets when replayed: new counts written to the same
