@@ -158,6 +158,24 @@ Status apply_column_scales(const ColumnScales& c, void* rows, int64_t max_rows,
 // Loads its kernel for `c.elem` (before any graph capture).
 Status prepare_apply_column_scales(const ColumnScales& c);
 
+// MXFP8's activations (W8A8: include/moekit/types.hpp, kMXFP8) on rows in expert order: each row
+// r < offsets[L] of `rows` (elem [max_rows, cols], 16-byte aligned), per 32 columns, becomes
+// q * s, s = 2^ceil(log2(amax / 448)) (e8m0) and q = e4m3(x / s) (nearest even, saturated), as
+// quant::prepare_activations rounds them for the reference (the same numeric:: conversions, IEEE
+// division); q * s is exact in bf16. The MX engine runs it for kMXFP8 on the gathered rows (FC1's
+// input) and on the activation's output (FC2's input), so that its bf16 GEMMs compute the
+// reference's W8A8 products. Launched with programmatic dependent launch, as
+// apply_column_scales. elem kBFloat16 or kFloat16 and cols a multiple of 32, else kUnsupported.
+struct Mxfp8Rows {
+  const int32_t* offsets = nullptr;  // [L + 1]: rows [0, offsets[L]) are rounded
+  int local_experts = 0;
+  int64_t cols = 0;
+  DType elem = DType::kBFloat16;
+};
+Status round_rows_to_mxfp8(const Mxfp8Rows& c, void* rows, int64_t max_rows, cudaStream_t stream);
+// Loads its kernel for `c.elem` (before any graph capture).
+Status prepare_round_rows_to_mxfp8(const Mxfp8Rows& c);
+
 // The FP8 engines' gather, after a run() without it (Inputs::gather false): every slot with a
 // row here gets that row, the caller's bf16 hidden row of its token, quantized to e4m3 with one
 // fp32 scale per 128 columns (pipeline/fp8_quantize.cuh: dynamic, or the slot's expert's static

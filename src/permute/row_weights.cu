@@ -1,10 +1,12 @@
-// Products on the gathered rows (permute.hpp): the routing weights of the experts' input
-// placement (apply_weights_to_rows, RouterWeightPlacement::kInput, Llama-4) and the int group
-// formats' AWQ pre-quant scale per column (apply_column_scales).
+// Passes over the gathered rows (permute.hpp): the routing weights of the experts' input
+// placement (apply_weights_to_rows, RouterWeightPlacement::kInput, Llama-4), the int group
+// formats' AWQ pre-quant scale per column (apply_column_scales) and MXFP8's rounding of the
+// activations through e4m3 (round_rows_to_mxfp8).
 #include <algorithm>
 #include <string>
 
 #include "common/cuda_status.hpp"
+#include "common/numeric.hpp"
 #include "permute/permute.hpp"
 #include "pipeline/elem8.cuh"
 #include "pipeline/pdl.cuh"
@@ -118,7 +120,71 @@ Status pick_column_scales(const ColumnScales& c, ColumnScalesKernel* out) {
                                           "the pre-quant scale's products", out);
 }
 
+struct Mxfp8Args {
+  const int32_t* rows_end;  // &offsets[L]
+  uint4* rows;
+  int64_t row_vecs;  // 16-byte vectors per row, a multiple of 4
+};
+
+// Four threads per 32-column group, a 16-byte vector each (grid-stride): a group's vectors are
+// consecutive and start at a multiple of 4, as does the stride, so its four lanes (one quad of
+// the warp) take each step together and share the amax by two shuffles.
+template <class T>
+__global__ void __launch_bounds__(256) mxfp8_rows_kernel(Mxfp8Args a) {
+  pipeline::pdl_wait();  // the rows and the offsets come from earlier kernels
+  pipeline::pdl_launch_dependents();
+  const unsigned quad = 0xfu << (threadIdx.x & 28u);
+  const int64_t n = static_cast<int64_t>(*a.rows_end) * a.row_vecs;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float x[8];
+    pipeline::unpack8<T>(a.rows[i], x);
+    float amax = 0.0f;  // fmaxf skips a NaN, as std::max does in the reference
+#pragma unroll
+    for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(x[j]));
+    amax = fmaxf(amax, __shfl_xor_sync(quad, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(quad, amax, 2));
+    const float s =
+        numeric::e8m0_to_float_hd(numeric::float_to_e8m0_ceil_hd(__fdiv_rn(amax, 448.0f)));
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      x[j] = __fmul_rn(numeric::e4m3_to_float_hd(numeric::float_to_e4m3_hd(__fdiv_rn(x[j], s))), s);
+    a.rows[i] = pipeline::pack8<T>(x);
+  }
+}
+
+using Mxfp8Kernel = void (*)(Mxfp8Args);
+
+Status pick_mxfp8(const Mxfp8Rows& c, Mxfp8Kernel* out) {
+  if (c.cols <= 0 || c.cols % 32 != 0)
+    return Status(ErrorCode::kUnsupported, "MXFP8's activation rounding takes columns " +
+                                               std::to_string(c.cols) +
+                                               ", not a positive multiple of 32");
+  return pick_by_elem<Mxfp8Kernel>(c.elem, mxfp8_rows_kernel<__nv_bfloat16>,
+                                   mxfp8_rows_kernel<__half>, "MXFP8's activation rounding", out);
+}
+
 }  // namespace
+
+Status prepare_round_rows_to_mxfp8(const Mxfp8Rows& c) {
+  Mxfp8Kernel k = nullptr;
+  Status s = pick_mxfp8(c, &k);
+  if (!s.ok()) return s;
+  cudaFuncAttributes attr;
+  return cuda_status(cudaFuncGetAttributes(&attr, k), "loading the MXFP8 rounding kernel");
+}
+
+Status round_rows_to_mxfp8(const Mxfp8Rows& c, void* rows, int64_t max_rows, cudaStream_t stream) {
+  Mxfp8Kernel k = nullptr;
+  Status s = pick_mxfp8(c, &k);
+  if (!s.ok()) return s;
+  if (max_rows <= 0) return {};
+  const int64_t vecs = max_rows * (c.cols / 8);
+  const int blocks = static_cast<int>(std::clamp<int64_t>((vecs + 255) / 256, 1, 132 * 16));
+  Mxfp8Args a{c.offsets + c.local_experts, static_cast<uint4*>(rows), c.cols / 8};
+  return cuda_status(pipeline::launch_pdl(k, blocks, 256, 0, stream, a),
+                     "launching the MXFP8 rounding kernel");
+}
 
 Status prepare_apply_column_scales(const ColumnScales& c) {
   ColumnScalesKernel k = nullptr;

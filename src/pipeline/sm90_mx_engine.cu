@@ -110,6 +110,13 @@ Sm90MxEngine::Sm90MxEngine(const MoeSpec& spec, const MoeWeights& weights, int d
 
   allocate_stage_buffers(0);  // the GEMV stages nothing
 
+  // MXFP8 is W8A8 (include/moekit/types.hpp): FC1's and FC2's inputs rounded through e4m3 per 32
+  // columns as the reference rounds them, then multiplied in bf16 (exact there).
+  if (f == WeightFormat::kMXFP8) {
+    mx1_ = permute::Mxfp8Rows{pbuf_.offsets, static_cast<int>(L), H, elem_};
+    mx2_ = permute::Mxfp8Rows{pbuf_.offsets, static_cast<int>(L), I, elem_};
+  }
+
   prepare_stages();
 }
 

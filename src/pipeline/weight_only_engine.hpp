@@ -39,6 +39,8 @@ class WeightOnlyEngine : public TwoGemmEngine<G> {
     const int64_t rows = this->rows_bound(T);
     if (cs1_.scales != nullptr)
       throw_if_error(permute::apply_column_scales(cs1_, b.permuted, rows, stream));
+    if (mx1_.offsets != nullptr)
+      throw_if_error(permute::round_rows_to_mxfp8(mx1_, b.permuted, rows, stream));
     typename G::Call fc1 = fc1_call_;
     fc1.a = b.permuted;
     fc1.d = fc1_out_;
@@ -50,6 +52,8 @@ class WeightOnlyEngine : public TwoGemmEngine<G> {
         activation::run_device(act_, fc1_out_, act_out_, b.row_expert, b.offsets, rows, stream));
     if (cs2_.scales != nullptr)
       throw_if_error(permute::apply_column_scales(cs2_, act_out_, rows, stream));
+    if (mx2_.offsets != nullptr)
+      throw_if_error(permute::round_rows_to_mxfp8(mx2_, act_out_, rows, stream));
     typename G::Call fc2 = fc2_call_;
     fc2.a = act_out_;
     fc2.d = fc2_out_;
@@ -128,6 +132,8 @@ class WeightOnlyEngine : public TwoGemmEngine<G> {
     if (weight_on_input_) throw_if_error(permute::prepare_apply_weights_to_rows(elem_));
     for (const permute::ColumnScales* cs : {&cs1_, &cs2_})
       if (cs->scales != nullptr) throw_if_error(permute::prepare_apply_column_scales(*cs));
+    for (const permute::Mxfp8Rows* mx : {&mx1_, &mx2_})
+      if (mx->offsets != nullptr) throw_if_error(permute::prepare_round_rows_to_mxfp8(*mx));
     throw_if_error(activation::prepare_device(act_));
     throw_if_error(finalize::prepare(fin_));
     if (!force_tactic_.empty())
@@ -147,6 +153,7 @@ class WeightOnlyEngine : public TwoGemmEngine<G> {
   std::string force_tactic_;
   permute::Config pcfg_;
   permute::ColumnScales cs1_, cs2_;  // the pre-quant scales' products (scales null: none)
+  permute::Mxfp8Rows mx1_, mx2_;     // MXFP8's rounding of FC1's / FC2's input (offsets null: none)
   activation::DeviceActivation act_;
   finalize::DeviceFinalize fin_;
   typename G::Call fc1_call_, fc2_call_;
