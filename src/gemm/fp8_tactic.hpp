@@ -44,4 +44,7 @@ struct Fp8TacticEntry {
   std::unique_ptr<Fp8Tactic> (*make)() = nullptr;
 };
 
+// The decode GEMV's tactics (sm90_fp8_gemv_tma.cu): a bf16 D and an fp32 one.
+std::vector<Fp8TacticEntry> sm90_fp8_gemv_tactics();
+
 }  // namespace moekit::gemm::fp8_detail

@@ -268,6 +268,7 @@ std::vector<Fp8TacticEntry> fp8_tactics() {
   v.push_back(entry<Fp8Cfg<64, 128, false, cutlass::bfloat16_t, true>>());
   v.push_back(entry<Fp8Cfg<64, 128, false, float, true>>());
 #endif
+  for (Fp8TacticEntry& e : fp8_detail::sm90_fp8_gemv_tactics()) v.push_back(std::move(e));
   return v;
 }
 
@@ -334,8 +335,11 @@ std::string Fp8GroupedGemm::pick_tactic(double rows_per_group_hint) const {
   // except qwen3's small FC2 (ping-pong to 64 rows, within 1%). Builds with one tactic per
   // family lack the ping-pong tile: the swap-AB one stands in up to 48 rows.
   const double h = std::isfinite(rows_per_group_hint) ? std::max(rows_per_group_hint, 0.0) : 0.0;
+  // Up to one row per expert the TMA GEMV streams the weights of the hit experts once, as the
+  // BF16 engine's does (sm90_fp8_gemv_tma.cu).
   const std::vector<const char*> wanted =
-      h <= 24.0   ? std::vector<const char*>{"sm90.fp8.swapab."}
+      h <= 1.0    ? std::vector<const char*>{"sm90.fp8.gemv.", "sm90.fp8.swapab."}
+      : h <= 24.0 ? std::vector<const char*>{"sm90.fp8.swapab."}
       : h <= 48.0 ? std::vector<const char*>{"sm90.fp8.pingpong.", "sm90.fp8.swapab."}
                   : std::vector<const char*>{"sm90.fp8.coop."};
   for (const char* prefix : wanted)

@@ -36,61 +36,23 @@
 #include "gemm/gemv_common.cuh"
 #include "gemm/live_groups.cuh"
 #include "gemm/tensor_map.hpp"
+#include "gemm/tma_ring.cuh"
 #include "pipeline/pdl.cuh"
 
 namespace moekit::gemm::detail {
 namespace {
 
 constexpr int kBoxK = 64;  // 64 x 2 bytes: one 128-byte row
-static_assert(kBoxK == KSlices::kBoxK);
-constexpr int kTokens = 8;                      // token rows per chunk: the MMA's n
-constexpr int kActBytes = kTokens * kBoxK * 2;  // 1 KB of activations, one swizzle period
-constexpr std::size_t kRingAlign = 1024;        // the 128-byte swizzle's period
+static_assert(kBoxK == KSlices::kBoxK && kBoxK * 2 == tma_ring::kRowBytes);
+using tma_ring::kActBytes;  // 1 KB of activations, one swizzle period
+using tma_ring::kTokens;    // token rows per chunk: the MMA's n
+// A variant's shape: weight boxes of kRows rows (one consumer warp per 16), kStages ring stages.
+using tma_ring::ldmatrix_x4;
+using tma_ring::Ring;
+using tma_ring::smem_addr;
 
 using FullBarrier = cutlass::arch::ClusterTransactionBarrier;
 using EmptyBarrier = cutlass::arch::ClusterBarrier;
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2,
-                                            uint32_t& r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(addr));
-}
-
-// A variant's shape: weight boxes of kRows rows (one consumer warp per 16), kStages ring
-// stages. Dynamic shared memory: the weight ring and the activation ring (1024-aligned), then
-// the barriers, then the live groups.
-template <int kRows, int kStages>
-struct Ring {
-  static constexpr int kBoxRows = kRows;
-  static constexpr int kStageBytes = kRows * kBoxK * 2;  // 8 KB of weights at 64 rows
-  static constexpr int kConsumers = kRows / 16;
-  static constexpr int kWarps = kConsumers + 1;  // + the producer
-  static constexpr int kThreads = kWarps * 32;
-
-  uint8_t* weights;  // [kStages][kRows][kBoxK]
-  uint8_t* acts;     // [kStages][kTokens][kBoxK]
-  uint64_t* full;    // [kStages]: the box and its activations have landed
-  uint64_t* empty;   // [kStages]: the consumers are done with it
-  int* active;       // [groups]
-
-  __device__ __forceinline__ explicit Ring(uint8_t* raw) {
-    const uint32_t base = smem_addr(raw);  // the swizzle follows shared-memory addresses
-    weights = raw + ((kRingAlign - base % kRingAlign) % kRingAlign);
-    acts = weights + kStages * kStageBytes;
-    full = reinterpret_cast<uint64_t*>(acts + kStages * kActBytes);
-    empty = full + kStages;
-    active = reinterpret_cast<int*>(empty + kStages);
-  }
-  static std::size_t smem_bytes(int groups) {
-    return kRingAlign + std::size_t(kStages) * (kStageBytes + kActBytes) +
-           2 * kStages * sizeof(uint64_t) + sizeof(int) * static_cast<std::size_t>(groups);
-  }
-};
 
 // The (item, chunk, k box) sequence of one GEMM, walked the same way by the producer and the
 // consumers.

@@ -1,0 +1,58 @@
+// The shared-memory ring of the TMA GEMVs (sm90_gemv_tma.cu: bf16; sm90_fp8_gemv_tma.cu: e4m3):
+// per stage a box of kRows weight rows and the 8 token rows of activations it multiplies, each
+// row 128 bytes (64 bf16 or 128 e4m3) written by TMA with the 128-byte swizzle; then the stages'
+// barriers and the live groups. Consumer warps read it by ldmatrix, 16 weight rows each.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace moekit::gemm::detail::tma_ring {
+
+constexpr int kRowBytes = 128;                  // a box row: one row of the 128-byte swizzle
+constexpr int kTokens = 8;                      // token rows per stage: mma.sync's n
+constexpr int kActBytes = kTokens * kRowBytes;  // 1 KB, one swizzle period
+constexpr std::size_t kRingAlign = 1024;        // the 128-byte swizzle's period
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2,
+                                            uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+
+// Dynamic shared memory of kStages stages of kRows weight rows (one consumer warp per 16, plus
+// a producer warp): the weight ring and the activation ring (1024-aligned), the barriers, the
+// live groups.
+template <int kRows, int kStages>
+struct Ring {
+  static constexpr int kBoxRows = kRows;
+  static constexpr int kStageBytes = kRows * kRowBytes;  // 8 KB of weights at 64 rows
+  static constexpr int kConsumers = kRows / 16;
+  static constexpr int kWarps = kConsumers + 1;  // + the producer
+  static constexpr int kThreads = kWarps * 32;
+
+  uint8_t* weights;  // [kStages][kRows][kRowBytes]
+  uint8_t* acts;     // [kStages][kTokens][kRowBytes]
+  uint64_t* full;    // [kStages]: the box and its activations have landed
+  uint64_t* empty;   // [kStages]: the consumers are done with it
+  int* active;       // [groups]
+
+  __device__ __forceinline__ explicit Ring(uint8_t* raw) {
+    const uint32_t base = smem_addr(raw);  // the swizzle follows shared-memory addresses
+    weights = raw + ((kRingAlign - base % kRingAlign) % kRingAlign);
+    acts = weights + kStages * kStageBytes;
+    full = reinterpret_cast<uint64_t*>(acts + kStages * kActBytes);
+    empty = full + kStages;
+    active = reinterpret_cast<int*>(empty + kStages);
+  }
+  static std::size_t smem_bytes(int groups) {
+    return kRingAlign + std::size_t(kStages) * (kStageBytes + kActBytes) +
+           2 * kStages * sizeof(uint64_t) + sizeof(int) * static_cast<std::size_t>(groups);
+  }
+};
+
+}  // namespace moekit::gemm::detail::tma_ring
