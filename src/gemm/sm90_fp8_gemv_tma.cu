@@ -50,7 +50,6 @@ using FullBarrier = cutlass::arch::ClusterTransactionBarrier;
 using EmptyBarrier = cutlass::arch::ClusterBarrier;
 using gemm::detail::tensor_map_encoder;
 using gemm::detail::TensorMap2d;
-using gemm::detail::tma_ring::ldmatrix_x4;
 using gemm::detail::tma_ring::smem_addr;
 
 __device__ __forceinline__ void mma_e4m3_16832(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
@@ -158,16 +157,12 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
         const uint32_t a_base = smem_addr(sm.weights + stage * kStageBytes) + a_row * 128;
         const uint32_t b_base = smem_addr(sm.acts + stage * kActBytes) + b_row * 128;
         uint32_t b[4][2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h)  // the 128-byte swizzle: chunk ^ (row & 7)
-          ldmatrix_x4(b_base + (((4 * h + b_chunk) ^ b_row) * 16), b[2 * h][0], b[2 * h][1],
-                      b[2 * h + 1][0], b[2 * h + 1][1]);
+        gemm::detail::tma_ring::load_token_fragments(b_base, b_row, b_chunk, b);
         float box[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
-          const int ch = (s * 2 + a_chunk) ^ (a_row & 7);
           uint32_t a0, a1, a2, a3;
-          ldmatrix_x4(a_base + ch * 16, a0, a1, a2, a3);
+          gemm::detail::tma_ring::load_weight_fragment(a_base, a_row, a_chunk, s, a0, a1, a2, a3);
           mma_e4m3_16832(box, a0, a1, a2, a3, b[s][0], b[s][1]);
         }
         // The stage's next TMA write (async proxy) must follow these ldmatrix reads (generic

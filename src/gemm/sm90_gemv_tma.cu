@@ -48,6 +48,8 @@ using tma_ring::kActBytes;  // 1 KB of activations, one swizzle period
 using tma_ring::kTokens;    // token rows per chunk: the MMA's n
 // A variant's shape: weight boxes of kRows rows (one consumer warp per 16), kStages ring stages.
 using tma_ring::ldmatrix_x4;
+using tma_ring::load_token_fragments;
+using tma_ring::load_weight_fragment;
 using tma_ring::Ring;
 using tma_ring::smem_addr;
 
@@ -300,15 +302,11 @@ struct RingConsumer {
       const uint32_t a_base = smem_addr(sm.weights + stage * R::kStageBytes) + a_row * 128;
       const uint32_t b_base = smem_addr(sm.acts + stage * kActBytes) + b_row * 128;
       uint32_t b[4][2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h)  // the 128-byte swizzle: chunk ^ (row & 7)
-        ldmatrix_x4(b_base + (((4 * h + b_chunk) ^ b_row) * 16), b[2 * h][0], b[2 * h][1],
-                    b[2 * h + 1][0], b[2 * h + 1][1]);
+      load_token_fragments(b_base, b_row, b_chunk, b);
 #pragma unroll
       for (int s = 0; s < 4; ++s) {
-        const int ch = (s * 2 + a_chunk) ^ (a_row & 7);
         uint32_t a0, a1, a2, a3;
-        ldmatrix_x4(a_base + ch * 16, a0, a1, a2, a3);
+        load_weight_fragment(a_base, a_row, a_chunk, s, a0, a1, a2, a3);
         mma16816<kBF16>(acc, a0, a1, a2, a3, b[s][0], b[s][1]);
       }
       release();

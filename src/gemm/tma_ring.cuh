@@ -24,6 +24,25 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t& r0, uint32_
                : "r"(addr));
 }
 
+// A stage's fragments, through the 128-byte swizzle (16-byte chunk c of row r at chunk c ^ (r &
+// 7)). The 8 token rows (b_base: row b_row's start; lane l holds b_row = l & 7, b_chunk = l >> 3):
+// b[s] is the B operand of 16-byte k step s of 4 (ldmatrix.x4 twice: matrix j is chunk 4h + j of
+// the 8 rows).
+__device__ __forceinline__ void load_token_fragments(uint32_t b_base, int b_row, int b_chunk,
+                                                     uint32_t (&b)[4][2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    ldmatrix_x4(b_base + (((4 * h + b_chunk) ^ b_row) * 16), b[2 * h][0], b[2 * h][1],
+                b[2 * h + 1][0], b[2 * h + 1][1]);
+}
+// A warp's 16 weight rows at 32-byte k step s (a_base: row a_row's start; a_row and a_chunk as the
+// GEMVs set them): the A operand a0..a3 of one mma.sync.
+__device__ __forceinline__ void load_weight_fragment(uint32_t a_base, int a_row, int a_chunk, int s,
+                                                     uint32_t& a0, uint32_t& a1, uint32_t& a2,
+                                                     uint32_t& a3) {
+  ldmatrix_x4(a_base + (((s * 2 + a_chunk) ^ (a_row & 7)) * 16), a0, a1, a2, a3);
+}
+
 // Dynamic shared memory of kStages stages of kRows weight rows (one consumer warp per 16, plus
 // a producer warp): the weight ring and the activation ring (1024-aligned), the barriers, the
 // live groups.
