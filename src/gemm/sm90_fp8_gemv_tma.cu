@@ -165,15 +165,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
           gemm::detail::tma_ring::load_weight_fragment(a_base, a_row, a_chunk, s, a0, a1, a2, a3);
           mma_e4m3_16832(box, a0, a1, a2, a3, b[s][0], b[s][1]);
         }
-        // The stage's next TMA write (async proxy) must follow these ldmatrix reads (generic
-        // proxy): the barrier's release alone does not order the two proxies.
-        cutlass::arch::fence_view_async_shared();
-        __syncwarp();
-        if (lane == 0) EmptyBarrier::arrive(&sm.empty[stage]);
-        if (++stage == kStages) {
-          stage = 0;
-          phase ^= 1;
-        }
+        gemm::detail::tma_ring::release_stage<kStages>(sm.empty, lane, stage, phase);
         acc[0] = fmaf(box[0], s0, acc[0]);
         acc[1] = fmaf(box[1], s1, acc[1]);
         acc[2] = fmaf(box[2], s0, acc[2]);

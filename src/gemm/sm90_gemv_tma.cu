@@ -314,15 +314,7 @@ struct RingConsumer {
   }
   // Hands the current stage back to the producer and moves to the next.
   __device__ __forceinline__ void release() {
-    // The stage's next TMA write (async proxy) must follow these ldmatrix reads (generic
-    // proxy): the barrier's release alone does not order the two proxies (H200, 2026-11-30).
-    cutlass::arch::fence_view_async_shared();
-    __syncwarp();
-    if (lane == 0) EmptyBarrier::arrive(&sm.empty[stage]);
-    if (++stage == kStages) {
-      stage = 0;
-      phase ^= 1;
-    }
+    tma_ring::release_stage<kStages>(sm.empty, lane, stage, phase);
   }
 
   // Token rows past the chunk's mg (the next expert's, or zeros past the tensor) give columns

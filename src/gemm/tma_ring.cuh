@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <cutlass/arch/barrier.h>
+
 namespace moekit::gemm::detail::tma_ring {
 
 constexpr int kRowBytes = 128;                  // a box row: one row of the 128-byte swizzle
@@ -41,6 +43,22 @@ __device__ __forceinline__ void load_weight_fragment(uint32_t a_base, int a_row,
                                                      uint32_t& a0, uint32_t& a1, uint32_t& a2,
                                                      uint32_t& a3) {
   ldmatrix_x4(a_base + (((s * 2 + a_chunk) ^ (a_row & 7)) * 16), a0, a1, a2, a3);
+}
+
+// A consumer warp hands `stage` back to the producer (its `empty` barrier) and moves to the next
+// stage of kStages, flipping `phase` on the wrap. The stage's next TMA write (async proxy) must
+// follow the warp's ldmatrix reads (generic proxy): the barrier's release alone does not order the
+// two proxies (H200, 2026-11-30).
+template <int kStages>
+__device__ __forceinline__ void release_stage(uint64_t* empty, int lane, int& stage,
+                                              uint32_t& phase) {
+  cutlass::arch::fence_view_async_shared();
+  __syncwarp();
+  if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&empty[stage]);
+  if (++stage == kStages) {
+    stage = 0;
+    phase ^= 1;
+  }
 }
 
 // Dynamic shared memory of kStages stages of kRows weight rows (one consumer warp per 16, plus
