@@ -283,21 +283,12 @@ TEST_F(Sm90Fp8EngineTest, DeepSeekV3ShapeFewTokens) {
 
 TEST_F(Sm90Fp8EngineTest, EveryRoutingMethodTimesActivation) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0xf803);
-  const RoutingMethod methods[] = {RoutingMethod::kSoftmaxTopK, RoutingMethod::kTopKSoftmax,
-                                   RoutingMethod::kDeepSeekV3, RoutingMethod::kLlama4,
-                                   RoutingMethod::kExternal};
-  int n = 0;
-  for (const RoutingMethod m : methods)
-    for (int a = 1; a <= 9; ++a, ++n) {
-      const ActivationKind act = static_cast<ActivationKind>(a);
-      MoeSpec s = fp8(engine_spec(8, 2, 256, 128, m, act), kFormats[n % 2]);
-      if (activation_is_gated(act) && n % 3 == 0) s.gate_up_layout = GateUpLayout::kInterleaved;
-      s.fc1_bias = n % 4 == 1;
-      s.fc2_bias = n % 4 == 2;
-      s.max_tokens = 513;
-      Layer l = make_layer(s, rng());
-      check_tokens(l, {1, 7, 64, 513}, ids_for(s), rng);
-    }
+  for_every_routing_method_times_activation(
+      [](const MoeSpec& s, int n) { return fp8(s, kFormats[n % 2]); },
+      [&](const MoeSpec& s) {
+        Layer l = make_layer(s, rng());
+        check_tokens(l, {1, 7, 64, 513}, ids_for(s), rng);
+      });
 }
 
 // Every token to the same k experts; the other experts receive nothing.

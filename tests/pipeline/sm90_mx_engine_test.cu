@@ -132,22 +132,14 @@ TEST_F(Sm90MxEngineTest, PresetShapesAndRouting) {
 
 TEST_F(Sm90MxEngineTest, EveryRoutingMethodTimesActivation) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x3a03);
-  const RoutingMethod methods[] = {RoutingMethod::kSoftmaxTopK, RoutingMethod::kTopKSoftmax,
-                                   RoutingMethod::kDeepSeekV3, RoutingMethod::kLlama4,
-                                   RoutingMethod::kExternal};
-  int n = 0;
-  for (const RoutingMethod m : methods)
-    for (int a = 1; a <= 9; ++a, ++n) {
-      const ActivationKind act = static_cast<ActivationKind>(a);
-      MoeSpec s = mx_layer(engine_spec(8, 2, 256, 128, m, act), kFormats[n % 3],
-                           n % 4 == 0 ? DType::kFloat16 : DType::kBFloat16);
-      if (activation_is_gated(act) && n % 3 == 1) s.gate_up_layout = GateUpLayout::kInterleaved;
-      s.fc1_bias = n % 4 == 1;
-      s.fc2_bias = n % 4 == 2;
-      s.max_tokens = 513;
-      Layer l = make_layer(s, rng());
-      check_tokens(l, {1, 7, 64, 513}, ids_for(s), rng);
-    }
+  for_every_routing_method_times_activation(
+      [](const MoeSpec& s, int n) {
+        return mx_layer(s, kFormats[n % 3], n % 4 == 0 ? DType::kFloat16 : DType::kBFloat16);
+      },
+      [&](const MoeSpec& s) {
+        Layer l = make_layer(s, rng());
+        check_tokens(l, {1, 7, 64, 513}, ids_for(s), rng);
+      });
 }
 
 // Every token to the same k experts; the other experts receive nothing.

@@ -534,6 +534,28 @@ inline void check_bad_calls(MoeSpec s, const EngineFactory& make, std::mt19937_6
   expect_bad_views_refused(routed, rng);
 }
 
+// Every routing method x activation kind on an E8 k2 H256 I128 layer of at most 513 tokens, the
+// quantized engines' sweep: case n (0, 1, ...) gets its format and the format's options from
+// `quantize(spec, n)`, gate/up interleaved where gated and n % 3 == 1, FC1's bias where
+// n % 4 == 1, FC2's where n % 4 == 2; `check(spec)` builds the layer and checks its tokens.
+template <class Quantize, class Check>
+void for_every_routing_method_times_activation(const Quantize& quantize, const Check& check) {
+  const RoutingMethod methods[] = {RoutingMethod::kSoftmaxTopK, RoutingMethod::kTopKSoftmax,
+                                   RoutingMethod::kDeepSeekV3, RoutingMethod::kLlama4,
+                                   RoutingMethod::kExternal};
+  int n = 0;
+  for (const RoutingMethod m : methods)
+    for (int a = 1; a <= 9; ++a, ++n) {
+      const ActivationKind act = static_cast<ActivationKind>(a);
+      MoeSpec s = quantize(engine_spec(8, 2, 256, 128, m, act), n);
+      if (activation_is_gated(act) && n % 3 == 1) s.gate_up_layout = GateUpLayout::kInterleaved;
+      s.fc1_bias = n % 4 == 1;
+      s.fc2_bias = n % 4 == 2;
+      s.max_tokens = 513;
+      check(s);
+    }
+}
+
 // The small case each quantized engine gives compute-sanitizer (memcheck, racecheck, initcheck):
 // `s` (routed, max_tokens >= 512) at 64, 3 and 512 tokens; with external routing, a bad caller
 // id; with the routing weight on the input, 64 and 3 tokens. `edit` as make_engine_layer's.
