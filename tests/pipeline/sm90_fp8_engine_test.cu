@@ -412,17 +412,11 @@ TEST_F(Sm90Fp8EngineTest, TensorParallelRanks) {
 TEST_F(Sm90Fp8EngineTest, ExpertParallelRanks) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0xf808);
   for (const WeightFormat f : kFormats)
-    for (const RoutingMethod m : {RoutingMethod::kDeepSeekV3, RoutingMethod::kExternal}) {
-      MoeSpec s = fp8(engine_spec(32, 4, 256, 128, m, ActivationKind::kSwiGLU), f);
-      if (m == RoutingMethod::kDeepSeekV3) s.routing.n_group = 8;  // 4 experts per group
-      s.fc2_bias = true;
-      s.ep_size = 4;
-      const uint64_t seed = rng();
-      for (s.ep_rank = 0; s.ep_rank < s.ep_size; ++s.ep_rank) {
-        Layer l = make_layer(s, seed);
-        check_tokens(l, {1, 64, 513}, ids_for(s), rng);
-      }
-    }
+    for_each_expert_parallel_rank([&](const MoeSpec& s) { return fp8(s, f); }, rng,
+                                  [&](const MoeSpec& s, uint64_t seed) {
+                                    Layer l = make_layer(s, seed);
+                                    check_tokens(l, {1, 64, 513}, ids_for(s), rng);
+                                  });
 }
 
 // The routing weight on the experts' input (RouterWeightPlacement::kInput, Llama-4): the rows
@@ -431,23 +425,12 @@ TEST_F(Sm90Fp8EngineTest, ExpertParallelRanks) {
 // Engine buffers poisoned and not.
 TEST_F(Sm90Fp8EngineTest, WeightOnTheInput) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0xf809);
-  for (const WeightFormat f : kFormats) {
-    MoeSpec top2 =
-        fp8(engine_spec(32, 2, 256, 128, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU), f);
-    top2.fc1_bias = top2.fc2_bias = true;
-    MoeSpec external =
-        fp8(engine_spec(32, 4, 256, 128, RoutingMethod::kExternal, ActivationKind::kGeGLUTanh), f);
-    external.ep_size = 4;
-    external.ep_rank = 1;
-    for (MoeSpec s : {fp8(scaled_preset("llama4-maverick", 16, 512, 512), f), top2, external}) {
-      s.routing.weight_placement = RouterWeightPlacement::kInput;
-      for (const bool poison : {false, true}) {
-        SCOPED_TRACE(poison ? "engine buffers poisoned" : "");
-        Layer l = make_layer(s, rng(), poison);
-        check_tokens(l, {1, 7, 64, 513}, ids_for(s), rng);
-      }
-    }
-  }
+  for (const WeightFormat f : kFormats)
+    for_each_weight_on_input_layer([&](const MoeSpec& s, int) { return fp8(s, f); },
+                                   [&](const MoeSpec& s, bool poison) {
+                                     Layer l = make_layer(s, rng(), poison);
+                                     check_tokens(l, {1, 7, 64, 513}, ids_for(s), rng);
+                                   });
 }
 
 // The very first forward of a fresh engine captured in a CUDA graph, replayed on old and new

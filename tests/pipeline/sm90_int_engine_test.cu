@@ -205,18 +205,15 @@ TEST_F(Sm90IntEngineTest, TensorParallelRanks) {
 TEST_F(Sm90IntEngineTest, ExpertParallelRanks) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x1a07);
   for (const WeightFormat f : kFormats)
-    for (const RoutingMethod m : {RoutingMethod::kDeepSeekV3, RoutingMethod::kExternal}) {
-      MoeSpec s = int_layer(engine_spec(32, 4, 256, 128, m, ActivationKind::kSwiGLU), f,
-                            DType::kBFloat16, 64, f == WeightFormat::kInt4Group, true);
-      if (m == RoutingMethod::kDeepSeekV3) s.routing.n_group = 8;  // 4 experts per group
-      s.fc2_bias = true;
-      s.ep_size = 4;
-      const uint64_t seed = rng();
-      for (s.ep_rank = 0; s.ep_rank < s.ep_size; ++s.ep_rank) {
-        Layer l = make_layer(s, seed);
-        check_tokens(l, {1, 64, 513}, ids_for(s), rng);
-      }
-    }
+    for_each_expert_parallel_rank(
+        [&](const MoeSpec& s) {
+          return int_layer(s, f, DType::kBFloat16, 64, f == WeightFormat::kInt4Group, true);
+        },
+        rng,
+        [&](const MoeSpec& s, uint64_t seed) {
+          Layer l = make_layer(s, seed);
+          check_tokens(l, {1, 64, 513}, ids_for(s), rng);
+        });
 }
 
 // The routing weight on the experts' input (RouterWeightPlacement::kInput, Llama-4): the rows
@@ -224,27 +221,18 @@ TEST_F(Sm90IntEngineTest, ExpertParallelRanks) {
 // reference orders them. Engine buffers poisoned and not.
 TEST_F(Sm90IntEngineTest, WeightOnTheInput) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x1a08);
-  for (const WeightFormat f : kFormats) {
-    MoeSpec top2 = int_layer(
-        engine_spec(32, 2, 256, 128, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU), f,
-        DType::kFloat16, 64, true, true);
-    top2.fc1_bias = top2.fc2_bias = true;
-    MoeSpec external = int_layer(
-        engine_spec(32, 4, 256, 128, RoutingMethod::kExternal, ActivationKind::kGeGLUTanh), f,
-        DType::kBFloat16, 128, false, true);
-    external.ep_size = 4;
-    external.ep_rank = 1;
-    const MoeSpec llama = int_layer(scaled_preset("llama4-maverick", 16, 512, 512), f,
-                                    DType::kBFloat16, 128, true, false);
-    for (MoeSpec s : {llama, top2, external}) {
-      s.routing.weight_placement = RouterWeightPlacement::kInput;
-      for (const bool poison : {false, true}) {
-        SCOPED_TRACE(poison ? "engine buffers poisoned" : "");
-        Layer l = make_layer(s, rng(), poison);
-        check_tokens(l, {1, 7, 64, 513}, ids_for(s), rng);
-      }
-    }
-  }
+  for (const WeightFormat f : kFormats)
+    for_each_weight_on_input_layer(
+        [&](const MoeSpec& s, int i) {
+          // llama: bf16, groups of 128, zero points; top-2: fp16, groups of 64, zero points and
+          // pre-quant scales; caller ids: bf16, groups of 128, pre-quant scales.
+          return int_layer(s, f, i == 1 ? DType::kFloat16 : DType::kBFloat16, i == 1 ? 64 : 128,
+                           i != 2, i != 0);
+        },
+        [&](const MoeSpec& s, bool poison) {
+          Layer l = make_layer(s, rng(), poison);
+          check_tokens(l, {1, 7, 64, 513}, ids_for(s), rng);
+        });
 }
 
 // The very first forward of a fresh engine captured in a CUDA graph, replayed on old and new

@@ -165,34 +165,25 @@ TEST_F(Sm90MxEngineTest, TensorAndExpertParallelRanks) {
     const uint64_t seed = rng();
     for (const int64_t T : {1, 7, 513})
       check_tensor_parallel_ranks(tp, seed, T, rng, mx_factory(true));
-    // EP ranks: tokens whose experts all live on other ranks get exact zeros.
-    MoeSpec ep = mx_layer(
-        engine_spec(32, 4, 256, 128, RoutingMethod::kDeepSeekV3, ActivationKind::kSwiGLU), f);
-    ep.routing.n_group = 8;  // 4 experts per group
-    ep.fc2_bias = true;
-    ep.ep_size = 4;
-    const uint64_t ep_seed = rng();
-    for (ep.ep_rank = 0; ep.ep_rank < ep.ep_size; ++ep.ep_rank) {
-      Layer l = make_layer(ep, ep_seed);
-      check_tokens(l, {1, 64, 513}, ids_for(ep), rng);
-    }
+    for_each_expert_parallel_rank([&](const MoeSpec& s) { return mx_layer(s, f); }, rng,
+                                  [&](const MoeSpec& s, uint64_t ep_seed) {
+                                    Layer l = make_layer(s, ep_seed);
+                                    check_tokens(l, {1, 64, 513}, ids_for(s), rng);
+                                  });
   }
 }
 
 // The routing weight on the experts' input (RouterWeightPlacement::kInput, Llama-4): the rows
-// are scaled by their slots' weights (rounded), as the reference does. Engine buffers poisoned
-// and not.
+// are scaled by their slots' weights (rounded), as the reference does
+// (support/engine_check.hpp: for_each_weight_on_input_layer). Engine buffers poisoned and not.
 TEST_F(Sm90MxEngineTest, WeightOnTheInput) {
   std::mt19937_64 rng(devtest::base_seed() ^ 0x3a06);
-  for (const WeightFormat f : kFormats) {
-    MoeSpec llama = mx_layer(scaled_preset("llama4-maverick", 16, 512, 512), f);
-    llama.routing.weight_placement = RouterWeightPlacement::kInput;
-    for (const bool poison : {false, true}) {
-      SCOPED_TRACE(poison ? "engine buffers poisoned" : "");
-      Layer l = make_layer(llama, rng(), poison);
-      check_tokens(l, {1, 7, 64, 513}, ids_for(llama), rng);
-    }
-  }
+  for (const WeightFormat f : kFormats)
+    for_each_weight_on_input_layer([&](const MoeSpec& s, int) { return mx_layer(s, f); },
+                                   [&](const MoeSpec& s, bool poison) {
+                                     Layer l = make_layer(s, rng(), poison);
+                                     check_tokens(l, {1, 7, 64, 513}, ids_for(s), rng);
+                                   });
 }
 
 // The very first forward of a fresh engine captured in a CUDA graph, replayed on old and new

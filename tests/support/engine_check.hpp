@@ -556,6 +556,48 @@ void for_every_routing_method_times_activation(const Quantize& quantize, const C
     }
 }
 
+// The EP ranks the quantized engines check: each of the 4 ranks of an E32 k4 H256 I128 SwiGLU
+// layer with FC2's bias, with DeepSeek-V3 routing (8 groups of 4 experts) and with caller ids,
+// `quantize(spec)` giving it the engine's format; `check(rank_spec, seed)` builds the rank's
+// layer, cut from the unsharded one of `seed`, and checks its tokens (those whose experts all
+// live on other ranks get exact zeros).
+template <class Quantize, class Check>
+void for_each_expert_parallel_rank(const Quantize& quantize, std::mt19937_64& rng,
+                                   const Check& check) {
+  for (const RoutingMethod m : {RoutingMethod::kDeepSeekV3, RoutingMethod::kExternal}) {
+    MoeSpec s = quantize(engine_spec(32, 4, 256, 128, m, ActivationKind::kSwiGLU));
+    if (m == RoutingMethod::kDeepSeekV3) s.routing.n_group = 8;  // 4 experts per group
+    s.fc2_bias = true;
+    s.ep_size = 4;
+    const uint64_t seed = rng();
+    for (s.ep_rank = 0; s.ep_rank < s.ep_size; ++s.ep_rank) check(s, seed);
+  }
+}
+
+// The layers the quantized engines run with the routing weight on the experts' input
+// (RouterWeightPlacement::kInput, Llama-4): llama4-maverick scaled down (its top-1 sigmoid
+// routing), top-2 top-k softmax with both biases, caller ids on EP rank 1 of 4 (GeGLU tanh);
+// `quantize(spec, i)` gives case i (in that order) the engine's format and options;
+// `check(spec, poison)` builds each with its buffers poisoned and not and checks its tokens.
+template <class Quantize, class Check>
+void for_each_weight_on_input_layer(const Quantize& quantize, const Check& check) {
+  MoeSpec llama = quantize(scaled_preset("llama4-maverick", 16, 512, 512), 0);
+  MoeSpec top2 = quantize(
+      engine_spec(32, 2, 256, 128, RoutingMethod::kTopKSoftmax, ActivationKind::kSwiGLU), 1);
+  top2.fc1_bias = top2.fc2_bias = true;
+  MoeSpec external = quantize(
+      engine_spec(32, 4, 256, 128, RoutingMethod::kExternal, ActivationKind::kGeGLUTanh), 2);
+  external.ep_size = 4;
+  external.ep_rank = 1;
+  for (MoeSpec s : {llama, top2, external}) {
+    s.routing.weight_placement = RouterWeightPlacement::kInput;
+    for (const bool poison : {false, true}) {
+      SCOPED_TRACE(poison ? "engine buffers poisoned" : "");
+      check(s, poison);
+    }
+  }
+}
+
 // The small case each quantized engine gives compute-sanitizer (memcheck, racecheck, initcheck):
 // `s` (routed, max_tokens >= 512) at 64, 3 and 512 tokens; with external routing, a bad caller
 // id; with the routing weight on the input, 64 and 3 tokens. `edit` as make_engine_layer's.
