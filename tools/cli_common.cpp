@@ -317,7 +317,10 @@ const char* to_string(L2Flush f) {
 }
 
 double gemm_floor_rate(const Floors& floors, WeightFormat f, const char** name) {
-  const bool fp8 = format_quantizes_activations(f);  // W8A8: both operands e4m3
+  // The FP8 formats' implementations multiply e4m3 by e4m3; MXFP8's rounds its activations
+  // through e4m3 too (W8A8) but multiplies in bf16 (no per-32 K scales in CUTLASS 4.2's FP8
+  // kernels), so its FLOPs are held to the BF16 rate.
+  const bool fp8 = f == WeightFormat::kFP8PerTensor || f == WeightFormat::kFP8Block128;
   *name = fp8 ? "FP8" : "BF16";
   return fp8 ? floors.fp8_gemm_flops_per_s : floors.gemm_flops_per_s;
 }

@@ -104,9 +104,9 @@ struct Floors {
 //   kNone  keeps whatever the previous replay left (weights of small layers stay cached).
 enum class L2Flush { kRead, kWrite, kNone };
 Floors measure_floors(L2Flush flush);
-// The GEMM rate that bounds a forward of `f`'s weights from below: the FP8 rate for the FP8
-// formats whose activations are quantized to e4m3 (fp8, fp8_block128, mxfp8), else the BF16 rate
-// (activations stay bf16/fp16). `name` gets "FP8" or "BF16".
+// The GEMM rate that bounds a forward of `f`'s weights from below: the FP8 rate for the formats
+// whose GEMMs multiply e4m3 by e4m3 (fp8, fp8_block128), else the BF16 rate (mxfp8 included: its
+// activations are rounded through e4m3 but multiplied in bf16). `name` gets "FP8" or "BF16".
 double gemm_floor_rate(const Floors& floors, WeightFormat f, const char** name);
 // "read", "write" or "none"; Error(kInvalidArgument) names any other value.
 L2Flush parse_l2_flush(const std::string& text);

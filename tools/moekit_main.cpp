@@ -14,6 +14,8 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <string>
+#include <utility>
 
 #include <unistd.h>
 
@@ -514,6 +516,19 @@ std::string tuned_at(const TacticChoices& chosen, int64_t tokens) {
   return out;
 }
 
+// What each GEMM runs at `tokens` tokens: the tuning file's tactic where `chosen` has one, else
+// the engine's own pick ("-" where the engine has no GEMM tactics, e.g. the CPU reference).
+std::pair<std::string, std::string> tactics_at(const MoeLayer& layer, const TacticChoices& chosen,
+                                               int64_t tokens) {
+  std::string out[2];
+  for (const Gemm g : {Gemm::kFc1, Gemm::kFc2}) {
+    const std::string* t = chosen.find(g, tokens);
+    std::string name = t ? *t : layer.builtin_tactic(g, tokens);
+    out[g == Gemm::kFc1 ? 0 : 1] = name.empty() ? "-" : name;
+  }
+  return {out[0], out[1]};
+}
+
 int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& flush_text,
               const std::string& json_path, const std::string& trace_text,
               const std::string& profile_text, bool compare_tuning) {
@@ -591,9 +606,9 @@ int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& f
         "%-16s %6s %10s %10s %8s  %s\n",
         "preset", "T", "builtin_us", "tuned_us", "change", "the file's tactics at T");
   else
-    std::printf("%-16s %6s %10s %9s %9s %6s %8s %6s %8s %6s %10s  %s\n", "preset", "T", "median_us",
-                "p10", "p90", "hit", "GB/s", "%bw", "TFLOP/s", "%gemm", "floor_us",
-                "implementation");
+    std::printf("%-16s %6s %10s %9s %9s %6s %8s %6s %8s %6s %10s  %s  %s\n", "preset", "T",
+                "median_us", "p10", "p90", "hit", "GB/s", "%bw", "TFLOP/s", "%gemm", "floor_us",
+                "implementation", "fc1 / fc2 tactic");
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& [name, spec] : layers) {
     MoeWeights w = bench_random_weights(spec, lo.seed);
@@ -638,12 +653,14 @@ int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& f
       const double s = row.median_us * 1e-6;
       const double floor_us =
           std::max(row.bytes / floors.read_bytes_per_s, row.flops / gemm_rate) * 1e6;
-      std::printf("%-16s %6lld %10.1f %9.1f %9.1f %6lld %8.0f %5.0f%% %8.1f %5.0f%% %10.1f  %s\n",
-                  name.c_str(), (long long)t, row.median_us, row.p10_us, row.p90_us,
-                  (long long)row.experts_hit, row.bytes / s / 1e9,
-                  100.0 * row.bytes / s / floors.read_bytes_per_s, row.flops / s / 1e12,
-                  100.0 * row.flops / s / gemm_rate, floor_us,
-                  layer->resolution().chosen->id().c_str());
+      const auto [fc1_tactic, fc2_tactic] = tactics_at(*layer, chosen, t);
+      std::printf(
+          "%-16s %6lld %10.1f %9.1f %9.1f %6lld %8.0f %5.0f%% %8.1f %5.0f%% %10.1f  %s  %s / %s\n",
+          name.c_str(), (long long)t, row.median_us, row.p10_us, row.p90_us,
+          (long long)row.experts_hit, row.bytes / s / 1e9,
+          100.0 * row.bytes / s / floors.read_bytes_per_s, row.flops / s / 1e12,
+          100.0 * row.flops / s / gemm_rate, floor_us, layer->resolution().chosen->id().c_str(),
+          fc1_tactic.c_str(), fc2_tactic.c_str());
       if (row.trace.replays > 0) print_trace(row.trace);
       std::fflush(stdout);
       nlohmann::json traced = nlohmann::json::array();
@@ -665,6 +682,8 @@ int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& f
                       {"gemm_floor", gemm_name},
                       {"floor_us", floor_us},
                       {"implementation", layer->resolution().chosen->id()},
+                      {"fc1_tactic", fc1_tactic},
+                      {"fc2_tactic", fc2_tactic},
                       {"l2_flush", to_string(flush)},
                       {"routing_profile", profile.text()},
                       {"max_tokens", spec.max_tokens},
