@@ -143,4 +143,16 @@ MOEKIT_HD uint8_t float_to_e8m0_ceil_hd(float f) {
   return static_cast<uint8_t>(c > 254u ? 254u : c);  // inf and > 2^127 clamp to 2^127
 }
 
+// Activation quantize-dequantize through e4m3 (the W8A8 formats' rule, quant::prepare_activations,
+// shared with the device kernels that apply it): e4m3 of x / scale (IEEE division; nearest even,
+// saturated at +-448, NaN kept) times scale.
+MOEKIT_HD float round_through_e4m3_hd(float x, float scale) {
+  return e4m3_to_float_hd(float_to_e4m3_hd(x / scale)) * scale;
+}
+// MXFP8's activation scale for a 32-value group whose absolute maximum is `amax`:
+// 2^ceil(log2(amax / 448)) as e8m0 (an all-zero group gets 2^-127).
+MOEKIT_HD float mxfp8_activation_scale_hd(float amax) {
+  return e8m0_to_float_hd(float_to_e8m0_ceil_hd(amax / 448.0f));
+}
+
 }  // namespace moekit::numeric

@@ -144,11 +144,9 @@ __global__ void __launch_bounds__(256) mxfp8_rows_kernel(Mxfp8Args a) {
     for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(x[j]));
     amax = fmaxf(amax, __shfl_xor_sync(quad, amax, 1));
     amax = fmaxf(amax, __shfl_xor_sync(quad, amax, 2));
-    const float s =
-        numeric::e8m0_to_float_hd(numeric::float_to_e8m0_ceil_hd(__fdiv_rn(amax, 448.0f)));
+    const float s = numeric::mxfp8_activation_scale_hd(amax);  // the reference's functions
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
-      x[j] = __fmul_rn(numeric::e4m3_to_float_hd(numeric::float_to_e4m3_hd(__fdiv_rn(x[j], s))), s);
+    for (int j = 0; j < 8; ++j) x[j] = numeric::round_through_e4m3_hd(x[j], s);
     a.rows[i] = pipeline::pack8<T>(x);
   }
 }

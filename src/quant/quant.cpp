@@ -172,9 +172,6 @@ void prepare_activations(const QuantizedTensor& t, int64_t e, float* x, int64_t 
     throw Error(ErrorCode::kInvalidArgument,
                 "prepare_activations: rows " + std::to_string(rows) + " is negative");
   const int64_t cols = t.cols;
-  auto fake_quant = [](float xv, float s) {
-    return e4m3_to_float(numeric::float_to_e4m3_hd(xv / s)) * s;
-  };
   switch (t.format) {
     case WeightFormat::kInt8Group:
     case WeightFormat::kInt4Group: {
@@ -203,7 +200,7 @@ void prepare_activations(const QuantizedTensor& t, int64_t e, float* x, int64_t 
           float amax = 0.0f;
           for (int64_t c = 0; c < cols; ++c) amax = std::max(amax, std::fabs(xr[c]));
           const float s = std::max(amax / 448.0f, 1.0f / (448.0f * 512.0f));
-          for (int64_t c = 0; c < cols; ++c) xr[c] = fake_quant(xr[c], s);
+          for (int64_t c = 0; c < cols; ++c) xr[c] = numeric::round_through_e4m3_hd(xr[c], s);
         }
         return;
       }
@@ -212,7 +209,7 @@ void prepare_activations(const QuantizedTensor& t, int64_t e, float* x, int64_t 
             ErrorCode::kInvalidArgument,
             "prepare_activations: input_scale has no entry for expert " + std::to_string(e));
       const float s = t.input_scale[e];
-      for (int64_t i = 0; i < rows * cols; ++i) x[i] = fake_quant(x[i], s);
+      for (int64_t i = 0; i < rows * cols; ++i) x[i] = numeric::round_through_e4m3_hd(x[i], s);
       return;
     }
     case WeightFormat::kFP8Block128:
@@ -225,9 +222,9 @@ void prepare_activations(const QuantizedTensor& t, int64_t e, float* x, int64_t 
           const int64_t c1 = std::min(cols, c0 + g);
           float amax = 0.0f;
           for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(xr[c]));
-          const float s = mx ? e8m0_to_float(numeric::float_to_e8m0_ceil_hd(amax / 448.0f))
-                             : std::max(amax, 1e-10f) / 448.0f;
-          for (int64_t c = c0; c < c1; ++c) xr[c] = fake_quant(xr[c], s);
+          const float s =
+              mx ? numeric::mxfp8_activation_scale_hd(amax) : std::max(amax, 1e-10f) / 448.0f;
+          for (int64_t c = c0; c < c1; ++c) xr[c] = numeric::round_through_e4m3_hd(xr[c], s);
         }
       }
       return;
