@@ -86,9 +86,13 @@ struct AllGatherPart {
 // returns the first call's status and does nothing). A release that fails leaves the
 // communicator poisoned: every later call fails with kComm and nothing is reused. The destructor
 // releases. A collective on a released or poisoned communicator fails with kComm.
+// A dead or stalled peer: a host wait on the communicator's work (wait(), exchange_host) that
+// does not end within its timeout, or that the transport reports failed, breaks it: the call
+// returns kComm naming the rank, the wait and the time, never hangs; every later call but
+// release() fails with kComm naming that reason.
 class Communicator {
  public:
-  enum class State : int { kLive = 0, kReleased = 1, kPoisoned = 2 };
+  enum class State : int { kLive = 0, kReleased = 1, kPoisoned = 2, kBroken = 3 };
 
   virtual ~Communicator() = default;
   Communicator(const Communicator&) = delete;
@@ -122,7 +126,14 @@ class Communicator {
   Status reduce_scatter_sum(const float* send, int64_t count, float* recv, void* stream);
   // Small host blobs of any length, every rank's (in rank order); synchronizes the host.
   Status exchange_host(const std::vector<uint8_t>& mine, std::vector<std::vector<uint8_t>>* all);
-  // Idempotent (see the class comment).
+  // Waits on the host until the work enqueued so far on `stream` (this communicator's
+  // collectives among it) has finished, for at most the communicator's timeout (`what` names
+  // the wait in the error). Past it, or where the transport reports the work failed, the
+  // communicator breaks (see the class comment); one this process created (create_nccl) is
+  // aborted first, which ends its pending collectives. The host transport has nothing to wait
+  // for.
+  Status wait(void* stream, const char* what);
+  // Idempotent (see the class comment); a broken communicator is released once, as a live one.
   Status release();
 
  protected:
@@ -138,7 +149,13 @@ class Communicator {
                                        void* stream) = 0;
   virtual Status do_exchange_host(const std::vector<uint8_t>& mine,
                                   std::vector<std::vector<uint8_t>>* all) = 0;
+  // Device transports wait for `stream` here (the host transport's collectives are done when
+  // they return); a kComm result breaks the communicator.
+  virtual Status do_wait(void* /*stream*/, const std::string& /*what*/) { return {}; }
   virtual Status do_release() = 0;
+  // Breaks the communicator with `reason` (a kComm status) unless it is already released,
+  // poisoned or broken; returns `reason`.
+  Status mark_broken(const Status& reason);
 
  private:
   Status usable(const char* what) const;
@@ -146,6 +163,7 @@ class Communicator {
   mutable std::mutex state_mutex_;
   State state_ = State::kLive;
   Status release_status_;
+  Status broken_reason_;
 };
 
 // An in-process world of `world_size` ranks (one thread per rank) over host memory, for tests
@@ -172,12 +190,18 @@ Status tcp_rendezvous(const std::string& addr, int port, int rank, int world_siz
 
 // NCCL communicators (built with CUDA and NCCL; elsewhere these throw Error(kUnsupported)).
 // (a) Wraps a communicator the caller owns (an ncclComm_t, passed as void*) bound to GPU
-//     device_index; release() never destroys it.
-std::unique_ptr<Communicator> wrap_nccl(void* nccl_comm, int device_index);
+//     device_index; release() never destroys it. A wait that times out (`wait_timeout`) breaks
+//     the wrapper but does not abort the caller's communicator: its pending collectives stay
+//     on the GPU until the caller aborts it (ncclCommAbort, or torch.distributed's watchdog).
+std::unique_ptr<Communicator> wrap_nccl(
+    void* nccl_comm, int device_index,
+    std::chrono::milliseconds wait_timeout = std::chrono::minutes(10));
 // (b) Creates one from the launcher's environment (parse_launch_env with the visible GPUs):
 //     binds GPU env.local_rank, exchanges the unique id by tcp_rendezvous at
 //     MASTER_ADDR:rendezvous_port, initializes NCCL; release() destroys it. A failure midway
-//     releases what was made and throws Error (kComm, kCuda or kInvalidArgument).
+//     releases what was made and throws Error (kComm, kCuda or kInvalidArgument). `timeout`
+//     bounds the rendezvous and every later host wait on the communicator's work; one that
+//     times out aborts the communicator.
 std::unique_ptr<Communicator> create_nccl(const LaunchEnv& env, std::chrono::milliseconds timeout);
 
 }  // namespace moekit::comm

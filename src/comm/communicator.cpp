@@ -1,9 +1,12 @@
 // The Communicator's state rules (idempotent release, poisoning) and the in-process host
 // transport that tests use to simulate a world of ranks with threads.
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <string>
+#include <thread>
 
+#include "comm/host_wait.hpp"
 #include "moekit/comm.hpp"
 
 namespace moekit::comm {
@@ -14,13 +17,49 @@ Communicator::State Communicator::state() const {
 }
 
 Status Communicator::usable(const char* what) const {
-  const State s = state();
-  if (s == State::kLive) return {};
-  return Status(ErrorCode::kComm,
-                std::string(what) + " on rank " + std::to_string(rank_) +
-                    "'s communicator, which is " +
-                    (s == State::kReleased ? "released" : "poisoned by a failed release") +
-                    ": build a new one");
+  std::lock_guard<std::mutex> lk(state_mutex_);
+  if (state_ == State::kLive) return {};
+  const std::string which = state_ == State::kReleased ? "released"
+                            : state_ == State::kPoisoned
+                                ? "poisoned by a failed release"
+                                : "broken (" + broken_reason_.message() + ")";
+  return Status(ErrorCode::kComm, std::string(what) + " on rank " + std::to_string(rank_) +
+                                      "'s communicator, which is " + which + ": build a new one");
+}
+
+Status Communicator::mark_broken(const Status& reason) {
+  std::lock_guard<std::mutex> lk(state_mutex_);
+  if (state_ == State::kLive) {
+    state_ = State::kBroken;
+    broken_reason_ = reason;
+  }
+  return reason;
+}
+
+Status Communicator::wait(void* stream, const char* what) {
+  if (Status st = usable(what); !st.ok()) return st;
+  const Status st = do_wait(stream, what);
+  return st.code() == ErrorCode::kComm ? mark_broken(st) : st;
+}
+
+Status wait_until_done(const std::function<Status(bool* done)>& poll,
+                       std::chrono::milliseconds timeout, int rank, const std::string& what) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now(), deadline = start + timeout;
+  std::chrono::microseconds pause(20);
+  for (;;) {
+    bool done = false;
+    if (Status st = poll(&done); !st.ok()) return st;
+    if (done) return {};
+    if (Clock::now() >= deadline)
+      return Status(ErrorCode::kComm,
+                    "rank " + std::to_string(rank) + " waited " + std::to_string(timeout.count()) +
+                        " ms for " + what +
+                        " without it finishing: a peer rank died, stalled or did not call the "
+                        "same collectives");
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(1));
+  }
 }
 
 namespace {
@@ -119,7 +158,7 @@ Status Communicator::exchange_host(const std::vector<uint8_t>& mine,
 
 Status Communicator::release() {
   std::lock_guard<std::mutex> lk(state_mutex_);
-  if (state_ != State::kLive) return release_status_;
+  if (state_ != State::kLive && state_ != State::kBroken) return release_status_;
   release_status_ = do_release();
   state_ = release_status_.ok() ? State::kReleased : State::kPoisoned;
   return release_status_;

@@ -185,7 +185,8 @@ void EpLayer::forward_device(const ForwardArgs& a) {
       check_cuda(cudaMemcpyAsync(d.counts_host + world, d.recv_counts, 8 * world,
                                  cudaMemcpyDeviceToHost, stream),
                  "reading the EP receive counts");
-      check_cuda(cudaStreamSynchronize(stream), "waiting for the EP counts");
+      // Bounded: a dead or stalled peer ends in kComm (the communicator broken), not a hang.
+      throw_if_error(comm_->wait(stream, "the EP row counts"));
       send_rows_to.assign(d.counts_host, d.counts_host + world);
       recv_rows_from.assign(d.counts_host + world, d.counts_host + 2 * world);
     }
@@ -229,7 +230,7 @@ void EpLayer::forward_device(const ForwardArgs& a) {
   }
   mark(3);
   if (timed) {
-    check_cuda(cudaEventSynchronize(d.stage[3]), "waiting for the EP forward");
+    throw_if_error(comm_->wait(stream, "the timed EP forward"));
     float ms[3] = {0, 0, 0};
     for (int i = 0; i < 3; ++i)
       check_cuda(cudaEventElapsedTime(&ms[i], d.stage[i], d.stage[i + 1]), "timing EP stages");

@@ -1,11 +1,16 @@
 // The NCCL transport: a caller-owned ncclComm_t, or one created from the launcher's
 // environment with the unique id exchanged by tcp_rendezvous. Without NCCL in the build (CUDA
-// found, NCCL not) both constructors are refused.
+// found, NCCL not) both constructors are refused. Its host waits (wait(), exchange_host) poll an
+// event and NCCL's asynchronous error against a deadline (host_wait.hpp) instead of blocking, so
+// that a dead or stalled peer ends in kComm; a communicator created here is then aborted, which
+// ends its pending collectives on the GPU.
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cstring>
 #include <string>
 
+#include "comm/host_wait.hpp"
 #include "moekit/comm.hpp"
 #ifdef MOEKIT_WITH_NCCL
 #include <nccl.h>
@@ -40,8 +45,13 @@ class DeviceGuard {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(ncclComm_t comm, int rank, int world_size, int device, bool owned)
-      : Communicator(rank, world_size), comm_(comm), device_(device), owned_(owned) {}
+  NcclCommunicator(ncclComm_t comm, int rank, int world_size, int device, bool owned,
+                   std::chrono::milliseconds wait_timeout)
+      : Communicator(rank, world_size),
+        comm_(comm),
+        device_(device),
+        owned_(owned),
+        wait_timeout_(wait_timeout) {}
   ~NcclCommunicator() override { release(); }
   Device device() const override { return Device::kCuda; }
   int device_index() const override { return device_; }
@@ -101,6 +111,48 @@ class NcclCommunicator final : public Communicator {
                                          static_cast<cudaStream_t>(stream)),
                        "ncclReduceScatter");
   }
+  Status do_wait(void* stream, const std::string& what) override {
+    DeviceGuard g(device_);
+    return wait_stream(static_cast<cudaStream_t>(stream), what);
+  }
+  // Waits for the work enqueued so far on `s`: an event recorded there, polled with NCCL's
+  // asynchronous error until the deadline. A kComm result (timeout, NCCL error) aborts the
+  // communicator where this process owns it, and says what became of it.
+  Status wait_stream(cudaStream_t s, const std::string& what) {
+    cudaEvent_t ev = nullptr;
+    Status st =
+        cuda_status(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
+    if (!st.ok()) return st;
+    st = cuda_status(cudaEventRecord(ev, s), "cudaEventRecord");
+    if (st.ok())
+      st = wait_until_done(
+          [&](bool* done) -> Status {
+            const cudaError_t q = cudaEventQuery(ev);
+            if (q == cudaSuccess) {
+              *done = true;
+              return {};
+            }
+            if (q != cudaErrorNotReady) return cuda_status(q, "waiting for NCCL work");
+            ncclResult_t async = ncclSuccess;
+            if (ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess &&
+                async != ncclInProgress)
+              return Status(ErrorCode::kComm, "rank " + std::to_string(rank()) +
+                                                  ": NCCL reported \"" + ncclGetErrorString(async) +
+                                                  "\" while waiting for " + what);
+            return {};
+          },
+          wait_timeout_, rank(), what);
+    cudaEventDestroy(ev);  // released once the recorded work completes (or is aborted)
+    if (st.code() != ErrorCode::kComm) return st;
+    if (!owned_)
+      return Status(ErrorCode::kComm,
+                    st.message() +
+                        "; the caller's NCCL communicator is left as it is: abort it "
+                        "(ncclCommAbort) before using this GPU's streams again");
+    ncclCommAbort(comm_);  // ends the pending collectives; nothing is destroyed twice
+    comm_ = nullptr;
+    return Status(ErrorCode::kComm, st.message() + "; its NCCL communicator is aborted");
+  }
   // Host blobs over the GPU: lengths first (all-gather of one int64), then the padded blobs.
   Status do_exchange_host(const std::vector<uint8_t>& mine,
                           std::vector<std::vector<uint8_t>>* all) override {
@@ -134,8 +186,8 @@ class NcclCommunicator final : public Communicator {
                          "cudaMemcpyAsync");
         !st.ok())
       return finish(st);
-    if (st = cuda_status(cudaStreamSynchronize(s), "cudaStreamSynchronize"); !st.ok())
-      return finish(st);
+    if (st = wait_stream(s, "exchange_host's blob lengths"); !st.ok())
+      return finish(st.code() == ErrorCode::kComm ? mark_broken(st) : st);
     cudaFree(dev);
     dev = nullptr;
     int64_t widest = 1;
@@ -158,28 +210,31 @@ class NcclCommunicator final : public Communicator {
                          "cudaMemcpyAsync");
         !st.ok())
       return finish(st);
-    if (st = cuda_status(cudaStreamSynchronize(s), "cudaStreamSynchronize"); !st.ok())
-      return finish(st);
+    if (st = wait_stream(s, "exchange_host's blobs"); !st.ok())
+      return finish(st.code() == ErrorCode::kComm ? mark_broken(st) : st);
     all->assign(n, {});
     for (int r = 0; r < n; ++r)
       (*all)[r].assign(gathered.begin() + r * widest, gathered.begin() + r * widest + sizes[r]);
     return finish({});
   }
   Status do_release() override {
-    if (!owned_) return {};  // the caller's communicator: theirs to destroy
+    // The caller's communicator is theirs to destroy; an aborted one is gone already.
+    if (!owned_ || comm_ == nullptr) return {};
     DeviceGuard g(device_);
     return nccl_status(ncclCommDestroy(comm_), "ncclCommDestroy");
   }
 
  private:
-  ncclComm_t comm_;
+  ncclComm_t comm_;  // null once aborted
   int device_;
   bool owned_;
+  std::chrono::milliseconds wait_timeout_;
 };
 
 }  // namespace
 
-std::unique_ptr<Communicator> wrap_nccl(void* nccl_comm, int device_index) {
+std::unique_ptr<Communicator> wrap_nccl(void* nccl_comm, int device_index,
+                                        std::chrono::milliseconds wait_timeout) {
   if (nccl_comm == nullptr)
     throw Error(ErrorCode::kInvalidArgument, "wrap_nccl: a null ncclComm_t");
   auto comm = static_cast<ncclComm_t>(nccl_comm);
@@ -191,7 +246,11 @@ std::unique_ptr<Communicator> wrap_nccl(void* nccl_comm, int device_index) {
     throw Error(ErrorCode::kInvalidArgument, "wrap_nccl: the NCCL communicator is bound to GPU " +
                                                  std::to_string(device) + " but device_index is " +
                                                  std::to_string(device_index));
-  return std::make_unique<NcclCommunicator>(comm, rank, size, device, /*owned=*/false);
+  if (wait_timeout.count() <= 0)
+    throw Error(ErrorCode::kInvalidArgument,
+                "wrap_nccl: a wait timeout of " + std::to_string(wait_timeout.count()) + " ms");
+  return std::make_unique<NcclCommunicator>(comm, rank, size, device, /*owned=*/false,
+                                            wait_timeout);
 }
 
 std::unique_ptr<Communicator> create_nccl(const LaunchEnv& env, std::chrono::milliseconds timeout) {
@@ -225,12 +284,12 @@ std::unique_ptr<Communicator> create_nccl(const LaunchEnv& env, std::chrono::mil
     throw Error(init);
   }
   return std::make_unique<NcclCommunicator>(comm, env.rank, env.world_size, env.local_rank,
-                                            /*owned=*/true);
+                                            /*owned=*/true, timeout);
 }
 
 #else  // CUDA without NCCL
 
-std::unique_ptr<Communicator> wrap_nccl(void*, int) {
+std::unique_ptr<Communicator> wrap_nccl(void*, int, std::chrono::milliseconds) {
   throw Error(ErrorCode::kUnsupported, "this build of moekit found no NCCL (nccl.h, libnccl)");
 }
 std::unique_ptr<Communicator> create_nccl(const LaunchEnv&, std::chrono::milliseconds) {

@@ -3,7 +3,7 @@
 
 namespace moekit::comm {
 
-std::unique_ptr<Communicator> wrap_nccl(void*, int) {
+std::unique_ptr<Communicator> wrap_nccl(void*, int, std::chrono::milliseconds) {
   throw Error(ErrorCode::kUnsupported,
               "this build of moekit has no CUDA, hence no NCCL communicator");
 }

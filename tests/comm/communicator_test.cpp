@@ -1,10 +1,12 @@
 // The host transport's collectives over worlds of 1, 2, 4 and 8 ranks (threads), mismatched
 // calls failing on every rank, and the teardown rules: idempotent release, a failed release
-// poisoning the communicator, a departed rank failing the others instead of hanging them.
+// poisoning the communicator, a departed rank failing the others instead of hanging them; the
+// device transports' deadline-bounded host wait and the broken state it leaves.
 #include <gtest/gtest.h>
 
 #include <numeric>
 
+#include "comm/host_wait.hpp"
 #include "comm/ranks.hpp"
 
 namespace moekit::comm {
@@ -217,6 +219,89 @@ TEST(HostCommunicator, AMissingRankTimesOut) {
   EXPECT_NE(st.message().find("100 ms"), std::string::npos) << st.message();
   // The world stays broken for every rank.
   EXPECT_EQ(world[1]->exchange_host({1}, &all).code(), ErrorCode::kComm);
+}
+
+}  // namespace
+}  // namespace moekit::comm
+
+namespace moekit::comm {
+namespace {
+
+// The deadline-bounded host wait of the device transports (comm/host_wait.hpp).
+TEST(HostWait, EndsWhenDoneOnAnErrorOrAtTheDeadline) {
+  int calls = 0;
+  const auto three_calls = [&](bool* done) {
+    *done = ++calls == 3;
+    return Status{};
+  };
+  EXPECT_TRUE(wait_until_done(three_calls, std::chrono::seconds(20), 1, "the counts").ok());
+  EXPECT_EQ(calls, 3);
+  const Status failed =
+      wait_until_done([](bool*) { return Status(ErrorCode::kCuda, "an illegal address"); },
+                      std::chrono::seconds(20), 1, "the counts");
+  EXPECT_EQ(failed.code(), ErrorCode::kCuda);
+  const auto start = std::chrono::steady_clock::now();
+  const Status late = wait_until_done([](bool*) { return Status{}; }, std::chrono::milliseconds(50),
+                                      3, "the EP row counts");
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(50));
+  EXPECT_EQ(late.code(), ErrorCode::kComm);
+  for (const char* part : {"rank 3", "50 ms", "the EP row counts", "peer rank died"})
+    EXPECT_NE(late.message().find(part), std::string::npos) << part << ": " << late.message();
+}
+
+// A device-like transport whose waits time out: the wait breaks the communicator, every later
+// call names the reason, and release still runs once.
+class StalledTransport final : public Communicator {
+ public:
+  StalledTransport() : Communicator(0, 2) {}
+  int releases = 0;
+  Device device() const override { return Device::kCuda; }
+  std::string transport() const override { return "stalled"; }
+  bool graph_capturable() const override { return true; }
+
+ protected:
+  Status do_all_to_all_v(const void*, const std::vector<int64_t>&, void*,
+                         const std::vector<int64_t>&, void*) override {
+    return {};
+  }
+  Status do_all_gather(const void*, int64_t, void*, void*) override { return {}; }
+  Status do_reduce_scatter_sum(const float*, int64_t, float*, void*) override { return {}; }
+  Status do_exchange_host(const std::vector<uint8_t>&,
+                          std::vector<std::vector<uint8_t>>*) override {
+    return {};
+  }
+  Status do_wait(void*, const std::string& what) override {
+    return wait_until_done([](bool*) { return Status{}; }, std::chrono::milliseconds(10), rank(),
+                           what);
+  }
+  Status do_release() override {
+    ++releases;
+    return {};
+  }
+};
+
+TEST(HostWait, ATimedOutWaitBreaksTheCommunicator) {
+  StalledTransport c;
+  const Status first = c.wait(nullptr, "the EP row counts");
+  EXPECT_EQ(first.code(), ErrorCode::kComm);
+  EXPECT_EQ(c.state(), Communicator::State::kBroken);
+  uint8_t b[2];
+  const Status after = c.all_gather(b, 1, b, nullptr);
+  EXPECT_EQ(after.code(), ErrorCode::kComm);
+  EXPECT_NE(after.message().find("broken"), std::string::npos) << after.message();
+  EXPECT_NE(after.message().find("the EP row counts"), std::string::npos) << after.message();
+  EXPECT_EQ(c.wait(nullptr, "again").code(), ErrorCode::kComm);
+  EXPECT_TRUE(c.release().ok());
+  EXPECT_TRUE(c.release().ok());
+  EXPECT_EQ(c.releases, 1);
+  EXPECT_EQ(c.state(), Communicator::State::kReleased);
+}
+
+// The host transport has nothing to wait for.
+TEST(HostWait, TheHostTransportsWaitReturnsAtOnce) {
+  auto world = make_host_world(2);
+  EXPECT_TRUE(world[0]->wait(nullptr, "nothing").ok());
+  EXPECT_EQ(world[0]->state(), Communicator::State::kLive);
 }
 
 }  // namespace

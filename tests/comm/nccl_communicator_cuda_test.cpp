@@ -129,6 +129,21 @@ TEST_F(NcclWorld, WrappingOnAnotherGpuIsRefused) {
   }
 }
 
+// A wait on a stream with finished work returns at once and leaves the communicator live; a
+// wait timeout that is not positive is refused, naming it.
+TEST_F(NcclWorld, WaitOnFinishedWorkAndBadTimeouts) {
+  auto c = wrap_nccl(comms_[0], 0, std::chrono::seconds(5));
+  EXPECT_TRUE(c->wait(nullptr, "nothing pending").ok());
+  EXPECT_EQ(c->state(), Communicator::State::kLive);
+  try {
+    wrap_nccl(comms_[0], 0, std::chrono::milliseconds(0));
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("0 ms"), std::string::npos) << e.what();
+  }
+}
+
 #else
 
 TEST(NcclWorld, Skipped) { GTEST_SKIP() << "this CUDA build found no NCCL"; }
