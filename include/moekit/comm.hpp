@@ -161,6 +161,8 @@ class Communicator {
   Status usable(const char* what) const;
   const int rank_, world_size_;
   mutable std::mutex state_mutex_;
+  std::mutex release_mutex_;  // one release at a time, without state_mutex_ held (a transport's
+                              // watchdog may break the communicator meanwhile)
   State state_ = State::kLive;
   Status release_status_;
   Status broken_reason_;

@@ -141,14 +141,17 @@ class EpLayer {
   // all_gather_reduce_scatter move fixed sizes (max_tokens rows per rank), never wait and can be
   // captured in a CUDA graph. Bad caller ids on the device are dropped, never read or written
   // out of bounds, and reported by poll_errors(). Throws Error naming the value; a collective
-  // failure is Error(kComm).
+  // failure is Error(kComm). A peer that dies or stalls never hangs this rank: the row-count wait
+  // ends in Error(kComm) after the communicator's timeout, and NCCL collectives nobody waits for
+  // are watched by the communicator (comm.hpp), which aborts one moekit created.
   void forward(const ForwardArgs& args);
 
   // Device-side errors of earlier forwards (a caller's expert id outside [0, E) was dropped):
   // waits for the device, then ok or the first one, naming token, slot and value
   // (kInvalidArgument), then the local layer's (it names rows among those this rank received:
   // a slot some rank dropped arrives as id -1, a repeated expert as it was). Host path: ok
-  // (forward() threw instead).
+  // (forward() threw instead). First of all, a communicator broken by a dead or stalled peer:
+  // kComm with its reason (the forwards since it broke are not to be trusted).
   Status poll_errors();
 
   // Releases the local layer and the buffers; the communicator stays the caller's. Twice is

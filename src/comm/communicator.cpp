@@ -39,7 +39,9 @@ Status Communicator::mark_broken(const Status& reason) {
 Status Communicator::wait(void* stream, const char* what) {
   if (Status st = usable(what); !st.ok()) return st;
   const Status st = do_wait(stream, what);
-  return st.code() == ErrorCode::kComm ? mark_broken(st) : st;
+  if (st.code() == ErrorCode::kComm) return mark_broken(st);
+  // The work may have ended because a watchdog aborted it meanwhile: then it is broken.
+  return st.ok() ? usable(what) : st;
 }
 
 Status wait_until_done(const std::function<Status(bool* done)>& poll,
@@ -157,11 +159,16 @@ Status Communicator::exchange_host(const std::vector<uint8_t>& mine,
 }
 
 Status Communicator::release() {
+  std::lock_guard<std::mutex> one_at_a_time(release_mutex_);
+  {
+    std::lock_guard<std::mutex> lk(state_mutex_);
+    if (state_ != State::kLive && state_ != State::kBroken) return release_status_;
+  }
+  const Status released = do_release();
   std::lock_guard<std::mutex> lk(state_mutex_);
-  if (state_ != State::kLive && state_ != State::kBroken) return release_status_;
-  release_status_ = do_release();
-  state_ = release_status_.ok() ? State::kReleased : State::kPoisoned;
-  return release_status_;
+  release_status_ = released;
+  state_ = released.ok() ? State::kReleased : State::kPoisoned;
+  return released;
 }
 
 namespace {

@@ -3,14 +3,20 @@
 // found, NCCL not) both constructors are refused. Its host waits (wait(), exchange_host) poll an
 // event and NCCL's asynchronous error against a deadline (host_wait.hpp) instead of blocking, so
 // that a dead or stalled peer ends in kComm; a communicator created here is then aborted, which
-// ends its pending collectives on the GPU.
+// ends its pending collectives on the GPU. The collectives it enqueues outside a graph capture
+// are handed to a watchdog (watchdog.hpp) that does the same for work nobody in moekit waits
+// for (the low-latency and all-gather forms), so that the caller's own synchronize cannot hang
+// on a dead peer either. All NCCL calls hold one mutex, so an abort never races an enqueue.
 #include <cuda_runtime_api.h>
 
 #include <chrono>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <string>
 
 #include "comm/host_wait.hpp"
+#include "comm/watchdog.hpp"
 #include "moekit/comm.hpp"
 #ifdef MOEKIT_WITH_NCCL
 #include <nccl.h>
@@ -51,7 +57,9 @@ class NcclCommunicator final : public Communicator {
         comm_(comm),
         device_(device),
         owned_(owned),
-        wait_timeout_(wait_timeout) {}
+        wait_timeout_(wait_timeout),
+        watchdog_(std::make_unique<Watchdog>(wait_timeout, rank,
+                                             [this](const Status& why) { stall(why); })) {}
   ~NcclCommunicator() override { release(); }
   Device device() const override { return Device::kCuda; }
   int device_index() const override { return device_; }
@@ -62,7 +70,11 @@ class NcclCommunicator final : public Communicator {
   // NCCL has no all-to-all-v: a group of sends and receives, one pair per peer.
   Status do_all_to_all_v(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
                          const std::vector<int64_t>& recv_bytes, void* stream) override {
-    DeviceGuard g(device_);
+    return enqueue("all_to_all_v", stream,
+                   [&] { return all_to_all_v_locked(send, send_bytes, recv, recv_bytes, stream); });
+  }
+  Status all_to_all_v_locked(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                             const std::vector<int64_t>& recv_bytes, void* stream) {
     const auto s = static_cast<cudaStream_t>(stream);
     if (Status st = nccl_status(ncclGroupStart(), "ncclGroupStart"); !st.ok()) return st;
     int64_t out = 0, in = 0;
@@ -84,32 +96,107 @@ class NcclCommunicator final : public Communicator {
   }
   // The grouped forms: every part's operations in one outer group (NCCL nests groups), one
   // launch; the group is closed whatever a part returned.
+  // The grouped forms: each part through the single forms (already holding the lock, so
+  // those run their NCCL calls directly), the whole in one group and watched once.
   Status do_all_to_all_v_parts(const std::vector<AllToAllPart>& parts, void* stream) override {
-    return in_one_group([&] { return Communicator::do_all_to_all_v_parts(parts, stream); });
+    return enqueue("all_to_all_v", stream, [&] {
+      return in_one_group([&] {
+        for (const AllToAllPart& p : parts)
+          if (Status st = all_to_all_v_locked(p.send, p.send_bytes, p.recv, p.recv_bytes, stream);
+              !st.ok())
+            return st;
+        return Status{};
+      });
+    });
   }
   Status do_all_gather_parts(const std::vector<AllGatherPart>& parts, void* stream) override {
-    return in_one_group([&] { return Communicator::do_all_gather_parts(parts, stream); });
+    return enqueue("all_gather", stream, [&] {
+      return in_one_group([&] {
+        for (const AllGatherPart& p : parts)
+          if (Status st = all_gather_locked(p.send, p.bytes, p.recv, stream); !st.ok()) return st;
+        return Status{};
+      });
+    });
   }
   template <class Body>
   Status in_one_group(Body&& body) {
-    DeviceGuard g(device_);
     if (Status st = nccl_status(ncclGroupStart(), "ncclGroupStart"); !st.ok()) return st;
     const Status first = body();
     const Status end = nccl_status(ncclGroupEnd(), "ncclGroupEnd");
     return first.ok() ? end : first;
   }
   Status do_all_gather(const void* send, int64_t bytes, void* recv, void* stream) override {
-    DeviceGuard g(device_);
+    return enqueue("all_gather", stream,
+                   [&] { return all_gather_locked(send, bytes, recv, stream); });
+  }
+  Status all_gather_locked(const void* send, int64_t bytes, void* recv, void* stream) {
     return nccl_status(
         ncclAllGather(send, recv, bytes, ncclUint8, comm_, static_cast<cudaStream_t>(stream)),
         "ncclAllGather");
   }
   Status do_reduce_scatter_sum(const float* send, int64_t count, float* recv,
                                void* stream) override {
+    return enqueue("reduce_scatter_sum", stream, [&] {
+      return nccl_status(ncclReduceScatter(send, recv, count, ncclFloat32, ncclSum, comm_,
+                                           static_cast<cudaStream_t>(stream)),
+                         "ncclReduceScatter");
+    });
+  }
+
+  // One collective's NCCL calls (`body`) under the lock, on this GPU; refused once aborted.
+  // Outside a graph capture its end is handed to the watchdog: an event recorded after it.
+  template <class Body>
+  Status enqueue(const char* what, void* stream, Body&& body) {
     DeviceGuard g(device_);
-    return nccl_status(ncclReduceScatter(send, recv, count, ncclFloat32, ncclSum, comm_,
-                                         static_cast<cudaStream_t>(stream)),
-                       "ncclReduceScatter");
+    std::lock_guard<std::mutex> lk(nccl_mutex_);
+    if (comm_ == nullptr)
+      return Status(ErrorCode::kComm, std::string(what) + " on rank " + std::to_string(rank()) +
+                                          ": its NCCL communicator was aborted");
+    if (Status st = body(); !st.ok()) return st;
+    const auto s = static_cast<cudaStream_t>(stream);
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(s, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone)
+      return {};  // in a graph: nothing to record now (captured work is not watched)
+    cudaEvent_t raw = nullptr;
+    if (cudaEventCreateWithFlags(&raw, cudaEventDisableTiming) != cudaSuccess) return {};
+    const std::shared_ptr<CUevent_st> ev(raw, [](cudaEvent_t e) { cudaEventDestroy(e); });
+    if (cudaEventRecord(raw, s) != cudaSuccess) return {};
+    watchdog_->watch(what, [this, ev](bool* done) { return probe(ev.get(), done); });
+    return {};
+  }
+  // Whether the work before `ev` has finished; NCCL's asynchronous error as a failure.
+  Status probe(cudaEvent_t ev, bool* done) {
+    const cudaError_t q = cudaEventQuery(ev);
+    if (q == cudaSuccess) {
+      *done = true;
+      return {};
+    }
+    if (q != cudaErrorNotReady) return cuda_status(q, "cudaEventQuery");
+    std::lock_guard<std::mutex> lk(nccl_mutex_);
+    ncclResult_t async = ncclSuccess;
+    if (comm_ != nullptr && ncclCommGetAsyncError(comm_, &async) == ncclSuccess &&
+        async != ncclSuccess && async != ncclInProgress)
+      return Status(ErrorCode::kComm,
+                    std::string("NCCL reported \"") + ncclGetErrorString(async) + "\"");
+    return {};
+  }
+  // The watchdog's verdict: abort (where this process owns the communicator) and break.
+  void stall(const Status& why) { mark_broken(abort_for(why)); }
+  // Aborts the communicator this process owns (ending its pending collectives) and says so;
+  // a caller's is left to the caller.
+  Status abort_for(const Status& why) {
+    std::lock_guard<std::mutex> lk(nccl_mutex_);
+    if (!owned_)
+      return Status(ErrorCode::kComm,
+                    why.message() +
+                        "; the caller's NCCL communicator is left as it is: abort it "
+                        "(ncclCommAbort) before using this GPU's streams again");
+    if (comm_ != nullptr) {
+      DeviceGuard g(device_);
+      ncclCommAbort(comm_);
+      comm_ = nullptr;
+    }
+    return Status(ErrorCode::kComm, why.message() + "; its NCCL communicator is aborted");
   }
   Status do_wait(void* stream, const std::string& what) override {
     DeviceGuard g(device_);
@@ -127,31 +214,23 @@ class NcclCommunicator final : public Communicator {
     if (st.ok())
       st = wait_until_done(
           [&](bool* done) -> Status {
-            const cudaError_t q = cudaEventQuery(ev);
-            if (q == cudaSuccess) {
-              *done = true;
-              return {};
-            }
-            if (q != cudaErrorNotReady) return cuda_status(q, "waiting for NCCL work");
-            ncclResult_t async = ncclSuccess;
-            if (ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess &&
-                async != ncclInProgress)
-              return Status(ErrorCode::kComm, "rank " + std::to_string(rank()) +
-                                                  ": NCCL reported \"" + ncclGetErrorString(async) +
-                                                  "\" while waiting for " + what);
-            return {};
+            const Status p = probe(ev, done);
+            if (p.ok() || p.code() != ErrorCode::kComm) return p;
+            return Status(ErrorCode::kComm, "rank " + std::to_string(rank()) + ": " + p.message() +
+                                                " while waiting for " + what);
           },
           wait_timeout_, rank(), what);
     cudaEventDestroy(ev);  // released once the recorded work completes (or is aborted)
-    if (st.code() != ErrorCode::kComm) return st;
-    if (!owned_)
-      return Status(ErrorCode::kComm,
-                    st.message() +
-                        "; the caller's NCCL communicator is left as it is: abort it "
-                        "(ncclCommAbort) before using this GPU's streams again");
-    ncclCommAbort(comm_);  // ends the pending collectives; nothing is destroyed twice
-    comm_ = nullptr;
-    return Status(ErrorCode::kComm, st.message() + "; its NCCL communicator is aborted");
+    return st.code() == ErrorCode::kComm ? abort_for(st) : st;
+  }
+  // exchange_host's all-gathers: under the lock, refused once aborted (its own waits follow).
+  Status all_gather_raw(const void* send, void* recv, size_t count, ncclDataType_t type,
+                        cudaStream_t s) {
+    std::lock_guard<std::mutex> lk(nccl_mutex_);
+    if (comm_ == nullptr)
+      return Status(ErrorCode::kComm, "exchange_host on rank " + std::to_string(rank()) +
+                                          ": its NCCL communicator was aborted");
+    return nccl_status(ncclAllGather(send, recv, count, type, comm_, s), "ncclAllGather");
   }
   // Host blobs over the GPU: lengths first (all-gather of one int64), then the padded blobs.
   Status do_exchange_host(const std::vector<uint8_t>& mine,
@@ -179,9 +258,7 @@ class NcclCommunicator final : public Communicator {
                          "cudaMemcpyAsync");
         !st.ok())
       return finish(st);
-    if (st = nccl_status(ncclAllGather(d + n, d, 1, ncclInt64, comm_, s), "ncclAllGather");
-        !st.ok())
-      return finish(st);
+    if (st = all_gather_raw(d + n, d, 1, ncclInt64, s); !st.ok()) return finish(st);
     if (st = cuda_status(cudaMemcpyAsync(sizes.data(), d, 8 * n, cudaMemcpyDeviceToHost, s),
                          "cudaMemcpyAsync");
         !st.ok())
@@ -202,10 +279,7 @@ class NcclCommunicator final : public Communicator {
             "cudaMemcpyAsync");
         !st.ok())
       return finish(st);
-    if (st = nccl_status(ncclAllGather(b + widest * n, b, widest, ncclUint8, comm_, s),
-                         "ncclAllGather");
-        !st.ok())
-      return finish(st);
+    if (st = all_gather_raw(b + widest * n, b, widest, ncclUint8, s); !st.ok()) return finish(st);
     if (st = cuda_status(cudaMemcpyAsync(gathered.data(), b, widest * n, cudaMemcpyDeviceToHost, s),
                          "cudaMemcpyAsync");
         !st.ok())
@@ -218,17 +292,23 @@ class NcclCommunicator final : public Communicator {
     return finish({});
   }
   Status do_release() override {
+    watchdog_.reset();  // its thread ends before the communicator does
+    std::lock_guard<std::mutex> lk(nccl_mutex_);
     // The caller's communicator is theirs to destroy; an aborted one is gone already.
     if (!owned_ || comm_ == nullptr) return {};
     DeviceGuard g(device_);
-    return nccl_status(ncclCommDestroy(comm_), "ncclCommDestroy");
+    const ncclComm_t comm = comm_;
+    comm_ = nullptr;  // a collective that comes late finds it gone
+    return nccl_status(ncclCommDestroy(comm), "ncclCommDestroy");
   }
 
  private:
-  ncclComm_t comm_;  // null once aborted
+  std::mutex nccl_mutex_;  // every NCCL call on comm_, and its abort
+  ncclComm_t comm_;        // null once aborted
   int device_;
   bool owned_;
   std::chrono::milliseconds wait_timeout_;
+  std::unique_ptr<Watchdog> watchdog_;  // last: its thread stops before the rest goes
 };
 
 }  // namespace

@@ -4,9 +4,14 @@
 // device transports' deadline-bounded host wait and the broken state it leaves.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <numeric>
+#include <thread>
 
 #include "comm/host_wait.hpp"
+#include "comm/watchdog.hpp"
 #include "comm/ranks.hpp"
 
 namespace moekit::comm {
@@ -302,6 +307,72 @@ TEST(HostWait, TheHostTransportsWaitReturnsAtOnce) {
   auto world = make_host_world(2);
   EXPECT_TRUE(world[0]->wait(nullptr, "nothing").ok());
   EXPECT_EQ(world[0]->state(), Communicator::State::kLive);
+}
+
+}  // namespace
+}  // namespace moekit::comm
+
+namespace moekit::comm {
+namespace {
+
+// The NCCL transport's watchdog (comm/watchdog.hpp) over fake work: finished items leave the
+// queue; one past the timeout, or one whose probe fails, fires once with kComm naming the rank,
+// the item and the time, and nothing is watched after that.
+TEST(Watchdog, FiresOnceForAStalledOrFailedItem) {
+  const auto fired_with = [](auto make_probe, std::chrono::milliseconds timeout) {
+    std::mutex m;
+    std::condition_variable cv;
+    std::vector<Status> fired;
+    {
+      Watchdog w(timeout, 2, [&](const Status& s) {
+        std::lock_guard<std::mutex> lk(m);
+        fired.push_back(s);
+        cv.notify_all();
+      });
+      w.watch("all_gather", [](bool* done) {
+        *done = true;
+        return Status{};
+      });
+      w.watch("all_to_all_v", make_probe());
+      std::unique_lock<std::mutex> lk(m);
+      cv.wait_for(lk, std::chrono::seconds(20), [&] { return !fired.empty(); });
+      lk.unlock();
+      w.watch("reduce_scatter_sum", [](bool*) { return Status{}; });  // after firing: ignored
+      EXPECT_EQ(w.pending(), 0u);
+    }
+    return fired;
+  };
+  const std::vector<Status> stalled =
+      fired_with([] { return [](bool*) { return Status{}; }; }, std::chrono::milliseconds(30));
+  ASSERT_EQ(stalled.size(), 1u);
+  EXPECT_EQ(stalled[0].code(), ErrorCode::kComm);
+  for (const char* part : {"rank 2", "all_to_all_v", "30 ms", "peer rank died"})
+    EXPECT_NE(stalled[0].message().find(part), std::string::npos) << stalled[0].message();
+  const std::vector<Status> failed = fired_with(
+      [] {
+        return [](bool*) { return Status(ErrorCode::kComm, "NCCL reported \"remote error\""); };
+      },
+      std::chrono::seconds(20));
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_NE(failed[0].message().find("remote error"), std::string::npos) << failed[0].message();
+  EXPECT_NE(failed[0].message().find("all_to_all_v"), std::string::npos) << failed[0].message();
+}
+
+TEST(Watchdog, FinishedWorkNeverFires) {
+  bool fired = false;
+  {
+    Watchdog w(std::chrono::seconds(5), 0, [&](const Status&) { fired = true; });
+    std::atomic<int> polls{0};
+    for (int i = 0; i < 50; ++i)
+      w.watch("all_gather", [&polls](bool* done) {
+        *done = ++polls % 2 == 0;  // finished by its second look
+        return Status{};
+      });
+    for (int i = 0; i < 4000 && w.pending() > 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_EQ(w.pending(), 0u);
+  }
+  EXPECT_FALSE(fired);
 }
 
 }  // namespace
