@@ -95,9 +95,7 @@ class NcclCommunicator final : public Communicator {
     return first.ok() ? end : first;
   }
   // The grouped forms: every part's operations in one outer group (NCCL nests groups), one
-  // launch; the group is closed whatever a part returned.
-  // The grouped forms: each part through the single forms (already holding the lock, so
-  // those run their NCCL calls directly), the whole in one group and watched once.
+  // launch, watched once; the group is closed whatever a part returned.
   Status do_all_to_all_v_parts(const std::vector<AllToAllPart>& parts, void* stream) override {
     return enqueue("all_to_all_v", stream, [&] {
       return in_one_group([&] {
