@@ -34,7 +34,7 @@ EpRank make_ep_rank(const MoeSpec& spec, const LayerOptions& options, uint64_t s
                               std::to_string(spec.ep_size * spec.tp_size) + " moekit " + command +
                               " --ep-size " + std::to_string(spec.ep_size) + " ...");
   }
-  r.comm = comm::create_nccl(r.launch, std::chrono::seconds(120));
+  r.comm = comm::create_nccl(r.launch, r.launch.comm_timeout);
   EpLayerOptions o;
   o.backend = options.backend;
   o.device_index = r.launch.local_rank;

@@ -30,6 +30,7 @@ inline constexpr int kDefaultMasterPort = 29500;
 inline constexpr const char* kDefaultMasterAddr = "127.0.0.1";
 
 // What the launcher says about this process.
+inline constexpr std::chrono::milliseconds kDefaultCommTimeout{std::chrono::minutes(2)};
 struct LaunchEnv {
   Launcher launcher = Launcher::kNone;
   int rank = 0;
@@ -40,6 +41,9 @@ struct LaunchEnv {
   // Where rank 0 serves the NCCL unique id: MOEKIT_RENDEZVOUS_PORT, else MASTER_PORT + 1
   // (torchrun's agent already serves its own store on MASTER_PORT).
   int rendezvous_port = kDefaultMasterPort + 1;
+  // How long the rendezvous and any host wait on the communicator's work may take before the
+  // peers are taken for dead (create_nccl's timeout): MOEKIT_COMM_TIMEOUT_MS, 1 ms to 24 h.
+  std::chrono::milliseconds comm_timeout = kDefaultCommTimeout;
 };
 
 // Reads one environment variable; nullopt when it is not set.
@@ -49,7 +53,8 @@ EnvLookup process_env();
 
 // Parses and validates the launcher's variables, before anything is allocated. torchrun's
 // variables win when both sets are present. Within a set every variable is required (a missing
-// one is named); MASTER_ADDR / MASTER_PORT / MOEKIT_RENDEZVOUS_PORT take the defaults above.
+// one is named); MASTER_ADDR / MASTER_PORT / MOEKIT_RENDEZVOUS_PORT / MOEKIT_COMM_TIMEOUT_MS take
+// the defaults above.
 // Throws Error(kInvalidArgument) naming the variable and its value when a value is not a
 // decimal integer, is out of range (ranks below 0, world size below 1, ports outside 1..65535),
 // rank >= world size, local rank >= world size, or, under a launcher, local rank >=

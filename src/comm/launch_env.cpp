@@ -106,6 +106,9 @@ LaunchEnv parse_launch_env(const EnvLookup& env, int visible_gpus) {
           "MOEKIT_RENDEZVOUS_PORT");
     out.rendezvous_port = out.master_port + 1;
   }
+  if (const auto ms = env("MOEKIT_COMM_TIMEOUT_MS"))
+    out.comm_timeout =
+        std::chrono::milliseconds(parse_int("MOEKIT_COMM_TIMEOUT_MS", *ms, 1, 86400000));
   return out;
 }
 

@@ -63,6 +63,9 @@ TEST(LaunchEnv, MpirunWithDefaultsAndExplicitRendezvousPort) {
   EXPECT_EQ(e.master_addr, kDefaultMasterAddr);
   EXPECT_EQ(e.master_port, kDefaultMasterPort);
   EXPECT_EQ(e.rendezvous_port, 40000);
+  EXPECT_EQ(e.comm_timeout, kDefaultCommTimeout);
+  v["MOEKIT_COMM_TIMEOUT_MS"] = "1500";
+  EXPECT_EQ(parse_launch_env(lookup(v), 4).comm_timeout, std::chrono::milliseconds(1500));
 }
 
 TEST(LaunchEnv, TorchrunWinsOverMpirun) {
@@ -120,6 +123,12 @@ TEST(LaunchEnv, EveryBadValueIsNamed) {
       {"rendezvous port bad", with(ok, "MOEKIT_RENDEZVOUS_PORT", "-5"), 4, "MOEKIT_RENDEZVOUS_PORT",
        "-5"},
       {"master addr empty", with(ok, "MASTER_ADDR", ""), 4, "MASTER_ADDR", "''"},
+      {"comm timeout zero", with(ok, "MOEKIT_COMM_TIMEOUT_MS", "0"), 4, "MOEKIT_COMM_TIMEOUT_MS",
+       "0"},
+      {"comm timeout not a number", with(ok, "MOEKIT_COMM_TIMEOUT_MS", "2m"), 4,
+       "MOEKIT_COMM_TIMEOUT_MS", "2m"},
+      {"comm timeout past a day", with(ok, "MOEKIT_COMM_TIMEOUT_MS", "86400001"), 4,
+       "MOEKIT_COMM_TIMEOUT_MS", "86400001"},
       {"mpi rank not a number", with(mpi, "OMPI_COMM_WORLD_RANK", "r1"), 2, "OMPI_COMM_WORLD_RANK",
        "r1"},
       {"mpi size missing", without(mpi, "OMPI_COMM_WORLD_SIZE"), 2, "OMPI_COMM_WORLD_SIZE",
