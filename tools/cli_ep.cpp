@@ -18,8 +18,13 @@ struct EpRank {
 
 // The launcher's environment, the NCCL communicator and this rank's EpLayer (random shard).
 // command: "run" or "bench", for the launcher hint.
-EpRank make_ep_rank(const MoeSpec& spec, const LayerOptions& options, uint64_t seed,
-                    bool time_stages, const char* command) {
+EpRank make_ep_rank(const MoeSpec& spec, const LayerOptions& options, const std::string& strategy,
+                    uint64_t seed, bool time_stages, const char* command) {
+  if (strategy != "auto" && !ep_strategy_from_string(strategy))
+    throw Error(ErrorCode::kInvalidArgument,
+                "--ep-strategy '" + strategy +
+                    "' is not auto, all_to_all_low_latency, all_to_all or "
+                    "all_gather_reduce_scatter");
   const Environment& env = options.environment ? *options.environment : Environment::detected();
   EpRank r;
   r.launch = comm::parse_launch_env(comm::process_env(), static_cast<int>(env.gpus.size()));
@@ -37,6 +42,7 @@ EpRank make_ep_rank(const MoeSpec& spec, const LayerOptions& options, uint64_t s
   r.comm = comm::create_nccl(r.launch, r.launch.comm_timeout);
   EpLayerOptions o;
   o.backend = options.backend;
+  o.strategy = strategy;
   o.device_index = r.launch.local_rank;
   o.environment = &env;
   o.time_stages = time_stages;
@@ -55,9 +61,10 @@ double EpBenchRow::link_bytes_per_s() const {
   return s > 0 ? static_cast<double>(bytes_sent + bytes_received) / s : 0.0;
 }
 
-EpRunResult run_expert_parallel(const MoeSpec& spec, const LayerOptions& options, uint64_t seed,
-                                int64_t tokens, bool check) {
-  EpRank r = make_ep_rank(spec, options, seed, /*time_stages=*/false, "run");
+EpRunResult run_expert_parallel(const MoeSpec& spec, const LayerOptions& options,
+                                const std::string& strategy, uint64_t seed, int64_t tokens,
+                                bool check) {
+  EpRank r = make_ep_rank(spec, options, strategy, seed, /*time_stages=*/false, "run");
   EpLayer& layer = *r.layer;
   EpRunResult out;
   out.rank = r.launch.rank;
@@ -100,9 +107,9 @@ EpRunResult run_expert_parallel(const MoeSpec& spec, const LayerOptions& options
 }
 
 std::vector<EpBenchRow> bench_expert_parallel(const MoeSpec& spec, const LayerOptions& options,
-                                              uint64_t seed, const std::vector<int64_t>& tokens,
-                                              int reps) {
-  EpRank r = make_ep_rank(spec, options, seed, /*time_stages=*/true, "bench");
+                                              const std::string& strategy, uint64_t seed,
+                                              const std::vector<int64_t>& tokens, int reps) {
+  EpRank r = make_ep_rank(spec, options, strategy, seed, /*time_stages=*/true, "bench");
   if (!on_device(*r.layer))
     throw Error(ErrorCode::kUnsupported,
                 "moekit bench --ep-size times GPU ranks; this rank's experts run in " +

@@ -19,11 +19,15 @@ struct EpRunResult {
 
 // Reads and validates the launcher's environment (Error kInvalidArgument naming the variable, or
 // the world size against ep_size x tp_size), creates the NCCL communicator on LOCAL_RANK's GPU
-// (unique id over MOEKIT_RENDEZVOUS_PORT, default MASTER_PORT + 1, 120 s timeout), draws this
+// (unique id over MOEKIT_RENDEZVOUS_PORT, default MASTER_PORT + 1; MOEKIT_COMM_TIMEOUT_MS,
+// default two minutes, bounds it and every wait on the peers), draws this
 // rank's expert shard (seed) and its own tokens (seed + rank), and runs one EpLayer forward
 // (after a warm-up one where the layer runs on the GPU, its time then from CUDA events).
-EpRunResult run_expert_parallel(const MoeSpec& spec, const LayerOptions& options, uint64_t seed,
-                                int64_t tokens, bool check);
+// `strategy`: "auto" or an EpStrategy name (EpLayerOptions::strategy); an unknown name is
+// Error(kInvalidArgument) naming it, before the launcher's environment is read.
+EpRunResult run_expert_parallel(const MoeSpec& spec, const LayerOptions& options,
+                                const std::string& strategy, uint64_t seed, int64_t tokens,
+                                bool check);
 
 // One row of `moekit bench --ep-size N`: this rank's medians over the timed forwards.
 struct EpBenchRow {
@@ -40,8 +44,8 @@ struct EpBenchRow {
 // for the largest count (spec.max_tokens); per token count a warm-up forward, then `reps` timed
 // ones on the GPU (every rank the same number: the forwards are collective).
 std::vector<EpBenchRow> bench_expert_parallel(const MoeSpec& spec, const LayerOptions& options,
-                                              uint64_t seed, const std::vector<int64_t>& tokens,
-                                              int reps);
+                                              const std::string& strategy, uint64_t seed,
+                                              const std::vector<int64_t>& tokens, int reps);
 
 // The device halves (cli_cuda.cpp; a build without CUDA throws kUnsupported): one warm-up and
 // one timed forward of `layer` on `in`, output copied back; `reps` forwards, the medians of

@@ -39,6 +39,7 @@ struct LayerOpts {
   std::string preset = "qwen3-30b-a3b";
   std::string spec_file;
   std::string backend = "auto";
+  std::string ep_strategy = "auto";  // with --ep-size N under a launcher
   uint64_t seed = 1;
   // bench only: the weight format and activation dtype of a preset when none is given.
   std::string default_weights_format, default_act_dtype;
@@ -106,6 +107,11 @@ struct LayerOpts {
     opt("--ep-rank", "expert-parallel rank (default 0): that rank's partial output alone");
     sub->add_option("--backend", backend,
                     "auto, a family (reference, cutlass) or an implementation id")
+        ->capture_default_str();
+    sub->add_option("--ep-strategy", ep_strategy,
+                    "with --ep-size N under a launcher: auto, all_to_all_low_latency, all_to_all "
+                    "or all_gather_reduce_scatter (a forced one that cannot run is refused with "
+                    "its reason before anything is allocated)")
         ->capture_default_str();
     sub->add_option("--seed", seed, "seed of the random weights and inputs")->capture_default_str();
   }
@@ -222,6 +228,15 @@ struct LayerOpts {
     s.validate_or_throw();
     return s;
   }
+  // --ep-strategy chooses among expert-parallel strategies: given to a run that is not one rank
+  // of an expert-parallel world (--ep-size N > 1 without --ep-rank), it would do nothing.
+  void refuse_ep_strategy_outside_ep() const {
+    if (ep_strategy != "auto")
+      throw Error(ErrorCode::kInvalidArgument,
+                  "--ep-strategy " + ep_strategy +
+                      " applies to expert-parallel runs (--ep-size N > 1 without --ep-rank, "
+                      "under torchrun or mpirun)");
+  }
   // What names the layer in messages and bench rows: the spec file or the preset.
   std::string layer_name() const { return spec_file.empty() ? preset : spec_file; }
   LayerOptions options() const {
@@ -317,7 +332,8 @@ int cmd_run_ep(const LayerOpts& lo, const RunOpts& ro, const MoeSpec& spec, int6
     throw Error(ErrorCode::kInvalidArgument, "the batch of " + std::to_string(tokens) +
                                                  " tokens exceeds max_tokens " +
                                                  std::to_string(spec.max_tokens));
-  const EpRunResult r = run_expert_parallel(spec, lo.options(), lo.seed, tokens, ro.check);
+  const EpRunResult r =
+      run_expert_parallel(spec, lo.options(), lo.ep_strategy, lo.seed, tokens, ro.check);
   double abs_sum = 0;
   const double sum = checksum(r.run.output, &abs_sum);
   std::printf(
@@ -362,6 +378,7 @@ int cmd_run(const LayerOpts& lo, const RunOpts& ro) {
   // A spec file's ep_size and ep_rank name one rank's partial output, as --ep-rank does.
   if (lo.given("--ep-size") && spec.ep_size > 1 && !lo.given("--ep-rank"))
     return cmd_run_ep(lo, ro, spec, tokens);
+  lo.refuse_ep_strategy_outside_ep();
   if (tokens > spec.max_tokens)
     throw Error(ErrorCode::kInvalidArgument, "the batch of " + std::to_string(tokens) +
                                                  " tokens exceeds max_tokens " +
@@ -482,7 +499,7 @@ int cmd_bench_ep(const LayerOpts& lo, const std::vector<std::pair<std::string, M
   bool header = false;
   for (const auto& [name, spec] : layers) {
     const std::vector<EpBenchRow> rows =
-        bench_expert_parallel(spec, lo.options(), lo.seed, tokens, kEpBenchReps);
+        bench_expert_parallel(spec, lo.options(), lo.ep_strategy, lo.seed, tokens, kEpBenchReps);
     if (!header && !rows.empty()) {
       std::printf(
           "# moekit bench --ep-size %d, rank %d of %d: medians of %d forwards after one warm-up. "
@@ -560,6 +577,7 @@ int cmd_bench(LayerOpts lo, const std::string& tokens_list, const std::string& f
   // --ep-size N without --ep-rank: one rank of an expert-parallel benchmark under a launcher.
   if (lo.given("--ep-size") && layers.front().second.ep_size > 1 && !lo.given("--ep-rank"))
     return cmd_bench_ep(lo, layers, tokens, json_path);
+  lo.refuse_ep_strategy_outside_ep();
   for (const auto& [name, spec] : layers) {
     if (spec.max_tokens < largest)
       throw Error(ErrorCode::kInvalidArgument, "max_tokens " + std::to_string(spec.max_tokens) +

@@ -128,6 +128,22 @@ TEST(Cli, ErrorsAreOneLineAndNonZero) {
   EXPECT_EQ(moekit("frobnicate").code, 2);
 }
 
+// --ep-strategy: an unknown name is refused naming it, before the launcher's environment is read;
+// a strategy given to a run that is not an expert-parallel rank would do nothing, and is refused.
+TEST(Cli, EpStrategyIsCheckedAndOnlyForExpertParallelRuns) {
+  const Ran bogus = moekit("run --preset qwen3-30b-a3b --ep-size 2 --ep-strategy bogus");
+  EXPECT_EQ(bogus.code, 1) << bogus.out << bogus.err;
+  EXPECT_NE(bogus.err.find("'bogus'"), std::string::npos) << bogus.err;
+  for (const char* args : {"run --preset qwen3-30b-a3b --ep-strategy all_to_all",
+                           "bench --preset qwen3-30b-a3b --ep-strategy all_to_all"}) {
+    const Ran r = moekit(args);
+    EXPECT_EQ(r.code, 1) << args << "\n" << r.out << r.err;
+    EXPECT_NE(r.err.find("--ep-strategy all_to_all applies to expert-parallel runs"),
+              std::string::npos)
+        << args << ": " << r.err;
+  }
+}
+
 #ifdef MOEKIT_WITH_CUDA
 // bench --trace on a small layer: one table line per kernel of the forward, finalize last.
 TEST(Cli, BenchTraceListsTheForwardsKernels) {
