@@ -146,19 +146,25 @@ class NcclCommunicator final : public Communicator {
   template <class Body>
   Status enqueue(const char* what, void* stream, Body&& body) {
     DeviceGuard g(device_);
-    std::lock_guard<std::mutex> lk(nccl_mutex_);
-    if (comm_ == nullptr)
-      return Status(ErrorCode::kComm, std::string(what) + " on rank " + std::to_string(rank()) +
-                                          ": its NCCL communicator was aborted");
-    if (Status st = body(); !st.ok()) return st;
-    const auto s = static_cast<cudaStream_t>(stream);
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(s, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone)
-      return {};  // in a graph: nothing to record now (captured work is not watched)
-    cudaEvent_t raw = nullptr;
-    if (cudaEventCreateWithFlags(&raw, cudaEventDisableTiming) != cudaSuccess) return {};
-    const std::shared_ptr<CUevent_st> ev(raw, [](cudaEvent_t e) { cudaEventDestroy(e); });
-    if (cudaEventRecord(raw, s) != cudaSuccess) return {};
+    std::shared_ptr<CUevent_st> ev;
+    {
+      std::lock_guard<std::mutex> lk(nccl_mutex_);
+      if (comm_ == nullptr)
+        return Status(ErrorCode::kComm, std::string(what) + " on rank " + std::to_string(rank()) +
+                                            ": its NCCL communicator was aborted");
+      if (Status st = body(); !st.ok()) return st;
+      const auto s = static_cast<cudaStream_t>(stream);
+      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+      if (cudaStreamIsCapturing(s, &capture) != cudaSuccess ||
+          capture != cudaStreamCaptureStatusNone)
+        return {};  // in a graph: nothing to record now (captured work is not watched)
+      cudaEvent_t raw = nullptr;
+      if (cudaEventCreateWithFlags(&raw, cudaEventDisableTiming) != cudaSuccess) return {};
+      ev.reset(raw, [](cudaEvent_t e) { cudaEventDestroy(e); });
+      if (cudaEventRecord(raw, s) != cudaSuccess) return {};
+    }
+    // Outside nccl_mutex_: the watchdog probes under its own lock and then takes nccl_mutex_,
+    // so that is the only order the two are ever held in.
     watchdog_->watch(what, [this, ev](bool* done) { return probe(ev.get(), done); });
     return {};
   }
