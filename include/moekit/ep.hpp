@@ -143,7 +143,9 @@ class EpLayer {
   // out of bounds, and reported by poll_errors(). Throws Error naming the value; a collective
   // failure is Error(kComm). A peer that dies or stalls never hangs this rank: the row-count wait
   // ends in Error(kComm) after the communicator's timeout, and NCCL collectives nobody waits for
-  // are watched by the communicator (comm.hpp), which aborts one moekit created.
+  // are watched by the communicator (comm.hpp), which aborts one moekit created. Collectives
+  // captured in a CUDA graph are not watched: after a replay, Communicator::wait(stream) is the
+  // bounded way to wait for it.
   void forward(const ForwardArgs& args);
 
   // Device-side errors of earlier forwards (a caller's expert id outside [0, E) was dropped):
