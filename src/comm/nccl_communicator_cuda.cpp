@@ -165,7 +165,16 @@ class NcclCommunicator final : public Communicator {
     }
     // Outside nccl_mutex_: the watchdog probes under its own lock and then takes nccl_mutex_,
     // so that is the only order the two are ever held in.
-    watchdog_->watch(what, [this, ev](bool* done) { return probe(ev.get(), done); });
+    watchdog_->watch(what, [this, ev](bool* done) {
+      // The watchdog's thread ignores other threads' graph captures (a capture in global mode
+      // elsewhere would otherwise forbid, and be invalidated by, its queries).
+      static thread_local const bool thread_local_capture_mode = [] {
+        cudaStreamCaptureMode mode = cudaStreamCaptureModeThreadLocal;
+        return cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
+      }();
+      (void)thread_local_capture_mode;
+      return probe(ev.get(), done);
+    });
     return {};
   }
   // Whether the work before `ev` has finished; NCCL's asynchronous error as a failure.
