@@ -46,7 +46,7 @@ if want launch; then
     for fmt in bf16 fp8_block128; do
       for strategy in auto all_to_all all_to_all_low_latency all_gather_reduce_scatter; do
         log="$OUT/launch-torchrun-$n-$fmt-$strategy.log"
-        timeout 600 torchrun --nproc-per-node "$n" "$moekit" run --preset deepseek-v3 \
+        timeout 600 torchrun --no-python --nproc-per-node "$n" "$moekit" run --preset deepseek-v3 \
           --weights-format "$fmt" --experts 64 --hidden 2048 --intermediate 512 --ep-size "$n" --tokens 64 --check \
           --ep-strategy "$strategy" >"$log" 2>&1
         echo "torchrun n=$n $fmt $strategy rc=$?: $(grep -m1 -iE 'rel|error' "$log")" >>"$summary"
@@ -97,7 +97,7 @@ EOF
   for n in "${sizes[@]}"; do
     for run in "deepseek-v3 bf16" "deepseek-v3 fp8_block128" "qwen3-30b-a3b bf16"; do
       set -- $run
-      timeout 600 torchrun --nproc-per-node "$n" "$moekit" bench --preset "$1" --weights-format "$2" \
+      timeout 600 torchrun --no-python --nproc-per-node "$n" "$moekit" bench --preset "$1" --weights-format "$2" \
         --ep-size "$n" --tokens 1,8,64,512,4096,16384 >"$OUT/bench-$n-$1-$2.log" 2>&1
       echo "bench n=$n $1 $2 rc=$?" >>"$summary"
       grep -vE '^\s*$' "$OUT/bench-$n-$1-$2.log" | tail -n 14 >>"$summary"

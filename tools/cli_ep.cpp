@@ -34,7 +34,7 @@ EpRank make_ep_rank(const MoeSpec& spec, const LayerOptions& options, const std:
     if (r.launch.launcher != comm::Launcher::kNone || e.code() != ErrorCode::kInvalidArgument)
       throw;
     throw Error(e.code(), std::string(e.what()) +
-                              ": start one process per rank, e.g. torchrun "
+                              ": start one process per rank, e.g. torchrun --no-python "
                               "--nproc-per-node " +
                               std::to_string(spec.ep_size * spec.tp_size) + " moekit " + command +
                               " --ep-size " + std::to_string(spec.ep_size) + " ...");

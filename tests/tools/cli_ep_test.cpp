@@ -27,7 +27,7 @@ TEST(CliEp, WithoutALauncherSaysHowToStartIt) {
   const auto r = moekit_with_env("", "--ep-size 2");
   EXPECT_EQ(r.code, 1) << r.err;
   EXPECT_NE(r.err.find("world size 1"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("torchrun --nproc-per-node 2"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("torchrun --no-python --nproc-per-node 2"), std::string::npos) << r.err;
 }
 
 TEST(CliEp, BenchWithoutALauncherSaysHowToStartIt) {
