@@ -54,7 +54,7 @@ if want launch; then
     done
     if command -v mpirun >/dev/null; then
       log="$OUT/launch-mpirun-$n.log"
-      timeout 600 mpirun --allow-run-as-root -np "$n" -x NCCL_NVLS_ENABLE "$moekit" run \
+      timeout 600 mpirun --allow-run-as-root -np "$n" -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS "$moekit" run \
         --preset deepseek-v3 --experts 64 --hidden 2048 --intermediate 512 --ep-size "$n" --tokens 64 --check >"$log" 2>&1
       echo "mpirun n=$n rc=$?: $(grep -m1 -iE 'rel|error' "$log")" >>"$summary"
     else
