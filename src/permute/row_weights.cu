@@ -153,6 +153,25 @@ __global__ void __launch_bounds__(256) mxfp8_rows_kernel(Mxfp8Args a) {
 
 using Mxfp8Kernel = void (*)(Mxfp8Args);
 
+// Loads `k` (before any graph capture); `what` names it in the error.
+template <class Kernel>
+Status load_kernel(Kernel k, const char* what) {
+  cudaFuncAttributes attr;
+  return cuda_status(cudaFuncGetAttributes(&attr, k), std::string("loading the ") + what);
+}
+
+// Launches a pass of one thread per 16-byte vector (grid-stride, 256 a block) over at most
+// max_rows rows of `cols` elements, with programmatic dependent launch.
+template <class Kernel, class Args>
+Status launch_vector_pass(Kernel k, int64_t max_rows, int64_t cols, const Args& a,
+                          cudaStream_t stream, const char* what) {
+  if (max_rows <= 0) return {};
+  const int64_t vecs = max_rows * (cols / 8);
+  const int blocks = static_cast<int>(std::clamp<int64_t>((vecs + 255) / 256, 1, 132 * 16));
+  return cuda_status(pipeline::launch_pdl(k, blocks, 256, 0, stream, a),
+                     std::string("launching the ") + what);
+}
+
 Status pick_mxfp8(const Mxfp8Rows& c, Mxfp8Kernel* out) {
   if (c.cols <= 0 || c.cols % 32 != 0)
     return Status(ErrorCode::kUnsupported, "MXFP8's activation rounding takes columns " +
@@ -166,52 +185,38 @@ Status pick_mxfp8(const Mxfp8Rows& c, Mxfp8Kernel* out) {
 
 Status prepare_round_rows_to_mxfp8(const Mxfp8Rows& c) {
   Mxfp8Kernel k = nullptr;
-  Status s = pick_mxfp8(c, &k);
-  if (!s.ok()) return s;
-  cudaFuncAttributes attr;
-  return cuda_status(cudaFuncGetAttributes(&attr, k), "loading the MXFP8 rounding kernel");
+  const Status s = pick_mxfp8(c, &k);
+  return s.ok() ? load_kernel(k, "MXFP8 rounding kernel") : s;
 }
 
 Status round_rows_to_mxfp8(const Mxfp8Rows& c, void* rows, int64_t max_rows, cudaStream_t stream) {
   Mxfp8Kernel k = nullptr;
-  Status s = pick_mxfp8(c, &k);
+  const Status s = pick_mxfp8(c, &k);
   if (!s.ok()) return s;
-  if (max_rows <= 0) return {};
-  const int64_t vecs = max_rows * (c.cols / 8);
-  const int blocks = static_cast<int>(std::clamp<int64_t>((vecs + 255) / 256, 1, 132 * 16));
-  Mxfp8Args a{c.offsets + c.local_experts, static_cast<uint4*>(rows), c.cols / 8};
-  return cuda_status(pipeline::launch_pdl(k, blocks, 256, 0, stream, a),
-                     "launching the MXFP8 rounding kernel");
+  const Mxfp8Args a{c.offsets + c.local_experts, static_cast<uint4*>(rows), c.cols / 8};
+  return launch_vector_pass(k, max_rows, c.cols, a, stream, "MXFP8 rounding kernel");
 }
 
 Status prepare_apply_column_scales(const ColumnScales& c) {
   ColumnScalesKernel k = nullptr;
-  Status s = pick_column_scales(c, &k);
-  if (!s.ok()) return s;
-  cudaFuncAttributes attr;
-  return cuda_status(cudaFuncGetAttributes(&attr, k), "loading the column scales kernel");
+  const Status s = pick_column_scales(c, &k);
+  return s.ok() ? load_kernel(k, "column scales kernel") : s;
 }
 
 Status apply_column_scales(const ColumnScales& c, void* rows, int64_t max_rows,
                            cudaStream_t stream) {
   ColumnScalesKernel k = nullptr;
-  Status s = pick_column_scales(c, &k);
+  const Status s = pick_column_scales(c, &k);
   if (!s.ok()) return s;
-  if (max_rows <= 0) return {};
-  const int64_t vecs = max_rows * (c.cols / 8);
-  const int blocks = static_cast<int>(std::clamp<int64_t>((vecs + 255) / 256, 1, 132 * 16));
-  ColumnScalesArgs a{c.offsets + c.local_experts, c.row_expert, c.scales, static_cast<uint4*>(rows),
-                     c.cols / 8};
-  return cuda_status(pipeline::launch_pdl(k, blocks, 256, 0, stream, a),
-                     "launching the column scales kernel");
+  const ColumnScalesArgs a{c.offsets + c.local_experts, c.row_expert, c.scales,
+                           static_cast<uint4*>(rows), c.cols / 8};
+  return launch_vector_pass(k, max_rows, c.cols, a, stream, "column scales kernel");
 }
 
 Status prepare_apply_weights_to_rows(DType elem) {
   RowWeightsKernel k = nullptr;
-  Status s = pick(elem, &k);
-  if (!s.ok()) return s;
-  cudaFuncAttributes attr;
-  return cuda_status(cudaFuncGetAttributes(&attr, k), "loading the row weights kernel");
+  const Status s = pick(elem, &k);
+  return s.ok() ? load_kernel(k, "row weights kernel") : s;
 }
 
 Status apply_weights_to_rows(const Config& c, const Buffers& b, int64_t tokens, DType elem,
