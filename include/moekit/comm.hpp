@@ -112,6 +112,9 @@ class Communicator {
   // Whether collectives can be captured in a CUDA graph (no host synchronization inside).
   virtual bool graph_capturable() const = 0;
   State state() const;
+  // Ok while live; else kComm naming `what`, this rank and why the communicator cannot be used
+  // (released, poisoned, or broken and by what).
+  Status usable(const char* what) const;
 
   // send holds world_size() segments of send_bytes[d] bytes, back to back, segment d for rank d;
   // recv receives recv_bytes[s] bytes from each rank s, back to back. Each rank's recv_bytes[s]
@@ -163,7 +166,6 @@ class Communicator {
   Status mark_broken(const Status& reason);
 
  private:
-  Status usable(const char* what) const;
   const int rank_, world_size_;
   mutable std::mutex state_mutex_;
   std::mutex release_mutex_;  // one release at a time, without state_mutex_ held (a transport's

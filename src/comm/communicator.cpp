@@ -44,6 +44,13 @@ Status Communicator::wait(void* stream, const char* what) {
   return st.ok() ? usable(what) : st;
 }
 
+Status peer_timeout(int rank, const std::string& what, std::chrono::milliseconds timeout) {
+  return Status(ErrorCode::kComm, "rank " + std::to_string(rank) + ": " + what +
+                                      " did not finish within " + std::to_string(timeout.count()) +
+                                      " ms: a peer rank died, stalled or did not call the same "
+                                      "collectives");
+}
+
 Status wait_until_done(const std::function<Status(bool* done)>& poll,
                        std::chrono::milliseconds timeout, int rank, const std::string& what) {
   using Clock = std::chrono::steady_clock;
@@ -53,12 +60,7 @@ Status wait_until_done(const std::function<Status(bool* done)>& poll,
     bool done = false;
     if (Status st = poll(&done); !st.ok()) return st;
     if (done) return {};
-    if (Clock::now() >= deadline)
-      return Status(ErrorCode::kComm,
-                    "rank " + std::to_string(rank) + " waited " + std::to_string(timeout.count()) +
-                        " ms for " + what +
-                        " without it finishing: a peer rank died, stalled or did not call the "
-                        "same collectives");
+    if (Clock::now() >= deadline) return peer_timeout(rank, what, timeout);
     std::this_thread::sleep_for(pause);
     pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(1));
   }

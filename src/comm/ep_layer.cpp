@@ -244,8 +244,7 @@ Status EpLayer::poll_errors() {
   if (!local_) return Status(ErrorCode::kInvalidArgument, "poll_errors on a released EpLayer");
   // A communicator broken by a peer that died or stalled (a wait or the transport's watchdog):
   // the forwards since are not to be trusted.
-  if (comm_->state() == comm::Communicator::State::kBroken)
-    return comm_->wait(nullptr, "poll_errors");
+  if (comm_->state() == comm::Communicator::State::kBroken) return comm_->usable("poll_errors");
   return device_ ? poll_device_errors() : Status{};
 }
 

@@ -3,6 +3,8 @@
 
 #include <utility>
 
+#include "comm/host_wait.hpp"
+
 namespace moekit::comm {
 
 Watchdog::Watchdog(std::chrono::milliseconds timeout, int rank,
@@ -58,10 +60,7 @@ void Watchdog::run() {
         if (!items_.empty()) items_.front().since = std::chrono::steady_clock::now();
       } else {
         if (std::chrono::steady_clock::now() - front.since > timeout_)
-          stall = Status(ErrorCode::kComm,
-                         "rank " + std::to_string(rank_) + ": " + front.what +
-                             " did not finish within " + std::to_string(timeout_.count()) +
-                             " ms: a peer rank died, stalled or did not call the same collectives");
+          stall = peer_timeout(rank_, front.what, timeout_);
         break;
       }
     }
