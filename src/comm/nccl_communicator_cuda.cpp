@@ -149,9 +149,7 @@ class NcclCommunicator final : public Communicator {
     std::shared_ptr<CUevent_st> ev;
     {
       std::lock_guard<std::mutex> lk(nccl_mutex_);
-      if (comm_ == nullptr)
-        return Status(ErrorCode::kComm, std::string(what) + " on rank " + std::to_string(rank()) +
-                                            ": its NCCL communicator was aborted");
+      if (comm_ == nullptr) return aborted(what);
       if (Status st = body(); !st.ok()) return st;
       const auto s = static_cast<cudaStream_t>(stream);
       cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -176,6 +174,11 @@ class NcclCommunicator final : public Communicator {
       return probe(ev.get(), done);
     });
     return {};
+  }
+  // The refusal of `what` once the communicator was aborted.
+  Status aborted(const std::string& what) const {
+    return Status(ErrorCode::kComm, what + " on rank " + std::to_string(rank()) +
+                                        ": its NCCL communicator was aborted");
   }
   // Whether the work before `ev` has finished; NCCL's asynchronous error as a failure.
   Status probe(cudaEvent_t ev, bool* done) {
@@ -240,9 +243,7 @@ class NcclCommunicator final : public Communicator {
   Status all_gather_raw(const void* send, void* recv, size_t count, ncclDataType_t type,
                         cudaStream_t s) {
     std::lock_guard<std::mutex> lk(nccl_mutex_);
-    if (comm_ == nullptr)
-      return Status(ErrorCode::kComm, "exchange_host on rank " + std::to_string(rank()) +
-                                          ": its NCCL communicator was aborted");
+    if (comm_ == nullptr) return aborted("exchange_host");
     return nccl_status(ncclAllGather(send, recv, count, type, comm_, s), "ncclAllGather");
   }
   // Host blobs over the GPU: lengths first (all-gather of one int64), then the padded blobs.
